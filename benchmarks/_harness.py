@@ -1,0 +1,79 @@
+"""Small timing harness shared by the benchmark modules.
+
+Every ``bench_*.py`` module exposes ``run(quick: bool) -> list[Table]``; ``run.py`` collects the
+tables and writes ``docs/benchmarks.md``. Measurements are side by side in one process: tables
+state ratios against a baseline measured in the same run, because absolute times on a shared
+machine drift while ratios hold.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import timeit
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Table:
+    """One table of results in the report."""
+
+    title: str
+    columns: Sequence[str]
+    rows: list[Sequence[object]] = field(default_factory=list)
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_markdown(self) -> str:
+        lines = [f"### {self.title}", ""]
+        if self.description:
+            lines += [self.description, ""]
+        lines.append("| " + " | ".join(self.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in self.columns) + "|")
+        for row in self.rows:
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+        if self.notes:
+            lines.append("")
+            lines += [f"- {n}" for n in self.notes]
+        lines.append("")
+        return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        if value >= 100:
+            return f"{value:,.0f}"
+        if value >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def per_call(fn: Callable[[], object], *, repeat: int = 7, min_time: float = 0.2) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` rounds of at least ``min_time`` each."""
+    timer = timeit.Timer(fn)
+    number = 1
+    while timer.timeit(number) < min_time:  # grow until one round takes min_time
+        number *= 2
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        rounds = [timer.timeit(number) / number for _ in range(repeat)]
+    finally:
+        if gc_was:
+            gc.enable()
+    return statistics.median(rounds)
+
+
+def us(seconds: float) -> float:
+    """Seconds to microseconds."""
+    return seconds * 1e6
+
+
+def verdict(value: float, goal: float, *, lower_is_better: bool = True) -> str:
+    """``"met"`` or ``"missed"`` against a goal, for the report."""
+    ok = value <= goal if lower_is_better else value >= goal
+    return "met" if ok else "**missed**"

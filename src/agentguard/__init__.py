@@ -1,0 +1,41 @@
+"""agentguard: a reliability layer for LLM agents.
+
+Detects the ways agents fail (loops, malformed or hallucinated tool calls, runaway tokens,
+flaky models and tools, memory pressure) and recovers: repair, re-ask, escalate, or stop with a
+clear reason, always reporting what it did.
+"""
+
+from __future__ import annotations
+
+from .config import GuardConfig
+from .events import Event, add_hook, remove_hook
+from .exceptions import (
+    AgentGuardError,
+    BudgetExceeded,
+    ConfigError,
+    LoopDetected,
+    StoreError,
+    StoreUnavailable,
+    ToolSchemaError,
+)
+from .types import Severity, ToolCall, Usage
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AgentGuardError",
+    "BudgetExceeded",
+    "ConfigError",
+    "Event",
+    "GuardConfig",
+    "LoopDetected",
+    "Severity",
+    "StoreError",
+    "StoreUnavailable",
+    "ToolCall",
+    "ToolSchemaError",
+    "Usage",
+    "__version__",
+    "add_hook",
+    "remove_hook",
+]

@@ -1,0 +1,5 @@
+"""``python -m agentguard`` runs the command line."""
+
+from agentguard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""``agentguard config check FILE`` and ``agentguard config show [FILE]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from agentguard.config import GuardConfig
+from agentguard.exceptions import ConfigError
+
+
+def register(sub: Any) -> None:
+    """Add the ``config`` subcommand to ``sub`` (an argparse subparsers object)."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "config", help="check or show a configuration", description="Check or show a configuration."
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = actions.add_parser("check", help="validate a config file; exit 1 with precise errors")
+    check.add_argument("file", help="a .yaml, .yml, .toml or .json file")
+    check.set_defaults(handler=_check)
+    show = actions.add_parser(
+        "show", help="print the effective config (defaults and AGENTGUARD_* overrides applied)"
+    )
+    show.add_argument("file", nargs="?", help="a config file (optional)")
+    show.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    show.set_defaults(handler=_show)
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        GuardConfig.from_file(args.file)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    try:
+        cfg = GuardConfig.from_file(args.file) if args.file else GuardConfig.from_dict({})
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    data = cfg.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+    return 0

@@ -1,0 +1,370 @@
+"""Configuration: one ``reliability:`` block, validated by pydantic.
+
+The shape follows ARCHITECTURE §5. Load it from a YAML/TOML/JSON file, a dict, or build the
+models directly; ``AGENTGUARD_*`` environment variables override single keys::
+
+    AGENTGUARD_TOKEN_BUDGET__PER_SESSION=100000      # section and key joined by "__"
+    AGENTGUARD_LOOP_DETECTION__ENABLED=false         # values are parsed as YAML scalars
+    AGENTGUARD_FAIL_MODE=closed                      # top-level keys need no section
+
+A bad value raises :class:`~agentguard.ConfigError` naming the key path, the value and what is
+allowed. Adding a section for a new component is one pydantic model and one field on
+:class:`GuardConfig`: loading, environment overrides and error reporting need no change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._redact import REDACTED, is_secret_key
+from .exceptions import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "ENV_PREFIX",
+    "GuardConfig",
+    "LoopDetectionConfig",
+    "MemoryPressureConfig",
+    "Section",
+    "StorageConfig",
+    "TokenBudgetConfig",
+    "ToolValidationConfig",
+]
+
+#: Environment variables with this prefix override configuration keys.
+ENV_PREFIX = "AGENTGUARD_"
+_ROOT = "reliability"
+
+
+class Section(BaseModel):
+    """Base of every configuration section: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class LoopDetectionConfig(Section):
+    """``loop_detection``: repeated tool calls and repeated or degenerate text.
+
+    See ``docs/loops.md`` for the model behind each setting.
+    """
+
+    enabled: bool = True
+    window_size: int = Field(10, ge=2, description="Assistant responses remembered per session.")
+    duplicate_threshold: int = Field(
+        3,
+        ge=2,
+        description="Identical or near-identical responses in the window that count as a loop.",
+    )
+    similarity_threshold: float = Field(
+        0.95,
+        gt=0.0,
+        le=1.0,
+        description="Similarity (0-1) at which two responses are near-identical.",
+    )
+    tool_window: int = Field(30, ge=4, description="Recent tool calls remembered per session.")
+    warn_at: int = Field(10, ge=1, description="Identical calls before a WARNING.")
+    critical_at: int = Field(20, ge=1, description="Identical calls before CRITICAL.")
+    break_at: int = Field(
+        30, ge=1, description="Identical calls before the call is refused (BREAK)."
+    )
+
+    @model_validator(mode="after")
+    def _ladder_is_ordered(self) -> LoopDetectionConfig:
+        if not self.warn_at <= self.critical_at <= self.break_at:
+            raise ValueError(
+                f"thresholds must satisfy warn_at <= critical_at <= break_at "
+                f"(got {self.warn_at}, {self.critical_at}, {self.break_at})"
+            )
+        return self
+
+
+class ToolValidationConfig(Section):
+    """``tool_validation``: checking, repairing and correcting tool calls."""
+
+    enabled: bool = True
+    max_retries: int = Field(3, ge=0, description="Corrective re-asks on the same tier.")
+    retry_with_correction: bool = True
+    validate_json: bool = True
+    validate_schema: bool = True
+    validate_tool_names: bool = True
+    repair: bool = True
+
+
+class TokenBudgetConfig(Section):
+    """``token_budget``: per-session, per-hour and per-request token limits."""
+
+    enabled: bool = True
+    per_session: int | None = Field(
+        500_000, ge=1, description="Tokens per session; null: no limit."
+    )
+    per_hour: int | None = Field(
+        2_000_000, ge=1, description="Tokens per rolling hour across all sessions; null: no limit."
+    )
+    max_output_tokens: int | None = Field(16_384, ge=1, description="Output cap per request.")
+    policy: Literal["warn_and_continue", "escalate", "hard_stop"] = "warn_and_continue"
+    warn_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Share of a budget that warns.")
+
+
+class StorageConfig(Section):
+    """``storage``: where shared state (budgets, breakers) lives."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    path: str | None = Field(None, description="SQLite database file (backend: sqlite).")
+    url: str | None = Field(None, description="Redis URL (backend: redis).")
+
+    @model_validator(mode="after")
+    def _backend_has_its_location(self) -> StorageConfig:
+        if self.backend == "sqlite" and not self.path:
+            raise ValueError("backend 'sqlite' needs 'path' (the database file)")
+        if self.backend == "redis" and not self.url:
+            raise ValueError("backend 'redis' needs 'url' (e.g. redis://localhost:6379/0)")
+        return self
+
+
+class MemoryPressureConfig(Section):
+    """``memory_pressure``: watching the host for memory pressure."""
+
+    enabled: bool = True
+    sustained_seconds: float = Field(
+        60.0, ge=0.0, description="Seconds of pressure before it counts as sustained."
+    )
+
+
+class GuardConfig(Section):
+    """The whole ``reliability:`` block.
+
+    Build it with defaults (``GuardConfig()``), from a mapping (:meth:`from_dict`) or a file
+    (:meth:`from_file`); the latter two apply ``AGENTGUARD_*`` environment overrides.
+    """
+
+    fail_mode: Literal["open", "closed"] = Field(
+        "open",
+        description="On an internal fault: 'open' lets the call through unguarded and reports it; "
+        "'closed' raises.",
+    )
+    loop_detection: LoopDetectionConfig = LoopDetectionConfig()
+    tool_validation: ToolValidationConfig = ToolValidationConfig()
+    token_budget: TokenBudgetConfig = TokenBudgetConfig()
+    storage: StorageConfig = StorageConfig()
+    memory_pressure: MemoryPressureConfig = MemoryPressureConfig()
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        source: str | None = None,
+    ) -> GuardConfig:
+        """Validate a mapping, with or without the top-level ``reliability`` key.
+
+        Args:
+            data: the configuration; ``None`` or ``{}`` gives the defaults.
+            env: where ``AGENTGUARD_*`` overrides are read; ``None`` means ``os.environ``,
+                ``{}`` disables overrides.
+            source: a name for error messages (a file name).
+
+        Raises:
+            ConfigError: naming every bad key path, its value and what is allowed.
+        """
+        body = _unwrap(data or {}, source)
+        body = _apply_env(body, os.environ if env is None else env, source)
+        try:
+            return cls.model_validate(body)
+        except ValidationError as exc:
+            raise ConfigError(_problems(exc, cls), source=source) from None
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+    ) -> GuardConfig:
+        """Load a YAML (``.yaml``/``.yml``), TOML (``.toml``) or JSON (``.json``) file.
+
+        Raises:
+            ConfigError: the file cannot be read or parsed, or a value is invalid.
+        """
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                [
+                    {
+                        "path": "(file)",
+                        "value": str(p),
+                        "allowed": f"a readable file ({exc.strerror})",
+                    }
+                ]
+            ) from None
+        data = _parse(text, p)
+        return cls.from_dict(data, env=env, source=str(p))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective configuration as plain data, under the ``reliability`` key."""
+        return {_ROOT: self.model_dump(mode="json")}
+
+
+def _parse(text: str, path: Path) -> Any:
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            return tomllib.loads(text)
+        if suffix == ".json":
+            return json.loads(text)
+        if suffix in {".yaml", ".yml", ""}:
+            return yaml.safe_load(text) or {}
+    except Exception as exc:  # every parser has its own error type
+        raise ConfigError(
+            [{"path": "(file)", "value": str(path), "allowed": f"valid {suffix or 'YAML'} ({exc})"}]
+        ) from None
+    raise ConfigError(
+        [{"path": "(file)", "value": str(path), "allowed": "a .yaml, .yml, .toml or .json file"}]
+    )
+
+
+def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            [{"path": _ROOT, "value": _short(data), "allowed": "a mapping of sections"}],
+            source=source,
+        )
+    if _ROOT in data:
+        extra = sorted(set(data) - {_ROOT})
+        inner = data[_ROOT]
+        if inner is None:
+            inner = {}
+        if not isinstance(inner, Mapping):
+            raise ConfigError(
+                [{"path": _ROOT, "value": _short(inner), "allowed": "a mapping of sections"}],
+                source=source,
+            )
+        if extra:
+            raise ConfigError(
+                [
+                    {
+                        "path": extra[0],
+                        "value": "...",
+                        "allowed": f"only the '{_ROOT}' key at top level",
+                    }
+                ],
+                source=source,
+            )
+        return _deep_copy(inner)
+    return _deep_copy(data)
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+def _apply_env(body: dict[str, Any], env: Mapping[str, str], source: str | None) -> dict[str, Any]:
+    problems: list[dict[str, Any]] = []
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var == f"{ENV_PREFIX}CONFIG":
+            continue
+        keys = [k.lower() for k in var[len(ENV_PREFIX) :].split("__")]
+        try:
+            value = yaml.safe_load(env[var]) if env[var].strip() else None
+        except yaml.YAMLError:
+            value = env[var]
+        if not _known_path(GuardConfig, keys):
+            problems.append(
+                {
+                    "path": var,
+                    "value": REDACTED if is_secret_key(var) else env[var],
+                    "allowed": "an existing key: AGENTGUARD_<SECTION>__<KEY> or "
+                    "AGENTGUARD_<TOP_LEVEL_KEY>",
+                }
+            )
+            continue
+        node = body
+        for k in keys[:-1]:
+            child = node.get(k)
+            if not isinstance(child, dict):
+                child = {}
+                node[k] = child
+            node = child
+        node[keys[-1]] = value
+    if problems:
+        raise ConfigError(problems, source=source)
+    return body
+
+
+def _known_path(model: type[BaseModel], keys: list[str]) -> bool:
+    current: Any = model
+    for k in keys:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            # below a model, free-form mappings (e.g. a dict field) accept any key
+            return current is dict
+        field = current.model_fields.get(k)
+        if field is None:
+            return False
+        current = _model_of(field.annotation)
+    return True
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = getattr(annotation, "__origin__", None)
+    if origin is dict:
+        return dict
+    return annotation
+
+
+def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, Any]]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"]]
+        path = ".".join([_ROOT, *loc])
+        key = loc[-1] if loc else ""
+        value = err.get("input")
+        if err["type"] == "extra_forbidden":
+            allowed = f"unknown key; allowed keys here: {', '.join(_fields_at(model, loc[:-1]))}"
+        else:
+            allowed = _allowed_text(err["msg"])
+        if is_secret_key(key):
+            value = REDACTED
+        problems.append({"path": path, "value": _short(value), "allowed": allowed})
+    return problems
+
+
+def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    current: Any = model
+    for k in loc:
+        is_model = isinstance(current, type) and issubclass(current, BaseModel)
+        field = current.model_fields.get(k) if is_model else None
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return []
+
+
+def _allowed_text(msg: str) -> str:
+    # pydantic says "Input should be ..." / "Value error, ..."; keep the substance.
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg.replace("Input should be", "must be", 1)
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, (dict, list)) and len(repr(value)) > 80:
+        return repr(value)[:77] + "..."
+    if isinstance(value, str) and len(value) > 80:
+        return value[:77] + "..."
+    return value

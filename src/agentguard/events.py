@@ -1,0 +1,153 @@
+"""Events: every decision the guard takes is a frozen dataclass handed to hooks.
+
+A hook is any callable taking one event. Hooks are registered per instance (the ``hooks=``
+argument of every component) and per process (:func:`add_hook`); the process default logs each
+event through the stdlib logger ``"agentguard"``. A failing hook is logged and otherwise ignored:
+observability never breaks the agent.
+
+Events carry no secrets: components build them from redacted values only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+__all__ = [
+    "Emitter",
+    "Event",
+    "GuardInternalError",
+    "Hook",
+    "add_hook",
+    "default_hooks",
+    "log_event",
+    "remove_hook",
+]
+
+logger = logging.getLogger("agentguard")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """The base of every event.
+
+    Attributes:
+        session: the session (agent run) the decision belongs to, when known.
+    """
+
+    #: Short, stable name of the event kind, used in logs and JSON (``"loop_detected"`` ...).
+    kind: ClassVar[str] = "event"
+    #: The stdlib logging level the default hook logs it at.
+    level: ClassVar[int] = logging.INFO
+
+    session: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as plain JSON-ready data, with its ``kind``."""
+        data: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            data[f.name] = _plain(getattr(self, f.name))
+        return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardInternalError(Event):
+    """agentguard itself failed; the protected call went through unguarded (fail-open).
+
+    Attributes:
+        component: where the fault happened.
+        error_type: the exception's class name.
+        message: the exception's (redacted) message.
+    """
+
+    kind: ClassVar[str] = "guard_internal_error"
+    level: ClassVar[int] = logging.ERROR
+
+    component: str
+    error_type: str
+    message: str
+
+
+class Hook(Protocol):
+    """Receives events. Must not raise (if it does, the error is logged and ignored)."""
+
+    def __call__(self, event: Event, /) -> None: ...
+
+
+def log_event(event: Event) -> None:
+    """The process-default hook: log ``event`` through the ``"agentguard"`` logger."""
+    if not logger.isEnabledFor(event.level):
+        return
+    fields = " ".join(
+        f"{k}={v!r}" for k, v in event.to_dict().items() if k != "kind" and v is not None
+    )
+    logger.log(event.level, "%s %s", event.kind, fields, extra={"agentguard_event": event})
+
+
+_lock = threading.Lock()
+_defaults: tuple[Hook, ...] = (log_event,)
+
+
+def add_hook(hook: Hook) -> None:
+    """Add a process-wide hook that receives every event of every component."""
+    global _defaults  # noqa: PLW0603 - a copy-on-write registry, swapped atomically
+    with _lock:
+        _defaults = (*_defaults, hook)
+
+
+def remove_hook(hook: Hook) -> None:
+    """Remove a process-wide hook added with :func:`add_hook` (no error if absent)."""
+    global _defaults  # noqa: PLW0603
+    with _lock:
+        hooks = list(_defaults)
+        if hook in hooks:
+            hooks.remove(hook)
+        _defaults = tuple(hooks)
+
+
+def default_hooks() -> tuple[Hook, ...]:
+    """The process-wide hooks, in the order they are called."""
+    return _defaults
+
+
+class Emitter:
+    """Delivers events to a component's own hooks, then to the process-wide hooks.
+
+    Args:
+        hooks: the instance's hooks.
+        use_defaults: also call the process-wide hooks (the default).
+    """
+
+    __slots__ = ("_hooks", "_use_defaults")
+
+    def __init__(self, hooks: Iterable[Hook] | None = None, *, use_defaults: bool = True) -> None:
+        self._hooks = tuple(hooks or ())
+        self._use_defaults = use_defaults
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        """The instance's own hooks."""
+        return self._hooks
+
+    def emit(self, event: Event) -> None:
+        """Hand ``event`` to every hook; a hook that raises is logged and skipped."""
+        hooks = self._hooks + _defaults if self._use_defaults else self._hooks
+        for hook in hooks:
+            try:
+                hook(event)
+            except Exception:  # observability must never break the agent
+                logger.warning("agentguard hook %r failed on %s", hook, event.kind, exc_info=True)

@@ -1,0 +1,153 @@
+"""The exceptions agentguard raises.
+
+Every exception derives from one root, so ``except agentguard.AgentGuardError`` catches all of
+them. The tree::
+
+    AgentGuardError
+    ├── ConfigError              a configuration value is invalid (also a ValueError)
+    ├── ToolSchemaError          a tool definition cannot be used (also a ValueError)
+    ├── LoopDetected             the guard refused to continue a loop
+    ├── BudgetExceeded           a token budget is spent (hard_stop policy)
+    └── StoreError               a state store failed
+        └── StoreUnavailable     the store cannot be reached
+
+Each exception carries the structured context a caller needs to act (which key, which budget,
+when it resets ...) as attributes; the message repeats it for people. No exception text ever
+contains a secret: values that may be secret are redacted before they reach a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "AgentGuardError",
+    "BudgetExceeded",
+    "ConfigError",
+    "LoopDetected",
+    "StoreError",
+    "StoreUnavailable",
+    "ToolSchemaError",
+]
+
+
+class AgentGuardError(Exception):
+    """The root of every exception agentguard raises."""
+
+
+class ConfigError(AgentGuardError, ValueError):
+    """A configuration is invalid.
+
+    Attributes:
+        problems: one entry per problem, each with ``path`` (dotted key path, e.g.
+            ``reliability.loop_detection.window_size``), ``value`` (the offending value, redacted
+            when the key looks secret) and ``allowed`` (what would be accepted).
+    """
+
+    def __init__(self, problems: Sequence[Mapping[str, Any]], *, source: str | None = None) -> None:
+        self.problems = [dict(p) for p in problems]
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"invalid agentguard configuration{where}:"]
+        for p in self.problems:
+            lines.append(f"  {p['path']}: got {p['value']!r}; {p['allowed']}")
+        super().__init__("\n".join(lines))
+
+
+class ToolSchemaError(AgentGuardError, ValueError):
+    """A tool definition cannot be used (raised once, when the tools are registered).
+
+    Attributes:
+        tool_name: the tool whose definition is wrong (``None`` when it has no usable name).
+        problem: what is wrong with it.
+    """
+
+    def __init__(self, tool_name: str | None, problem: str) -> None:
+        self.tool_name = tool_name
+        self.problem = problem
+        name = repr(tool_name) if tool_name is not None else "(unnamed)"
+        super().__init__(f"tool {name}: {problem}")
+
+
+class LoopDetected(AgentGuardError):
+    """The guard refused to continue: the agent is looping.
+
+    Attributes:
+        detector: which detector fired (``generic_repeat``, ``poll_no_progress`` ...).
+        count: how many times the repeated pattern was seen.
+        message: the explanation, fit to show to the model or a person.
+        retry_after: seconds after which trying again may make sense, or ``None``.
+        session: the session the loop happened in, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detector: str,
+        count: int,
+        retry_after: float | None = None,
+        session: str | None = None,
+    ) -> None:
+        self.message = message
+        self.detector = detector
+        self.count = count
+        self.retry_after = retry_after
+        self.session = session
+        super().__init__(message)
+
+    def to_error(self) -> dict[str, Any]:
+        """The structured error an agent framework can act on."""
+        return {
+            "type": "loop_detected",
+            "message": self.message,
+            "detector": self.detector,
+            "count": self.count,
+            "retry_after": self.retry_after,
+        }
+
+
+class BudgetExceeded(AgentGuardError):
+    """A token budget is spent and the policy is ``hard_stop``.
+
+    Attributes:
+        budget: which budget: ``"session"``, ``"hour"`` or ``"request"``.
+        used: tokens counted against it (committed plus reserved).
+        requested: tokens the refused request asked for.
+        limit: the budget's limit.
+        resets_at: wall-clock time (seconds since the epoch) when enough of the budget is free
+            again, or ``None`` when it never resets by itself (a session budget).
+        session: the session, when the budget is a session budget.
+    """
+
+    def __init__(
+        self,
+        *,
+        budget: str,
+        used: int,
+        requested: int,
+        limit: int,
+        resets_at: float | None,
+        session: str | None = None,
+    ) -> None:
+        self.budget = budget
+        self.used = used
+        self.requested = requested
+        self.limit = limit
+        self.resets_at = resets_at
+        self.session = session
+        who = f" for session {session!r}" if session is not None and budget == "session" else ""
+        when = "never resets by itself" if resets_at is None else f"frees up at t={resets_at:.0f}"
+        super().__init__(
+            f"{budget} token budget{who} exceeded: {used} used + {requested} requested "
+            f"> limit {limit} ({when})"
+        )
+
+
+class StoreError(AgentGuardError):
+    """A state store (SQLite, Redis ...) failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The state store cannot be reached (raised only when configured fail-closed)."""
