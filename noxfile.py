@@ -1,0 +1,58 @@
+"""The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``.
+
+Every session installs what it needs into its own virtualenv, so a fresh machine with only
+Python (and ``pip install nox``) can run all of them.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = False
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+# Real tool schemas for the validator tests; its own dependencies (model runners) are not needed.
+BFCL = "bfcl-eval==2026.3.23"
+
+
+def _install_for_tests(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.install("--no-deps", BFCL)
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the whole test suite (extra pytest arguments are passed through)."""
+    _install_for_tests(session)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src/."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run every benchmark and rewrite docs/benchmarks.md (``-- --quick`` for a smoke run)."""
+    session.install("-e", ".[dev]")
+    session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job on its embedded default: scan the bundled looping-agent transcript."""
+    session.install(".")
+    session.run("agentguard", "scan", "examples/looping_agent.jsonl", *session.posargs)

