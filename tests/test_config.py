@@ -230,3 +230,31 @@ def test_sections_can_be_built_directly() -> None:
     """Each section is a plain model usable on its own."""
     section = TokenBudgetConfig(per_session=10, policy="hard_stop")
     assert GuardConfig(token_budget=section).token_budget.per_session == 10
+
+
+def test_configuration_reference_is_in_sync() -> None:
+    """docs/configuration.md documents exactly the current settings (regenerate if this fails)."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "gen_config_reference.py"
+    spec = importlib.util.spec_from_file_location("gen_config_reference", script)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = module.PAGE.read_text(encoding="utf-8")
+    assert module.render(page) == page, "run: python tools/gen_config_reference.py"
+
+
+def test_every_setting_has_a_description() -> None:
+    """Every key of every section documents itself (the reference is generated from it)."""
+    from pydantic import BaseModel
+
+    for section_name, section in GuardConfig.model_fields.items():
+        model = section.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            assert section.description, section_name
+            continue
+        for key, field in model.model_fields.items():
+            assert key == "enabled" or field.description, f"{section_name}.{key}"

@@ -95,11 +95,15 @@ class ToolValidationConfig(Section):
 
     enabled: bool = True
     max_retries: int = Field(3, ge=0, description="Corrective re-asks on the same tier.")
-    retry_with_correction: bool = True
-    validate_json: bool = True
-    validate_schema: bool = True
-    validate_tool_names: bool = True
-    repair: bool = True
+    retry_with_correction: bool = Field(
+        True, description="Re-ask with a message naming every error (else re-ask plainly)."
+    )
+    validate_json: bool = Field(True, description="Check that arguments are a JSON object.")
+    validate_schema: bool = Field(True, description="Check arguments against the tool's schema.")
+    validate_tool_names: bool = Field(True, description="Check that the called tool exists.")
+    repair: bool = Field(
+        True, description="Repair what is safe to repair locally, at no token cost."
+    )
 
 
 class TokenBudgetConfig(Section):
@@ -113,14 +117,20 @@ class TokenBudgetConfig(Section):
         2_000_000, ge=1, description="Tokens per rolling hour across all sessions; null: no limit."
     )
     max_output_tokens: int | None = Field(16_384, ge=1, description="Output cap per request.")
-    policy: Literal["warn_and_continue", "escalate", "hard_stop"] = "warn_and_continue"
+    policy: Literal["warn_and_continue", "escalate", "hard_stop"] = Field(
+        "warn_and_continue",
+        description="When a budget runs out: warn and go on, move to a cheaper tier, or refuse.",
+    )
     warn_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Share of a budget that warns.")
 
 
 class StorageConfig(Section):
     """``storage``: where shared state (budgets, breakers) lives."""
 
-    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    backend: Literal["memory", "sqlite", "redis"] = Field(
+        "memory",
+        description="memory: one process; sqlite: one host, survives restarts; redis: a fleet.",
+    )
     path: str | None = Field(None, description="SQLite database file (backend: sqlite).")
     url: str | None = Field(None, description="Redis URL (backend: redis).")
 

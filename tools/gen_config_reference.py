@@ -1,0 +1,109 @@
+"""Regenerate the settings reference in docs/configuration.md from the config models.
+
+Usage: ``python tools/gen_config_reference.py`` (``--check`` exits 1 when the docs are stale).
+The reference sits between two ``<!-- config-reference -->`` markers; the rest of the page is
+hand-written.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from pydantic import BaseModel  # noqa: E402
+
+from agentguard.config import GuardConfig  # noqa: E402
+
+MARKER = "<!-- config-reference -->"
+PAGE = ROOT / "docs" / "configuration.md"
+
+
+def _type_name(annotation: Any) -> str:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return " / ".join(f"`{a}`" for a in args)
+    if args:
+        return " or ".join(_type_name(a) for a in args)
+    if annotation is type(None):
+        return "null"
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return "(section)"
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
+def reference() -> str:
+    """The generated Markdown reference of every section and key."""
+    lines: list[str] = []
+    top = [(n, f) for n, f in GuardConfig.model_fields.items() if not _is_section(f.annotation)]
+    lines += ["### Top level", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, field in top:
+        lines.append(
+            f"| `{name}` | {_type_name(field.annotation)} | {_default(field.default)} "
+            f"| {field.description or ''} |"
+        )
+    lines.append("")
+    for name, field in GuardConfig.model_fields.items():
+        if not _is_section(field.annotation):
+            continue
+        model = field.annotation
+        assert isinstance(model, type)
+        assert issubclass(model, BaseModel)
+        doc = (model.__doc__ or "").strip().splitlines()[0]
+        lines += [
+            f"### `{name}`",
+            "",
+            doc,
+            "",
+            "| key | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
+        for key, sub in model.model_fields.items():
+            lines.append(
+                f"| `{key}` | {_type_name(sub.annotation)} | {_default(sub.default)} "
+                f"| {_describe(key, sub.description)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _describe(key: str, description: str | None) -> str:
+    if key == "enabled" and not description:
+        return "Switch this component on or off."
+    return (description or "").replace("|", "/")
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def render(page: str) -> str:
+    """``page`` with the text between the markers replaced by the generated reference."""
+    head, _, rest = page.partition(MARKER)
+    _, _, tail = rest.partition(MARKER)
+    return f"{head}{MARKER}\n{reference()}\n{MARKER}{tail}"
+
+
+def main() -> int:
+    page = PAGE.read_text(encoding="utf-8")
+    new = render(page)
+    if "--check" in sys.argv:
+        return 0 if new == page else 1
+    PAGE.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
