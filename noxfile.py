@@ -33,8 +33,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "tools", "noxfile.py")
 
 
 @nox.session
