@@ -8,6 +8,8 @@ them. The tree::
     ├── ToolSchemaError          a tool definition cannot be used (also a ValueError)
     ├── LoopDetected             the guard refused to continue a loop
     ├── BudgetExceeded           a token budget is spent (hard_stop policy)
+    ├── ModelError               a model endpoint answered with an error (status, headers)
+    │   └── ModelTimeout         ... or did not answer in time (also a TimeoutError)
     └── StoreError               a state store failed
         └── StoreUnavailable     the store cannot be reached
 
@@ -26,6 +28,8 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "LoopDetected",
+    "ModelError",
+    "ModelTimeout",
     "StoreError",
     "StoreUnavailable",
     "ToolSchemaError",
@@ -143,6 +147,50 @@ class BudgetExceeded(AgentGuardError):
             f"{budget} token budget{who} exceeded: {used} used + {requested} requested "
             f"> limit {limit} ({when})"
         )
+
+
+class _Response:
+    """The part of an HTTP response that error classification reads (``.headers``)."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, status_code: int | None, headers: Mapping[str, str]) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+class ModelError(AgentGuardError):
+    """A model endpoint answered with an error.
+
+    Raised by transports that have no SDK exceptions of their own (e.g. the scripted model);
+    the openai transport lets the SDK's own exceptions through. Shaped like them: the status is
+    ``status_code`` and the headers (``Retry-After`` ...) are ``response.headers``.
+
+    Attributes:
+        status_code: the HTTP status, or ``None`` when there was no answer.
+        response: an object with ``status_code`` and ``headers``.
+        model: the model the request was for.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        headers: Mapping[str, str] | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.status_code = status_code
+        self.response = _Response(status_code, dict(headers or {}))
+        self.model = model
+        super().__init__(message)
+
+
+class ModelTimeout(ModelError, TimeoutError):
+    """A model endpoint did not answer in time."""
+
+    def __init__(self, message: str, *, model: str | None = None) -> None:
+        super().__init__(message, status_code=None, model=model)
 
 
 class StoreError(AgentGuardError):

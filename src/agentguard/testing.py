@@ -1,4 +1,10 @@
-"""Test helpers shipped for your own tests: a fake clock and event capture.
+"""Test helpers shipped for your own tests: a scripted model, a fake clock and event capture.
+
+``ScriptedModel`` answers from a script and fails on demand (malformed, hallucinated and
+text-embedded tool calls, loops, 429 with Retry-After, 5xx, timeouts, degenerate text, missing
+usage), as a transport or behind the real openai client::
+
+    model = ScriptedModel([Fault.rate_limit(retry_after=2), Reply.call("search", {"q": "x"})])
 
 ``FakeClock`` stands in for every ``clock=`` and ``sleep=`` argument, so code under test never
 waits and never reads the real time::
@@ -21,9 +27,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from ._scripted import Fault, Reply, ScriptedModel, ScriptExhausted, Step
 from .events import Event, add_hook, remove_hook
 
-__all__ = ["CapturedEvents", "FakeClock", "capture_events"]
+__all__ = [
+    "CapturedEvents",
+    "FakeClock",
+    "Fault",
+    "Reply",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "Step",
+    "capture_events",
+]
 
 E = TypeVar("E", bound=Event)
 
