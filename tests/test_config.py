@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,8 @@ def test_every_setting_has_a_description() -> None:
 
     for section_name, section in GuardConfig.model_fields.items():
         model = section.annotation
+        if typing.get_origin(model) is dict:
+            model = typing.get_args(model)[1]
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             assert section.description, section_name
             continue

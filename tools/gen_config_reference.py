@@ -27,6 +27,8 @@ def _type_name(annotation: Any) -> str:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is typing.Literal:
         return " / ".join(f"`{a}`" for a in args)
+    if typing.get_origin(annotation) is list:
+        return f"list of {_type_name(args[0])}"
     if args:
         return " or ".join(_type_name(a) for a in args)
     if annotation is type(None):
@@ -37,6 +39,8 @@ def _type_name(annotation: Any) -> str:
 def _default(value: Any) -> str:
     if isinstance(value, BaseModel):
         return "(section)"
+    if isinstance(value, list):
+        return "`[" + ", ".join(str(v) for v in value) + "]`"
     if value is None:
         return "`null`"
     if isinstance(value, bool):
@@ -47,7 +51,7 @@ def _default(value: Any) -> str:
 def reference() -> str:
     """The generated Markdown reference of every section and key."""
     lines: list[str] = []
-    top = [(n, f) for n, f in GuardConfig.model_fields.items() if not _is_section(f.annotation)]
+    top = [(n, f) for n, f in GuardConfig.model_fields.items() if _section_of(f.annotation) is None]
     lines += ["### Top level", "", "| key | type | default | meaning |", "|---|---|---|---|"]
     for name, field in top:
         lines.append(
@@ -56,37 +60,45 @@ def reference() -> str:
         )
     lines.append("")
     for name, field in GuardConfig.model_fields.items():
-        if not _is_section(field.annotation):
+        model = _section_of(field.annotation)
+        if model is None:
             continue
-        model = field.annotation
-        assert isinstance(model, type)
-        assert issubclass(model, BaseModel)
-        doc = (model.__doc__ or "").strip().splitlines()[0]
-        lines += [
-            f"### `{name}`",
-            "",
-            doc,
-            "",
-            "| key | type | default | meaning |",
-            "|---|---|---|---|",
+        is_map = typing.get_origin(field.annotation) is dict
+        title = f"`{name}.<name>`" if is_map else f"`{name}`"
+        doc = (field.description if is_map else None) or (model.__doc__ or "").strip().splitlines()[
+            0
         ]
+        lines += [f"### {title}", "", doc, ""]
+        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for key, sub in model.model_fields.items():
+            default = (
+                "required"
+                if sub.is_required()
+                else _default(sub.get_default(call_default_factory=True))
+            )
             lines.append(
-                f"| `{key}` | {_type_name(sub.annotation)} | {_default(sub.default)} "
+                f"| `{key}` | {_type_name(sub.annotation)} | {default} "
                 f"| {_describe(key, sub.description)} |"
             )
         lines.append("")
     return "\n".join(lines)
 
 
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The section model behind a field: a model, or the values of a dict of models."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) is dict:
+        value = typing.get_args(annotation)[1]
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return value
+    return None
+
+
 def _describe(key: str, description: str | None) -> str:
     if key == "enabled" and not description:
         return "Switch this component on or off."
     return (description or "").replace("|", "/")
-
-
-def _is_section(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def render(page: str) -> str:

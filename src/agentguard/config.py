@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from ._redact import REDACTED, is_secret_key
+from ._redact import REDACTED, is_secret_key, redact
 from .exceptions import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -34,11 +43,14 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "ENV_PREFIX",
+    "EscalationConfig",
+    "EscalationTrigger",
     "GuardConfig",
     "LoopDetectionConfig",
     "MemoryPressureConfig",
     "Section",
     "StorageConfig",
+    "TierConfig",
     "TokenBudgetConfig",
     "ToolValidationConfig",
 ]
@@ -46,6 +58,7 @@ __all__ = [
 #: Environment variables with this prefix override configuration keys.
 ENV_PREFIX = "AGENTGUARD_"
 _ROOT = "reliability"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Section(BaseModel):
@@ -152,6 +165,88 @@ class MemoryPressureConfig(Section):
     )
 
 
+#: Why the guard may move a request to another tier (``escalation.escalate_on``).
+EscalationTrigger = Literal[
+    "tool_validation_failure",
+    "loop_detected",
+    "timeout",
+    "server_error",
+    "rate_limited",
+    "budget",
+    "memory_pressure",
+]
+
+
+class TierConfig(Section):
+    """One model tier: a model and, optionally, its own endpoint and credentials."""
+
+    model: str = Field(description="The model name sent to this tier's endpoint.")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint of this tier; null: the wrapped client's own."
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding this tier's API key (never the key).",
+    )
+    timeout: float | None = Field(
+        None, gt=0, description="Per-attempt timeout in seconds; null: the client's default."
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _names_a_variable(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(
+                "must be the NAME of an environment variable holding the key "
+                "(e.g. OPENROUTER_API_KEY), never the key itself"
+            )
+        return value
+
+
+class EscalationConfig(Section):
+    """``escalation``: moving a request up (or down) the chain of model tiers."""
+
+    enabled: bool = True
+    mode: Literal["auto", "confirm", "off"] = Field(
+        "auto",
+        description="auto: move tiers transparently (always reported); confirm: ask first, never "
+        "fail over silently; off: never change tier.",
+    )
+    chain: list[str] = Field(
+        default_factory=lambda: ["fast", "standard", "longctx", "premium"],
+        min_length=1,
+        description="Tier names from cheapest/weakest to strongest.",
+    )
+    max_retries_before_escalate: int = Field(
+        3, ge=0, description="Retries of a transient error on one tier before moving up."
+    )
+    escalate_on: list[EscalationTrigger] = Field(
+        default_factory=lambda: list(typing.get_args(EscalationTrigger)),
+        description="The triggers that move a request to another tier.",
+    )
+    max_retry_after: float = Field(
+        30.0,
+        ge=0,
+        description="Longest Retry-After (seconds) worth waiting for; a longer one escalates.",
+    )
+    complex_prompt_tokens: int = Field(
+        8_000,
+        ge=0,
+        description="A request with at least this many prompt tokens counts as complex "
+        "(memory pressure moves complex requests up).",
+    )
+    complex_output_tokens: int = Field(
+        4_096, ge=0, description="An output cap at least this large makes a request complex."
+    )
+
+    @model_validator(mode="after")
+    def _chain_has_no_duplicates(self) -> EscalationConfig:
+        seen = [t for i, t in enumerate(self.chain) if t in self.chain[:i]]
+        if seen:
+            raise ValueError(f"chain lists tier {seen[0]!r} twice")
+        return self
+
+
 class GuardConfig(Section):
     """The whole ``reliability:`` block.
 
@@ -169,6 +264,22 @@ class GuardConfig(Section):
     token_budget: TokenBudgetConfig = TokenBudgetConfig()
     storage: StorageConfig = StorageConfig()
     memory_pressure: MemoryPressureConfig = MemoryPressureConfig()
+    escalation: EscalationConfig = EscalationConfig()
+    tiers: dict[str, TierConfig] = Field(
+        default_factory=dict,
+        description="Model tiers by name; the escalation chain walks them in chain order.",
+    )
+
+    @model_validator(mode="after")
+    def _chain_names_defined_tiers(self) -> GuardConfig:
+        if self.tiers:
+            missing = [t for t in self.escalation.chain if t not in self.tiers]
+            if missing:
+                raise ValueError(
+                    f"escalation.chain names tiers that are not defined: {', '.join(missing)} "
+                    f"(defined: {', '.join(sorted(self.tiers))})"
+                )
+        return self
 
     @classmethod
     def from_dict(
@@ -293,7 +404,7 @@ def _apply_env(body: dict[str, Any], env: Mapping[str, str], source: str | None)
             problems.append(
                 {
                     "path": var,
-                    "value": REDACTED if is_secret_key(var) else env[var],
+                    "value": REDACTED if is_secret_key(var) else redact(env[var]),
                     "allowed": "an existing key: AGENTGUARD_<SECTION>__<KEY> or "
                     "AGENTGUARD_<TOP_LEVEL_KEY>",
                 }
@@ -347,6 +458,10 @@ def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, An
             allowed = _allowed_text(err["msg"])
         if is_secret_key(key):
             value = REDACTED
+        elif isinstance(value, Mapping):  # a rule over a whole section: the keys say enough
+            value = "{...}"
+        if isinstance(value, str):
+            value = redact(value)
         problems.append({"path": path, "value": _short(value), "allowed": allowed})
     return problems
 

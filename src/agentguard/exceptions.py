@@ -8,6 +8,8 @@ them. The tree::
     ├── ToolSchemaError          a tool definition cannot be used (also a ValueError)
     ├── LoopDetected             the guard refused to continue a loop
     ├── BudgetExceeded           a token budget is spent (hard_stop policy)
+    ├── EscalationRequired       confirm mode: the user must choose retry / backup / cancel
+    ├── TiersExhausted           every tier of the chain failed (carries the attempt history)
     ├── ModelError               a model endpoint answered with an error (status, headers)
     │   └── ModelTimeout         ... or did not answer in time (also a TimeoutError)
     └── StoreError               a state store failed
@@ -21,17 +23,22 @@ contains a secret: values that may be secret are redacted before they reach a me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .escalation import Attempt, EscalationPrompt
 
 __all__ = [
     "AgentGuardError",
     "BudgetExceeded",
     "ConfigError",
+    "EscalationRequired",
     "LoopDetected",
     "ModelError",
     "ModelTimeout",
     "StoreError",
     "StoreUnavailable",
+    "TiersExhausted",
     "ToolSchemaError",
 ]
 
@@ -146,6 +153,41 @@ class BudgetExceeded(AgentGuardError):
         super().__init__(
             f"{budget} token budget{who} exceeded: {used} used + {requested} requested "
             f"> limit {limit} ({when})"
+        )
+
+
+class EscalationRequired(AgentGuardError):
+    """Confirm mode: the guard will not change tier without the user's word.
+
+    Raised when ``escalation.mode`` is ``confirm`` and no callback was given. Catch it, show
+    ``prompt.render()`` (the reason, the options and the tokens and cost spent so far), and call
+    again with the user's choice.
+
+    Attributes:
+        prompt: the :class:`~agentguard.escalation.EscalationPrompt` with reason, current and
+            proposed tier, options, tokens and cost spent.
+    """
+
+    def __init__(self, prompt: EscalationPrompt) -> None:
+        self.prompt = prompt
+        super().__init__(prompt.render())
+
+
+class TiersExhausted(AgentGuardError):
+    """Every tier that could serve the request failed.
+
+    Attributes:
+        attempts: one :class:`~agentguard.escalation.Attempt` per try, in order (tier, model,
+            what went wrong).
+        reason: the last failure's trigger (``server_error``, ``tool_validation_failure`` ...).
+    """
+
+    def __init__(self, attempts: Sequence[Attempt], reason: str) -> None:
+        self.attempts = tuple(attempts)
+        self.reason = reason
+        tried = ", ".join(f"{a.tier} ({a.outcome})" for a in self.attempts) or "none"
+        super().__init__(
+            f"no tier could serve the request (last failure: {reason}); tried: {tried}"
         )
 
 

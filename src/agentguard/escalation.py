@@ -1,0 +1,288 @@
+"""EscalationPolicy: which model tier serves a request, and where to go when it fails.
+
+Tiers are named models (``fast``, ``standard``, ``longctx``, ``premium`` ...), ordered by the
+``escalation.chain`` from cheapest to strongest; the last one may be any OpenAI-compatible cloud
+endpoint. The policy is a pure component: given the current tier and what went wrong, it returns
+an :class:`EscalationDecision`. The pipeline carries it out, asking the user first in ``confirm``
+mode (the decision's action is then ``"confirm"``, with an :class:`EscalationPrompt`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from .config import EscalationConfig, GuardConfig, TierConfig
+
+__all__ = [
+    "Attempt",
+    "Choice",
+    "EscalationDecision",
+    "EscalationPolicy",
+    "EscalationPrompt",
+    "Tier",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One model tier.
+
+    Attributes:
+        name: the tier's name in the chain (``"default"`` when no tiers are configured).
+        model: the model name sent upstream.
+        base_url: the tier's own endpoint, or ``None`` for the wrapped client's.
+        api_key_env: the environment variable holding its key (the key itself is never kept).
+        timeout: per-attempt timeout in seconds, or ``None``.
+    """
+
+    name: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
+
+    @classmethod
+    def from_config(cls, name: str, config: TierConfig) -> Tier:
+        """A tier from its configuration section."""
+        return cls(name, config.model, config.base_url, config.api_key_env, config.timeout)
+
+
+class Choice(str, enum.Enum):
+    """What the user may answer in confirm mode."""
+
+    RETRY = "retry"
+    USE_BACKUP = "use_backup"
+    CANCEL = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a request on one tier, for the attempt history.
+
+    Attributes:
+        tier: the tier's name.
+        model: the model tried.
+        outcome: ``ok`` or the trigger that ended it (``server_error``, ``timeout`` ...).
+        detail: a short, redacted description.
+    """
+
+    tier: str
+    model: str
+    outcome: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationPrompt:
+    """What confirm mode asks the user: no silent failover, costs shown.
+
+    Attributes:
+        reason: the trigger (``timeout``, ``server_error`` ...).
+        message: what happened, in words.
+        current: the tier that failed.
+        proposed: the tier the guard would move to, or ``None`` when there is none.
+        options: the choices on offer (``use_backup`` only when there is a tier to move to).
+        tokens_spent: tokens spent on this request so far, all attempts included.
+        cost_spent: their cost in the price table's currency, or ``None`` when unknown.
+        attempts: attempts made so far.
+    """
+
+    reason: str
+    message: str
+    current: Tier
+    proposed: Tier | None
+    options: tuple[Choice, ...]
+    tokens_spent: int = 0
+    cost_spent: float | None = None
+    attempts: int = 0
+
+    def render(self) -> str:
+        """The prompt as text for a terminal: what failed, what it cost, the options."""
+        cost = "" if self.cost_spent is None else f" (~${self.cost_spent:,.4f})"
+        lines = [
+            f"{self.current.name} ({self.current.model}) failed: {self.message}",
+            f"Used so far: {self.tokens_spent:,} tokens{cost} over {self.attempts} attempt(s).",
+            "Options:",
+        ]
+        labels = {
+            Choice.RETRY: f"Try again with {self.current.name} ({self.current.model})",
+            Choice.USE_BACKUP: (
+                f"Use backup: {self.proposed.name} ({self.proposed.model})"
+                if self.proposed
+                else "Use backup"
+            ),
+            Choice.CANCEL: "Cancel",
+        }
+        lines += [f"  [{i}] {labels[o]}" for i, o in enumerate(self.options, 1)]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationDecision:
+    """The policy's answer.
+
+    Attributes:
+        action: ``stay`` (keep the tier), ``escalate`` (move to ``target``), ``confirm`` (ask
+            the user before moving to ``target``), or ``stop`` (no tier to move to, or moving
+            is switched off: surface the failure).
+        target: the tier to move to, for ``escalate`` and ``confirm``.
+        reason: the trigger.
+        message: why, in words.
+    """
+
+    action: Literal["stay", "escalate", "confirm", "stop"]
+    target: Tier | None
+    reason: str
+    message: str
+
+
+class EscalationPolicy:
+    """Chooses the starting tier and the next tier on failure.
+
+    Args:
+        config: a :class:`GuardConfig` (its ``tiers`` and ``escalation`` sections), an
+            :class:`EscalationConfig` alone (no tiers: every request stays on its own model),
+            or ``None`` for the defaults.
+    """
+
+    def __init__(self, config: GuardConfig | EscalationConfig | None = None) -> None:
+        if isinstance(config, EscalationConfig):
+            self._config, tiers = config, {}
+        else:
+            cfg = config or GuardConfig()
+            self._config, tiers = cfg.escalation, cfg.tiers
+        self._chain = tuple(
+            Tier.from_config(name, tiers[name]) for name in self._config.chain if name in tiers
+        )
+        self._by_name = {t.name: t for t in self._chain}
+        self._by_model: dict[str, Tier] = {}
+        for t in self._chain:  # the first (cheapest) tier wins when two share a model
+            self._by_model.setdefault(t.model, t)
+
+    @property
+    def config(self) -> EscalationConfig:
+        """The escalation section in force."""
+        return self._config
+
+    @property
+    def chain(self) -> tuple[Tier, ...]:
+        """The configured tiers, cheapest first (empty when no tiers are configured)."""
+        return self._chain
+
+    def tier_for(self, model: str) -> Tier:
+        """The tier a request for ``model`` starts at: by tier name, then by model name.
+
+        A model that matches no tier gets an implicit tier of its own (named after the model),
+        from which there is nowhere to escalate.
+        """
+        return self._by_name.get(model) or self._by_model.get(model) or Tier(model, model)
+
+    def triggers(self, trigger: str) -> bool:
+        """Whether ``trigger`` may move a request to another tier under this configuration."""
+        cfg = self._config
+        return cfg.enabled and cfg.mode != "off" and trigger in cfg.escalate_on
+
+    def is_complex(
+        self, *, has_tools: bool, prompt_tokens: int, max_output_tokens: int | None
+    ) -> bool:
+        """Whether a request is complex: it has tools, a long context or a large output cap."""
+        cfg = self._config
+        return (
+            has_tools
+            or prompt_tokens >= cfg.complex_prompt_tokens
+            or (max_output_tokens is not None and max_output_tokens >= cfg.complex_output_tokens)
+        )
+
+    def start(
+        self,
+        model: str,
+        *,
+        pressure_sustained: bool = False,
+        complex_request: bool = False,
+        degraded: Collection[str] = (),
+    ) -> EscalationDecision:
+        """Where a request starts.
+
+        The tier of ``model``, unless the host has been under sustained memory pressure and the
+        request is complex: then the next tier up (asked first in confirm mode). Degraded tiers
+        (open breakers) are skipped.
+
+        Returns:
+            ``stay`` with the starting tier as ``target``, or ``escalate`` / ``confirm`` with
+            the tier to start at instead.
+        """
+        tier = self.tier_for(model)
+        if pressure_sustained and complex_request and self.triggers("memory_pressure"):
+            up = self._step(tier, +1, degraded)
+            if up is not None:
+                return self._move(up, "memory_pressure", "sustained memory pressure on this host")
+        if tier.name in degraded:
+            up = self._step(tier, +1, degraded)
+            if up is not None and self.triggers("server_error"):
+                return self._move(up, "server_error", f"tier {tier.name} is degraded")
+        return EscalationDecision("stay", tier, "", "")
+
+    def on_failure(
+        self, current: Tier, trigger: str, *, degraded: Collection[str] = ()
+    ) -> EscalationDecision:
+        """Where to go after ``current`` failed with ``trigger``.
+
+        ``budget`` moves *down* the chain, to a cheaper tier; every other trigger moves up.
+        Degraded tiers are skipped.
+        """
+        if not self.triggers(trigger):
+            return EscalationDecision(
+                "stop", None, trigger, f"escalation on {trigger} is not enabled"
+            )
+        direction = -1 if trigger == "budget" else +1
+        target = self._step(current, direction, degraded)
+        if target is None:
+            where = "cheaper" if direction < 0 else "stronger"
+            return EscalationDecision(
+                "stop", None, trigger, f"no {where} tier left after {current.name}"
+            )
+        return self._move(target, trigger, f"{current.name} failed: {trigger}")
+
+    def prompt(
+        self,
+        decision: EscalationDecision,
+        current: Tier,
+        *,
+        message: str,
+        tokens_spent: int = 0,
+        cost_spent: float | None = None,
+        attempts: int = 0,
+    ) -> EscalationPrompt:
+        """The question confirm mode puts to the user for ``decision``."""
+        options: tuple[Choice, ...] = (Choice.RETRY, Choice.USE_BACKUP, Choice.CANCEL)
+        if decision.target is None:
+            options = (Choice.RETRY, Choice.CANCEL)
+        return EscalationPrompt(
+            reason=decision.reason,
+            message=message,
+            current=current,
+            proposed=decision.target,
+            options=options,
+            tokens_spent=tokens_spent,
+            cost_spent=cost_spent,
+            attempts=attempts,
+        )
+
+    def _move(self, target: Tier, trigger: str, message: str) -> EscalationDecision:
+        action: Literal["escalate", "confirm"] = (
+            "confirm" if self._config.mode == "confirm" else "escalate"
+        )
+        return EscalationDecision(action, target, trigger, message)
+
+    def _step(self, current: Tier, direction: int, degraded: Collection[str]) -> Tier | None:
+        if current.name not in self._by_name:
+            return None
+        i = self._chain.index(self._by_name[current.name]) + direction
+        while 0 <= i < len(self._chain):
+            if self._chain[i].name not in degraded:
+                return self._chain[i]
+            i += direction
+        return None
