@@ -7,15 +7,21 @@ clear reason, always reporting what it did.
 
 from __future__ import annotations
 
+from ._session import session
 from .config import GuardConfig
+from .escalation import EscalationPolicy, Tier
 from .events import Event, add_hook, remove_hook
 from .exceptions import (
     AgentGuardError,
     BudgetExceeded,
     ConfigError,
+    EscalationRequired,
     LoopDetected,
+    ModelError,
+    ModelTimeout,
     StoreError,
     StoreUnavailable,
+    TiersExhausted,
     ToolSchemaError,
 )
 from .types import Severity, ToolCall, Usage
@@ -26,16 +32,23 @@ __all__ = [
     "AgentGuardError",
     "BudgetExceeded",
     "ConfigError",
+    "EscalationPolicy",
+    "EscalationRequired",
     "Event",
     "GuardConfig",
     "LoopDetected",
+    "ModelError",
+    "ModelTimeout",
     "Severity",
     "StoreError",
     "StoreUnavailable",
+    "Tier",
+    "TiersExhausted",
     "ToolCall",
     "ToolSchemaError",
     "Usage",
     "__version__",
     "add_hook",
     "remove_hook",
+    "session",
 ]
