@@ -47,23 +47,26 @@ class _Model:
     def __init__(self) -> None:
         self.calls = 0
 
-    def send(self, tier: Tier, request: ModelRequest) -> ModelResponse:
+    def send(self, action: Send) -> ModelResponse:
         self.calls += 1
         if self.calls == 1:
             raise ConnectionError("reset")
-        return ModelResponse({"role": "assistant", "content": f"ok from {tier.name}"})
+        return ModelResponse({"role": "assistant", "content": f"ok from {action.tier.name}"})
 
-    async def asend(self, tier: Tier, request: ModelRequest) -> ModelResponse:
-        return self.send(tier, request)
+    async def asend(self, action: Send) -> ModelResponse:
+        return self.send(action)
+
+
+def _handlers(send: Any, sleep: Any, ask: Any) -> dict[type, Any]:
+    return {Send: send, Sleep: lambda a: sleep(a.seconds), Ask: lambda a: ask(a.prompt)}
 
 
 def test_sync_driver_runs_every_action() -> None:
     """Errors are thrown into the plan, sleeps and questions are carried out in order."""
     log: list[str] = []
     clock = FakeClock(0)
-    result = run(
-        _retrying_plan(log), send=_Model().send, sleep=clock.sleep, ask=lambda p: Choice.RETRY
-    )
+    handlers = _handlers(_Model().send, clock.sleep, lambda p: Choice.RETRY)
+    result = run(_retrying_plan(log), handlers)
     assert result == "ok from fast"
     assert log == ["error: reset", "choice: retry"]
     assert clock.sleeps == [1.5]
@@ -79,9 +82,7 @@ async def test_async_driver_runs_the_same_plan() -> None:
     for answer in (ask, lambda p: Choice.RETRY):
         log: list[str] = []
         clock = FakeClock(0)
-        result = await arun(
-            _retrying_plan(log), send=_Model().asend, sleep=clock.asleep, ask=answer
-        )
+        result = await arun(_retrying_plan(log), _handlers(_Model().asend, clock.asleep, answer))
         assert result == "ok from fast"
         assert log == ["error: reset", "choice: retry"]
 
@@ -92,11 +93,11 @@ def test_unhandled_error_propagates_from_the_plan() -> None:
     def plan() -> Plan[None]:
         yield Send(TIER, REQ)
 
-    def fail(tier: Tier, request: ModelRequest) -> ModelResponse:
+    def fail(action: Send) -> ModelResponse:
         raise TimeoutError("slow")
 
     with pytest.raises(TimeoutError, match="slow"):
-        run(plan(), send=fail, sleep=lambda s: None, ask=lambda p: Choice.CANCEL)
+        run(plan(), {Send: fail})
 
 
 def test_plan_cleanup_runs_when_the_call_fails() -> None:
@@ -109,11 +110,11 @@ def test_plan_cleanup_runs_when_the_call_fails() -> None:
         finally:
             cleaned.append(True)
 
-    def fail(tier: Tier, request: ModelRequest) -> ModelResponse:
+    def fail(action: Send) -> ModelResponse:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(plan(), send=fail, sleep=lambda s: None, ask=lambda p: Choice.CANCEL)
+        run(plan(), {Send: fail})
     assert cleaned == [True]
 
 
@@ -127,43 +128,26 @@ def _echo_stream_plan() -> Plan[None]:
     yield Emit("<done>")
 
 
-def _chunks(tier: Tier, request: ModelRequest) -> Iterator[StreamChunk]:
+def _chunks(action: Open) -> Iterator[StreamChunk]:
     yield StreamChunk(content="ab")
     yield StreamChunk(content="cd")
 
 
-async def _achunks(tier: Tier, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-    for chunk in _chunks(tier, request):
+async def _achunks(action: Open) -> AsyncIterator[StreamChunk]:
+    for chunk in _chunks(action):
         yield chunk
 
 
 def test_sync_stream_driver() -> None:
     """Pulled chunks go through the plan and come out as emitted."""
-    out = list(
-        stream(
-            _echo_stream_plan(),
-            send=_Model().send,
-            open=_chunks,
-            sleep=lambda s: None,
-            ask=lambda p: Choice.CANCEL,
-        )
-    )
+    out = list(stream(_echo_stream_plan(), {}, open=_chunks))
     assert out == ["AB", "CD", "<done>"]
 
 
 @pytest.mark.anyio
 async def test_async_stream_driver() -> None:
     """The async stream driver emits the same as the sync one."""
-    out = [
-        c
-        async for c in astream(
-            _echo_stream_plan(),
-            send=_Model().asend,
-            open=_achunks,
-            sleep=FakeClock().asleep,
-            ask=lambda p: Choice.CANCEL,
-        )
-    ]
+    out = [c async for c in astream(_echo_stream_plan(), {}, open=_achunks)]
     assert out == ["AB", "CD", "<done>"]
 
 
@@ -171,7 +155,7 @@ def test_closing_a_stream_early_closes_plan_and_upstream() -> None:
     """A caller that stops reading closes the upstream stream and the plan."""
     closed: list[str] = []
 
-    def upstream(tier: Tier, request: ModelRequest) -> Iterator[StreamChunk]:
+    def upstream(action: Open) -> Iterator[StreamChunk]:
         try:
             while True:
                 yield StreamChunk(content="x")
@@ -184,19 +168,45 @@ def test_closing_a_stream_early_closes_plan_and_upstream() -> None:
         finally:
             closed.append("plan")
 
-    out = stream(
-        plan(), send=_Model().send, open=upstream, sleep=lambda s: None, ask=lambda p: Choice.CANCEL
-    )
+    out = stream(plan(), {}, open=upstream)
     assert next(out) == "X"
-    out.close()  # type: ignore[attr-defined]
+    out.close()
     assert sorted(closed) == ["plan", "upstream"]
 
 
-def test_stream_actions_outside_a_stream_are_rejected() -> None:
+def test_actions_without_a_handler_are_rejected() -> None:
     """A plan that emits in a non-streaming run is a programming error, surfaced as such."""
 
     def plan() -> Plan[Any]:
         yield Emit("x")
 
-    with pytest.raises(TypeError, match="outside a stream"):
-        run(plan(), send=_Model().send, sleep=lambda s: None, ask=lambda p: Choice.CANCEL)
+    with pytest.raises(TypeError, match="no handler"):
+        run(plan(), {Send: _Model().send})
+
+
+def test_stream_returns_the_plan_result() -> None:
+    """The sync stream driver's return value is the plan's result."""
+
+    def plan() -> Plan[str]:
+        yield Emit(1)
+        return "report"
+
+    gen = stream(plan(), {}, open=_chunks)
+    assert next(gen) == 1
+    with pytest.raises(StopIteration) as info:
+        next(gen)
+    assert info.value.value == "report"
+
+
+@pytest.mark.anyio
+async def test_async_stream_hands_the_result_to_done() -> None:
+    """An async generator cannot return: the plan's result goes to done()."""
+    results: list[str] = []
+
+    def plan() -> Plan[str]:
+        yield Emit(1)
+        return "report"
+
+    out = [c async for c in astream(plan(), {}, open=_achunks, done=results.append)]
+    assert out == [1]
+    assert results == ["report"]

@@ -1,27 +1,30 @@
 """Sans-I/O: the pipeline's logic is a generator of actions, carried out by two thin drivers.
 
-The pipeline never calls a model, sleeps or asks the user itself. It *yields* what it wants
-done (:class:`Send`, :class:`Sleep`, :class:`Ask`, and for streams :class:`Open`, :class:`Pull`,
-:class:`Emit`) and receives the result, or the exception, back. :func:`run` carries the actions
-out synchronously, :func:`arun` / :func:`astream` asynchronously: one implementation of the
+The pipeline never calls a model, sleeps, asks the user or touches a store itself. It *yields*
+what it wants done (:class:`Send`, :class:`Sleep`, :class:`Ask`, ledger operations, and for
+streams :class:`Open`, :class:`Pull`, :class:`Emit`) and receives the result, or the exception,
+back. :func:`run` / :func:`stream` carry the actions out synchronously, :func:`arun` /
+:func:`astream` asynchronously, each action by a handler for its type: one implementation of the
 logic, two small drivers (the shape of tenacity's ``iter()`` with its sync and asyncio drivers).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from .escalation import Choice, EscalationPrompt, Tier
-from .transport import ModelRequest, ModelResponse, StreamChunk
+from .escalation import EscalationPrompt, Tier
+from .transport import ModelRequest, StreamChunk
 
 __all__ = [
     "END",
     "Action",
     "Ask",
     "Emit",
+    "Handler",
+    "Handlers",
     "Open",
     "Plan",
     "Pull",
@@ -89,22 +92,30 @@ class _End:
 END: Any = _End()
 
 Action: TypeAlias = "Send | Sleep | Ask | Open | Pull | Emit"
-Plan: TypeAlias = Generator[Action, Any, T]
+#: A plan yields actions (these, or others its drivers have handlers for) and returns a T.
+Plan: TypeAlias = Generator[Any, Any, T]
 
-SendFn = Callable[[Tier, ModelRequest], ModelResponse]
-OpenFn = Callable[[Tier, ModelRequest], Iterator[StreamChunk]]
-AskFn = Callable[[EscalationPrompt], Choice]
-ASendFn = Callable[[Tier, ModelRequest], Awaitable[ModelResponse]]
-AOpenFn = Callable[[Tier, ModelRequest], AsyncIterator[StreamChunk]]
-AAskFn = Callable[[EscalationPrompt], "Choice | Awaitable[Choice]"]
+#: Carries out one kind of action and returns its result (sync drivers).
+Handler = Callable[[Any], Any]
+#: Async drivers accept handlers returning a value or an awaitable.
+Handlers = Mapping[type, Handler]
+OpenFn = Callable[[Open], Iterator[StreamChunk]]
+AOpenFn = Callable[[Open], AsyncIterator[StreamChunk]]
 
 
-def _step(plan: Plan[T], value: Any, error: BaseException | None) -> Action:
+def _step(plan: Plan[T], value: Any, error: BaseException | None) -> Any:
     return plan.throw(error) if error is not None else plan.send(value)
 
 
-def run(plan: Plan[T], *, send: SendFn, sleep: Callable[[float], None], ask: AskFn) -> T:
-    """Carry out a non-streaming plan synchronously and return its result."""
+def _handler(handlers: Handlers, action: Any) -> Handler:
+    handler = handlers.get(type(action))
+    if handler is None:
+        raise TypeError(f"no handler for {action!r} here")
+    return handler
+
+
+def run(plan: Plan[T], handlers: Handlers) -> T:
+    """Carry out a plan synchronously, each action by ``handlers[type(action)]``."""
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -115,26 +126,13 @@ def run(plan: Plan[T], *, send: SendFn, sleep: Callable[[float], None], ask: Ask
             return result
         value, error = None, None
         try:
-            if isinstance(action, Send):
-                value = send(action.tier, action.request)
-            elif isinstance(action, Sleep):
-                sleep(action.seconds)
-            elif isinstance(action, Ask):
-                value = ask(action.prompt)
-            else:
-                raise TypeError(f"{action!r} cannot be run outside a stream")
+            value = _handler(handlers, action)(action)
         except BaseException as exc:  # handed to the plan, which decides (and re-raises)
             error = exc
 
 
-async def arun(
-    plan: Plan[T],
-    *,
-    send: ASendFn,
-    sleep: Callable[[float], Awaitable[None]],
-    ask: AAskFn,
-) -> T:
-    """Carry out a non-streaming plan asynchronously and return its result."""
+async def arun(plan: Plan[T], handlers: Handlers) -> T:
+    """Carry out a plan asynchronously; handlers may return awaitables."""
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -145,23 +143,15 @@ async def arun(
             return result
         value, error = None, None
         try:
-            if isinstance(action, Send):
-                value = await send(action.tier, action.request)
-            elif isinstance(action, Sleep):
-                await sleep(action.seconds)
-            elif isinstance(action, Ask):
-                answer = ask(action.prompt)
-                value = await answer if inspect.isawaitable(answer) else answer
-            else:
-                raise TypeError(f"{action!r} cannot be run outside a stream")
+            value = _handler(handlers, action)(action)
+            if inspect.isawaitable(value):
+                value = await value
         except BaseException as exc:
             error = exc
 
 
-def stream(
-    plan: Plan[Any], *, send: SendFn, open: OpenFn, sleep: Callable[[float], None], ask: AskFn
-) -> Iterator[Any]:
-    """Carry out a streaming plan synchronously, yielding what it emits."""
+def stream(plan: Plan[T], handlers: Handlers, *, open: OpenFn) -> Generator[Any, None, T]:
+    """Carry out a streaming plan synchronously, yielding what it emits; returns its result."""
     value: Any = None
     error: BaseException | None = None
     chunks: Iterator[StreamChunk] | None = None
@@ -169,24 +159,22 @@ def stream(
         while True:
             try:
                 action = _step(plan, value, error)
-            except StopIteration:
-                return
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
             value, error = None, None
             try:
                 if isinstance(action, Emit):
                     yield action.chunk
                 elif isinstance(action, Pull):
-                    assert chunks is not None, "Pull before Open"
+                    if chunks is None:
+                        raise RuntimeError("Pull before Open")
                     value = next(chunks, END)
                 elif isinstance(action, Open):
                     _close(chunks)
-                    chunks = open(action.tier, action.request)
-                elif isinstance(action, Send):
-                    value = send(action.tier, action.request)
-                elif isinstance(action, Sleep):
-                    sleep(action.seconds)
+                    chunks = open(action)
                 else:
-                    value = ask(action.prompt)
+                    value = _handler(handlers, action)(action)
             except GeneratorExit:
                 raise
             except BaseException as exc:
@@ -197,14 +185,12 @@ def stream(
 
 
 async def astream(
-    plan: Plan[Any],
-    *,
-    send: ASendFn,
-    open: AOpenFn,
-    sleep: Callable[[float], Awaitable[None]],
-    ask: AAskFn,
+    plan: Plan[Any], handlers: Handlers, *, open: AOpenFn, done: Callable[[Any], None] | None = None
 ) -> AsyncIterator[Any]:
-    """Carry out a streaming plan asynchronously, yielding what it emits."""
+    """Carry out a streaming plan asynchronously, yielding what it emits.
+
+    An async generator cannot return a value: the plan's result goes to ``done``.
+    """
     value: Any = None
     error: BaseException | None = None
     chunks: AsyncIterator[StreamChunk] | None = None
@@ -212,25 +198,25 @@ async def astream(
         while True:
             try:
                 action = _step(plan, value, error)
-            except StopIteration:
+            except StopIteration as stop:
+                if done is not None:
+                    done(stop.value)
                 return
             value, error = None, None
             try:
                 if isinstance(action, Emit):
                     yield action.chunk
                 elif isinstance(action, Pull):
-                    assert chunks is not None, "Pull before Open"
+                    if chunks is None:
+                        raise RuntimeError("Pull before Open")
                     value = await anext(chunks, END)
                 elif isinstance(action, Open):
                     await _aclose(chunks)
-                    chunks = open(action.tier, action.request)
-                elif isinstance(action, Send):
-                    value = await send(action.tier, action.request)
-                elif isinstance(action, Sleep):
-                    await sleep(action.seconds)
+                    chunks = open(action)
                 else:
-                    answer = ask(action.prompt)
-                    value = await answer if inspect.isawaitable(answer) else answer
+                    value = _handler(handlers, action)(action)
+                    if inspect.isawaitable(value):
+                        value = await value
             except GeneratorExit:
                 raise
             except BaseException as exc:
