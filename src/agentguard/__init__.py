@@ -24,6 +24,7 @@ from .exceptions import (
     TiersExhausted,
     ToolSchemaError,
 )
+from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
 
 __version__ = "0.1.0.dev0"
@@ -37,8 +38,11 @@ __all__ = [
     "Event",
     "GuardConfig",
     "LoopDetected",
+    "MemoryPressureProbe",
     "ModelError",
     "ModelTimeout",
+    "PressureLevel",
+    "PressureReading",
     "Severity",
     "StoreError",
     "StoreUnavailable",

@@ -163,6 +163,35 @@ class MemoryPressureConfig(Section):
     sustained_seconds: float = Field(
         60.0, ge=0.0, description="Seconds of pressure before it counts as sustained."
     )
+    psi_some_warning: float = Field(
+        10.0,
+        ge=0.0,
+        le=100.0,
+        description="PSI 'some avg10' (% of time some task stalled on memory) that warns.",
+    )
+    psi_some_critical: float = Field(
+        30.0, ge=0.0, le=100.0, description="PSI 'some avg10' that is critical."
+    )
+    psi_full_critical: float = Field(
+        5.0,
+        ge=0.0,
+        le=100.0,
+        description="PSI 'full avg10' (% of time ALL tasks stalled on memory) that is critical.",
+    )
+    percent_warning: float = Field(
+        90.0, ge=0.0, le=100.0, description="psutil fallback: RAM used (%) that warns."
+    )
+    percent_critical: float = Field(
+        97.0, ge=0.0, le=100.0, description="psutil fallback: RAM used (%) that is critical."
+    )
+
+    @model_validator(mode="after")
+    def _warning_below_critical(self) -> MemoryPressureConfig:
+        if self.psi_some_warning > self.psi_some_critical:
+            raise ValueError("psi_some_warning must not exceed psi_some_critical")
+        if self.percent_warning > self.percent_critical:
+            raise ValueError("percent_warning must not exceed percent_critical")
+        return self
 
 
 #: Why the guard may move a request to another tier (``escalation.escalate_on``).

@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "GuardInternalError",
     "Hook",
+    "MemoryPressureChanged",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentguard")
+# A library does not print: without logging configured by the application, events go nowhere.
+logger.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,3 +154,21 @@ class Emitter:
                 hook(event)
             except Exception:  # observability must never break the agent
                 logger.warning("agentguard hook %r failed on %s", hook, event.kind, exc_info=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryPressureChanged(Event):
+    """The host's memory-pressure level changed.
+
+    Attributes:
+        pressure: the new level (``normal``, ``warning``, ``critical``, ``unknown``).
+        previous: the level before.
+        source: where it was read (``cgroup``, ``psi``, ``macos``, ``psutil``, ``none``).
+    """
+
+    kind: ClassVar[str] = "memory_pressure_changed"
+    level: ClassVar[int] = logging.WARNING
+
+    pressure: str
+    previous: str
+    source: str
