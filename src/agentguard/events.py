@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 __all__ = [
+    "BreakerStateChanged",
     "Emitter",
     "Event",
     "GuardInternalError",
@@ -172,3 +173,25 @@ class MemoryPressureChanged(Event):
     pressure: str
     previous: str
     source: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerStateChanged(Event):
+    """A circuit breaker changed state.
+
+    Attributes:
+        name: what the breaker protects (``tier:fast``, ``tool:search`` ...).
+        previous: the state before (``closed``, ``open``, ``half_open``).
+        state: the new state.
+        failure_rate: the failure rate in its window when it changed.
+        retry_at: when an open breaker will let a probe through (clock seconds), if open.
+    """
+
+    kind: ClassVar[str] = "breaker_state_changed"
+    level: ClassVar[int] = logging.WARNING
+
+    name: str
+    previous: str
+    state: str
+    failure_rate: float
+    retry_at: float | None

@@ -1,0 +1,75 @@
+"""Breaker decision cost side by side with pybreaker; classification and retry decisions."""
+
+from __future__ import annotations
+
+import random
+
+from _harness import Table, per_call, us
+from agentguard.exceptions import ModelError
+from agentguard.resilience import CircuitBreaker, RetryPolicy, classify
+from agentguard.testing import FakeClock
+
+
+def run(quick: bool) -> list[Table]:
+    repeat = 3 if quick else 7
+    min_time = 0.02 if quick else 0.2
+    clock = FakeClock(0)
+    breaker = CircuitBreaker(clock=clock, hooks=(), min_calls=5)
+
+    def ours() -> None:
+        if breaker.allow().allowed:
+            breaker.record_success()
+
+    rows: list[list[object]] = []
+    mine = us(per_call(ours, repeat=repeat, min_time=min_time))
+    try:
+        import pybreaker
+    except ImportError:
+        rows.append(["agentguard CircuitBreaker allow + record", mine, "pybreaker not installed"])
+    else:
+        theirs_breaker = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=30)
+
+        def noop() -> None:
+            return None
+
+        def theirs() -> None:
+            theirs_breaker.call(noop)
+
+        def bare() -> None:
+            noop()
+
+        peer = us(per_call(theirs, repeat=repeat, min_time=min_time))
+        base = us(per_call(bare, repeat=repeat, min_time=min_time))
+        rows.append(
+            ["agentguard CircuitBreaker allow + record_success", mine, f"{mine / peer:.2f}"]
+        )
+        rows.append(["pybreaker CircuitBreaker.call(noop)", peer, "1.00"])
+        rows.append(["bare noop() call", base, f"{base / peer:.2f}"])
+    breakers = Table(
+        "Circuit breaker decision cost",
+        ["operation", "µs per call", "ratio to pybreaker"],
+        rows,
+        description="A closed breaker on the happy path; same process, same run.",
+    )
+    error = ModelError("busy", status_code=503, headers={"retry-after": "1"})
+    policy = RetryPolicy(rng=random.Random(0))
+    classification = classify(error)
+    other = Table(
+        "Classification and retry decisions",
+        ["operation", "µs per call"],
+        [
+            [
+                "classify(ModelError 503 with Retry-After)",
+                us(per_call(lambda: classify(error), repeat=repeat, min_time=min_time)),
+            ],
+            [
+                "RetryPolicy.decide",
+                us(
+                    per_call(
+                        lambda: policy.decide(0, classification), repeat=repeat, min_time=min_time
+                    )
+                ),
+            ],
+        ],
+    )
+    return [breakers, other]

@@ -1,0 +1,189 @@
+"""Error classification: what kind of failure an exception is, and whether retrying can help.
+
+Understands, without importing any of them: ``TimeoutError`` / ``asyncio.TimeoutError``,
+``ConnectionError`` / ``OSError``, httpx and httpx2 exceptions, openai's exceptions, and anything
+with a ``status_code`` or ``response.status_code`` attribute. ``Retry-After`` (seconds or an
+HTTP date) and ``retry-after-ms`` are read from ``exc.response.headers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentguard._redact import redact
+
+__all__ = ["Classification", "Classifier", "ErrorClass", "classify", "retry_after_of"]
+
+
+class ErrorClass(str, enum.Enum):
+    """The kinds of failure, each with its own recovery."""
+
+    TRANSIENT = "transient"  # 5xx, connection reset: retry with backoff
+    RATE_LIMITED = "rate_limited"  # 429: retry after Retry-After
+    TIMEOUT = "timeout"  # no answer in time: retry, then move on
+    CLIENT_ERROR = "client_error"  # 4xx: the request is wrong; never retried
+    SCHEMA = "schema"  # the answer does not match what was expected
+    PERMANENT = "permanent"  # anything else: not retried
+    CANCELLED = "cancelled"  # cancellation / interrupt: never swallowed, never counted
+
+
+_RETRYABLE = {ErrorClass.TRANSIENT, ErrorClass.RATE_LIMITED, ErrorClass.TIMEOUT}
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """What an exception means.
+
+    Attributes:
+        error_class: the kind of failure.
+        retryable: whether trying again can help.
+        retry_after: seconds the server asked to wait, or ``None``.
+        status_code: the HTTP status, when there was one.
+        reason: a short, redacted description.
+    """
+
+    error_class: ErrorClass
+    retryable: bool
+    retry_after: float | None = None
+    status_code: int | None = None
+    reason: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        error_class: ErrorClass,
+        *,
+        retry_after: float | None = None,
+        status_code: int | None = None,
+        reason: str = "",
+    ) -> Classification:
+        """A classification whose ``retryable`` follows from its class."""
+        return cls(error_class, error_class in _RETRYABLE, retry_after, status_code, reason)
+
+
+#: A classifier returns a Classification, or None to let the next one decide.
+Classifier = Callable[[BaseException], "Classification | None"]
+
+_TIMEOUT_NAMES = {
+    "TimeoutException",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "WriteTimeout",
+    "PoolTimeout",
+    "APITimeoutError",
+    "Timeout",
+}
+_CONNECTION_NAMES = {
+    "ConnectError",
+    "RemoteProtocolError",
+    "ReadError",
+    "WriteError",
+    "NetworkError",
+    "APIConnectionError",
+    "ProtocolError",
+}
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for holder in (exc, getattr(exc, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def retry_after_of(exc: BaseException, *, now: float | None = None) -> float | None:
+    """Seconds to wait that the server asked for (``retry-after-ms``, then ``Retry-After``).
+
+    Args:
+        exc: the exception; its ``response.headers`` are read when present.
+        now: wall-clock seconds, needed only to turn an HTTP-date ``Retry-After`` into a delay.
+    """
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if not isinstance(headers, Mapping) and not hasattr(headers, "get"):
+        return None
+    ms = _header(headers, "retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = _header(headers, "retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if now is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    try:
+        value = headers.get(name)
+        if value is None:
+            value = headers.get(name.title())
+    except Exception:  # exotic header containers
+        return None
+    return None if value is None else str(value)
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {c.__name__ for c in type(exc).__mro__}
+
+
+def classify(
+    exc: BaseException,
+    *,
+    classifiers: tuple[Classifier, ...] = (),
+    retry_conflict: bool = False,
+    now: float | None = None,
+) -> Classification:
+    """Classify ``exc``; user ``classifiers`` are asked first, the built-in rules last.
+
+    Args:
+        exc: the exception.
+        classifiers: functions returning a Classification, or ``None`` to fall through.
+        retry_conflict: treat HTTP 409 as transient (some APIs use it for "try again").
+        now: wall-clock seconds, to read HTTP-date ``Retry-After`` headers.
+    """
+    for classifier in classifiers:
+        result = classifier(exc)
+        if result is not None:
+            return result
+    reason = redact(f"{type(exc).__name__}: {exc}")[:200]
+    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return Classification.of(ErrorClass.CANCELLED, reason=type(exc).__name__)
+    names = _names(exc)
+    status = _status_of(exc)
+    retry_after = retry_after_of(exc, now=now)
+    if status is not None:
+        if status == 429:
+            cls = ErrorClass.RATE_LIMITED
+        elif status in (408, 425) or status >= 500 or (status == 409 and retry_conflict):
+            cls = ErrorClass.TIMEOUT if status in (408, 504) else ErrorClass.TRANSIENT
+        elif 400 <= status < 500:
+            cls = ErrorClass.CLIENT_ERROR
+        else:
+            cls = ErrorClass.PERMANENT
+        return Classification.of(cls, retry_after=retry_after, status_code=status, reason=reason)
+    if isinstance(exc, TimeoutError) or names & _TIMEOUT_NAMES:
+        return Classification.of(ErrorClass.TIMEOUT, reason=reason)
+    if isinstance(exc, ConnectionError) or names & _CONNECTION_NAMES:
+        return Classification.of(ErrorClass.TRANSIENT, reason=reason)
+    if isinstance(exc, OSError):
+        return Classification.of(ErrorClass.TRANSIENT, reason=reason)
+    if "ValidationError" in names or "SchemaError" in names:
+        return Classification.of(ErrorClass.SCHEMA, reason=reason)
+    return Classification.of(ErrorClass.PERMANENT, reason=reason)

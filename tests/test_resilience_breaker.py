@@ -1,0 +1,170 @@
+"""CircuitBreaker: transitions, ignored errors, probes; a hypothesis state machine."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from agentguard.events import BreakerStateChanged
+from agentguard.resilience import BreakerState, CircuitBreaker, Classification, ErrorClass
+from agentguard.testing import FakeClock, capture_events
+
+CLIENT = Classification.of(ErrorClass.CLIENT_ERROR)
+SERVER = Classification.of(ErrorClass.TRANSIENT)
+
+
+def _breaker(clock: FakeClock, **kw: object) -> CircuitBreaker:
+    options: dict[str, object] = {"failure_rate": 0.5, "min_calls": 4, "window": 60, "open_for": 30}
+    options.update(kw)
+    return CircuitBreaker("tier:fast", clock=clock, **options)  # type: ignore[arg-type]
+
+
+def test_opens_on_failure_rate_after_min_calls() -> None:
+    """Failures below min_calls never trip it; the rate does once enough calls are seen."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(3):
+        breaker.record_failure(SERVER)
+    assert breaker.state == BreakerState.CLOSED  # 3 < min_calls
+    breaker.record_failure(SERVER)
+    assert breaker.state == BreakerState.OPEN
+    decision = breaker.allow()
+    assert not decision.allowed
+    assert decision.retry_at == 30
+
+
+def test_healthy_mix_stays_closed() -> None:
+    """A failure rate under the threshold keeps the breaker closed."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(10):
+        breaker.record_success()
+        breaker.record_success()
+        breaker.record_failure(SERVER)
+    assert breaker.state == BreakerState.CLOSED
+    assert breaker.snapshot().failure_rate == pytest.approx(1 / 3)
+
+
+def test_old_failures_leave_the_window() -> None:
+    """Failures older than the window no longer count."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(3):
+        breaker.record_failure(SERVER)
+    clock.advance(61)
+    breaker.record_failure(SERVER)
+    assert breaker.state == BreakerState.CLOSED
+    assert breaker.snapshot().calls == 1
+
+
+def test_half_open_probe_closes_or_reopens() -> None:
+    """After open_for one probe is let through: success closes, failure re-opens."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(4):
+        breaker.record_failure(SERVER)
+    clock.advance(30)
+    assert breaker.state == BreakerState.HALF_OPEN
+    probe = breaker.allow()
+    assert probe.allowed
+    assert probe.probe
+    assert not breaker.allow().allowed  # only one probe at a time
+    breaker.record_failure(SERVER)
+    assert breaker.state == BreakerState.OPEN
+    clock.advance(30)
+    assert breaker.allow().allowed
+    breaker.record_success()
+    assert breaker.state == BreakerState.CLOSED
+
+
+def test_client_errors_count_as_neither() -> None:
+    """A bad request says nothing about the health of the endpoint."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(20):
+        breaker.record_failure(CLIENT)
+    assert breaker.state == BreakerState.CLOSED
+    assert breaker.snapshot().calls == 0
+
+
+def test_state_changes_are_events() -> None:
+    """Every transition emits a breaker_state_changed event."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    with capture_events() as events:
+        for _ in range(4):
+            breaker.record_failure(SERVER)
+        clock.advance(30)
+        breaker.allow()
+        breaker.record_success()
+    changes = [(e.previous, e.state) for e in events.of_type(BreakerStateChanged)]
+    assert changes == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+
+
+def test_bad_arguments() -> None:
+    """Impossible settings fail at construction."""
+    with pytest.raises(ValueError, match="failure_rate"):
+        CircuitBreaker(failure_rate=0)
+    with pytest.raises(ValueError, match="min_calls"):
+        CircuitBreaker(min_calls=0)
+
+
+class BreakerMachine(RuleBasedStateMachine):
+    """Random calls, outcomes and time: the breaker's invariants always hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(0)
+        self.breaker = CircuitBreaker(
+            clock=self.clock,
+            min_calls=3,
+            failure_rate=0.5,
+            window=10,
+            open_for=5,
+            half_open_probes=2,
+        )
+        self.probes = 0
+
+    @rule()
+    def allow(self) -> None:
+        state = self.breaker.state
+        decision = self.breaker.allow()
+        if state == BreakerState.OPEN:
+            assert not decision.allowed
+            assert decision.retry_at is not None
+            assert self.clock() < decision.retry_at
+        if decision.probe:
+            self.probes += 1
+        assert self.probes <= 2
+
+    @rule(ok=st.booleans(), client=st.booleans())
+    def outcome(self, ok: bool, client: bool) -> None:
+        before = self.breaker.state
+        if ok:
+            self.breaker.record_success()
+        elif client:
+            self.breaker.record_failure(CLIENT)
+            if before == BreakerState.CLOSED:
+                assert self.breaker.state == BreakerState.CLOSED
+        else:
+            self.breaker.record_failure(SERVER)
+        if self.breaker.state != BreakerState.HALF_OPEN or before != BreakerState.HALF_OPEN:
+            self.probes = 0
+        else:
+            self.probes = max(0, self.probes - 1)
+
+    @rule(seconds=st.floats(min_value=0, max_value=20))
+    def wait(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        if self.breaker.state != BreakerState.HALF_OPEN:
+            self.probes = 0
+
+    @invariant()
+    def closed_below_min_calls(self) -> None:
+        snap = self.breaker.snapshot()
+        if snap.state == BreakerState.CLOSED:
+            assert snap.calls < 3 or snap.failure_rate < 0.5 or snap.calls == 0
+
+
+TestBreakerMachine = BreakerMachine.TestCase

@@ -1,0 +1,136 @@
+"""Error classification over real exception classes (httpx, httpx2, openai) and plain ones."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import import_module
+from typing import Any
+
+import pytest
+
+from agentguard.exceptions import ModelError, ModelTimeout
+from agentguard.resilience import Classification, ErrorClass, classify, retry_after_of
+
+
+def _lib(name: str) -> Any:
+    return pytest.importorskip(name)
+
+
+@pytest.mark.parametrize("lib", ["httpx", "httpx2"])
+def test_http_library_errors(lib: str) -> None:
+    """Timeouts, connection errors and status errors of httpx and httpx2 are classified."""
+    http = _lib(lib)
+    request = http.Request("POST", "http://model.invalid/v1/chat/completions")
+    assert classify(http.ReadTimeout("slow", request=request)).error_class == ErrorClass.TIMEOUT
+    assert classify(http.ConnectTimeout("slow", request=request)).error_class == ErrorClass.TIMEOUT
+    refused = http.ConnectError("refused", request=request)
+    assert classify(refused).error_class == ErrorClass.TRANSIENT
+    response = http.Response(429, headers={"Retry-After": "3"}, request=request)
+    status = http.HTTPStatusError("429", request=request, response=response)
+    result = classify(status)
+    assert result.error_class == ErrorClass.RATE_LIMITED
+    assert (result.retry_after, result.status_code) == (3.0, 429)
+
+
+def _openai_status(openai: Any, http: Any, status: int, headers: Any = None) -> Any:
+    request = http.Request("POST", "http://model.invalid/v1/chat/completions")
+    body = {"error": {"message": "x"}}
+    response = http.Response(status, headers=headers or {}, request=request, json=body)
+    cls = {
+        429: openai.RateLimitError,
+        500: openai.InternalServerError,
+        401: openai.AuthenticationError,
+        404: openai.NotFoundError,
+        400: openai.BadRequestError,
+    }[status]
+    return cls("x", response=response, body=None)
+
+
+def test_openai_errors() -> None:
+    """openai's own exceptions, with their real responses, map to the right classes."""
+    openai = _lib("openai")
+    http = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+    limited = classify(_openai_status(openai, http, 429, {"retry-after-ms": "1500"}))
+    assert (limited.error_class, limited.retry_after) == (ErrorClass.RATE_LIMITED, 1.5)
+    assert classify(_openai_status(openai, http, 500)).error_class == ErrorClass.TRANSIENT
+    for status in (400, 401, 404):
+        result = classify(_openai_status(openai, http, status))
+        assert result.error_class == ErrorClass.CLIENT_ERROR
+        assert not result.retryable
+    request = http.Request("POST", "http://model.invalid/v1")
+    assert classify(openai.APITimeoutError(request=request)).error_class == ErrorClass.TIMEOUT
+    assert classify(openai.APIConnectionError(request=request)).error_class == ErrorClass.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (TimeoutError(), ErrorClass.TIMEOUT),
+        (asyncio.TimeoutError(), ErrorClass.TIMEOUT),
+        (ConnectionResetError(), ErrorClass.TRANSIENT),
+        (OSError("disk"), ErrorClass.TRANSIENT),
+        (ValueError("bad"), ErrorClass.PERMANENT),
+        (asyncio.CancelledError(), ErrorClass.CANCELLED),
+        (KeyboardInterrupt(), ErrorClass.CANCELLED),
+        (ModelTimeout("slow"), ErrorClass.TIMEOUT),
+        (ModelError("x", status_code=503), ErrorClass.TRANSIENT),
+        (ModelError("x", status_code=504), ErrorClass.TIMEOUT),
+        (ModelError("x", status_code=408), ErrorClass.TIMEOUT),
+        (ModelError("x", status_code=422), ErrorClass.CLIENT_ERROR),
+    ],
+)
+def test_plain_exceptions(exc: BaseException, expected: ErrorClass) -> None:
+    """Standard and agentguard exceptions are classified without any SDK."""
+    assert classify(exc).error_class == expected
+
+
+def test_conflict_is_configurable() -> None:
+    """409 is a client error unless the caller says it means "try again"."""
+    exc = ModelError("busy", status_code=409)
+    assert classify(exc).error_class == ErrorClass.CLIENT_ERROR
+    assert classify(exc, retry_conflict=True).error_class == ErrorClass.TRANSIENT
+
+
+def test_status_on_response_attribute() -> None:
+    """A status on exc.response.status_code is found too."""
+
+    class Resp:
+        status_code = 502
+
+        def __init__(self) -> None:
+            self.headers = {"retry-after": "2"}
+
+    class Custom(Exception):
+        response = Resp()
+
+    result = classify(Custom())
+    assert (result.error_class, result.retry_after) == (ErrorClass.TRANSIENT, 2.0)
+
+
+def test_retry_after_http_date() -> None:
+    """An HTTP-date Retry-After becomes a delay relative to now."""
+    exc = ModelError("x", status_code=429, headers={"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    assert retry_after_of(exc, now=1445412470.0) == pytest.approx(10.0)
+    assert retry_after_of(exc) is None  # no clock, no guess
+    bad = ModelError("x", status_code=429, headers={"retry-after": "soon"})
+    assert retry_after_of(bad) is None
+
+
+def test_user_classifier_goes_first_and_may_fall_through() -> None:
+    """Custom classifiers decide first; None lets the built-in rules decide."""
+
+    def quota(exc: BaseException) -> Classification | None:
+        if "quota" in str(exc):
+            return Classification.of(ErrorClass.PERMANENT, reason="quota exhausted")
+        return None
+
+    quota_hit = classify(ModelError("quota", status_code=429), classifiers=(quota,))
+    assert quota_hit.error_class == ErrorClass.PERMANENT
+    other = classify(ModelError("x", status_code=429), classifiers=(quota,))
+    assert other.error_class == ErrorClass.RATE_LIMITED
+
+
+def test_reason_is_redacted() -> None:
+    """A secret in an exception message never reaches the classification."""
+    result = classify(ValueError("bad key sk-abcdefghijklmnop1234"))
+    assert "sk-abcdefghijklmnop1234" not in result.reason
