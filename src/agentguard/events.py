@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "GuardInternalError",
     "Hook",
+    "LoopFlagged",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -151,3 +152,25 @@ class Emitter:
                 hook(event)
             except Exception:  # observability must never break the agent
                 logger.warning("agentguard hook %r failed on %s", hook, event.kind, exc_info=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopFlagged(Event):
+    """The LoopDetector judged a tool call, tool result or text above ``OK``.
+
+    Attributes:
+        detector: which detector fired (``"poll_no_progress"``, ``"cycle"`` ...).
+        severity: ``"warning"``, ``"critical"`` or ``"break"``.
+        count: the repetition count the severity was judged on.
+        tool: the tool name, or ``None`` for text detectors.
+        message: the hint shown to the model (built from tool names and counts only).
+    """
+
+    kind: ClassVar[str] = "loop_flagged"
+    level: ClassVar[int] = logging.WARNING
+
+    detector: str
+    severity: str
+    count: int
+    tool: str | None = None
+    message: str = ""
