@@ -225,6 +225,7 @@ class LoopDetector:
         self._responses = ResponseWindow(cfg.window_size, cfg.similarity_threshold)
         self._response_level = OK
         self._pending_calls: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self._fp_memo: dict[tuple[str, str], str] = {}
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -238,7 +239,7 @@ class LoopDetector:
         if not self.config.enabled:
             return OK
         policy = self._policies.get(name)
-        fp = call_fingerprint(name, arguments, policy)
+        fp = self._call_fp(name, arguments, policy)
         key = self._enter(fp, name)
         key.calls += 1
         key.pending += 1
@@ -261,7 +262,7 @@ class LoopDetector:
         if not self.config.enabled:
             return OK
         policy = self._policies.get(name)
-        fp = call_fingerprint(name, arguments, policy)
+        fp = self._call_fp(name, arguments, policy)
         key = self._keys.get(fp)
         if key is None or key.pending == 0:  # no check_tool_call preceded: count the call here
             key = self._enter(fp, name)
@@ -374,6 +375,22 @@ class LoopDetector:
         return out
 
     # -- internals -------------------------------------------------------------------------
+
+    def _call_fp(self, name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:
+        """The call fingerprint, memoised for JSON-text arguments (what the OpenAI API sends).
+
+        The memo holds the last ``2 * tool_window`` texts, so the fingerprint computed by
+        :meth:`check_tool_call` is reused by :meth:`record_tool_result` and by a looping call.
+        """
+        if not isinstance(arguments, str):
+            return call_fingerprint(name, arguments, policy)
+        memo = self._fp_memo
+        fp = memo.get((name, arguments))
+        if fp is None:
+            fp = memo[(name, arguments)] = call_fingerprint(name, arguments, policy)
+            if len(memo) > 2 * self.config.tool_window:
+                del memo[next(iter(memo))]
+        return fp
 
     def _enter(self, fp: str, name: str) -> _Key:
         key = self._keys.get(fp)

@@ -58,6 +58,11 @@ def degenerate_repeats(text: str) -> int:
     units = lines if len(lines) > 1 else _SENTENCE.split(lines[0])
     best = max(Counter(u for u in units if len(u) >= 3).values(), default=0)
     prose = "\n".join(lines)
+    words = prose.split()
+    # Cheap gate for the back-to-back run search (the regex is O(len * 80)): a run of 8+ copies
+    # repeats some word 8+ times, or sits inside one long unbroken token ("abcabcabc...").
+    if max(Counter(words).values(), default=0) < 8 and all(len(w) < 16 for w in words):
+        return best
     match = _RUN.search(prose)
     if match is not None:
         unit = match.group(1)
