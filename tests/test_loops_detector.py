@@ -94,6 +94,17 @@ def test_batch_writes_over_many_files_give_no_finding() -> None:
         assert det.record_tool_result("write_file", args, "ok").ok
 
 
+@pytest.mark.parametrize(
+    "ack", [{"status": "written"}, {"ok": True, "bytes": 120}, "File written successfully."]
+)
+def test_batch_writes_with_identical_structured_acks_give_no_finding(ack: Any) -> None:
+    """Similar arguments with the same short acknowledgement are not near-duplicates."""
+    det = LoopDetector()
+    for i in range(60):
+        args = {"path": f"src/handlers/handler_{i}.py", "content": "# generated\nVALUE = 1\n"}
+        assert step(det, "write_file", args, ack).ok
+
+
 def test_batch_reads_with_similar_paths_give_no_finding() -> None:
     """Near-identical arguments with different results are not near-duplicates."""
     det = LoopDetector()

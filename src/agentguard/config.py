@@ -128,7 +128,7 @@ class LoopDetectionConfig(Section):
         description="Argument similarity (0-1) at which two calls of one tool are near-duplicates.",
     )
     near_duplicate_min_result_chars: int = Field(
-        16,
+        48,
         ge=0,
         description="Shorter results (acknowledgements like 'ok') never make near-duplicates.",
     )

@@ -226,6 +226,9 @@ class LoopDetector:
         self._response_level = OK
         self._pending_calls: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._fp_memo: dict[tuple[str, str], str] = {}
+        # tools with a near-duplicate group big enough to flag the next variant (may be stale:
+        # a stale name only costs the full check)
+        self._suspects: set[str] = set()
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -244,6 +247,16 @@ class LoopDetector:
         key.calls += 1
         key.pending += 1
         cycle = self._advance_cycle(fp)
+        if (  # fast path: a call new to the window, nothing suspect anywhere
+            key.calls == 1
+            and cycle is None
+            and key.level is OK
+            and name not in self._suspects
+            and self._stalled < self.config.global_warn_at
+            and (self._known is None or name in self._known)
+            and name not in self._unknown
+        ):
+            return OK
         verdict = self._assess(key, policy, arguments, ahead=1, cycle=cycle)
         unknown = self._unknown_verdict(name, count_call=True)
         return self._emit(_pick((verdict, unknown)))
@@ -514,6 +527,8 @@ class LoopDetector:
         self._groups.move_to_end(gkey)
         group.args.add(fp)
         count = len(group.args)
+        if count >= cfg.no_progress_warn_at - 1:
+            self._suspects.add(name)
         return _verdict("near_duplicate", self._no_progress_ladder(count), count, name)
 
     def _near_duplicate_ahead(self, name: str, arguments: Any) -> Verdict:
