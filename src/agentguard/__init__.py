@@ -24,6 +24,7 @@ from .exceptions import (
     TiersExhausted,
     ToolSchemaError,
 )
+from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
 
@@ -36,8 +37,10 @@ __all__ = [
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
+    "Finding",
     "GuardConfig",
     "LoopDetected",
+    "LoopDetector",
     "MemoryPressureProbe",
     "ModelError",
     "ModelTimeout",
@@ -49,10 +52,13 @@ __all__ = [
     "Tier",
     "TiersExhausted",
     "ToolCall",
+    "ToolLoopPolicy",
     "ToolSchemaError",
     "Usage",
+    "Verdict",
     "__version__",
     "add_hook",
     "remove_hook",
+    "scan_transcript",
     "session",
 ]

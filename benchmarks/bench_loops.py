@@ -1,0 +1,193 @@
+"""LoopDetector per-event cost and transcript scan throughput.
+
+Goals (issue 2): a check costs <= 5 µs and stays flat as the run's history grows; scanning runs
+at >= 50,000 messages/s. The baseline for the per-event cost is the call fingerprint alone
+(canonical JSON + blake3), the floor every check pays; for scanning it is ``json.loads`` of the
+same JSONL lines, the floor any scanner of that file pays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _harness import Table, per_call, us, verdict
+from agentguard.loops import LoopDetector, call_fingerprint, scan_transcript
+
+_SRC = Path(__file__).resolve().parent.parent / "src"
+_DISTINCT = 4096  # distinct argument sets cycled through: each recurs long after leaving the window
+
+
+def _args(i: int) -> dict[str, Any]:
+    return {"path": f"src/pkg/module_{i}.py", "lines": [1, 200], "follow": True}
+
+
+def _warmed(history: int) -> LoopDetector:
+    det = LoopDetector(hooks=(), _process_hooks=False)
+    for i in range(history):
+        a = _args(i)
+        det.check_tool_call("read_file", a)
+        det.record_tool_result("read_file", a, f"contents of module {i}")
+    return det
+
+
+def _stream(det: LoopDetector, op: str) -> Callable[[], object]:
+    state = {"i": 0}
+    args = [_args(i) for i in range(_DISTINCT)]
+    results = [f"contents of module {i}" for i in range(_DISTINCT)]
+
+    def check() -> object:
+        i = state["i"] = (state["i"] + 1) % _DISTINCT
+        return det.check_tool_call("read_file", args[i])
+
+    def pair() -> object:
+        i = state["i"] = (state["i"] + 1) % _DISTINCT
+        det.check_tool_call("read_file", args[i])
+        return det.record_tool_result("read_file", args[i], results[i])
+
+    def looping() -> object:
+        return det.check_tool_call("get_build", {"build_id": 8812})
+
+    def text() -> object:
+        i = state["i"] = (state["i"] + 1) % _DISTINCT
+        return det.check_text(f"Step {i}: module_{i}.py now has type hints; tests pass.")
+
+    return {"check": check, "pair": pair, "looping": looping, "text": text}[op]
+
+
+def _per_event(quick: bool) -> Table:
+    min_time = 0.02 if quick else 0.2
+    repeat = 3 if quick else 7
+    sizes = (100, 1_000) if quick else (100, 10_000)
+    fp_args = _args(7)
+    base = us(
+        per_call(lambda: call_fingerprint("read_file", fp_args), repeat=repeat, min_time=min_time)
+    )
+    table = Table(
+        title="LoopDetector: cost per event",
+        columns=[
+            "operation",
+            "history (events)",
+            "µs per event",
+            "× fingerprint alone",
+            "goal ≤ 5 µs",
+        ],
+        description="Median of repeated rounds; every call is new to the window unless noted. "
+        "The baseline is `call_fingerprint` alone (canonical JSON + blake3), same run.",
+    )
+    table.rows.append(["call_fingerprint (baseline)", "-", base, 1.0, "-"])
+    checks: list[float] = []
+    for history in sizes:
+        for op, label in [
+            ("check", "check_tool_call"),
+            ("pair", "check_tool_call + record_tool_result"),
+            ("looping", "check_tool_call, looping call (BREAK)"),
+            ("text", "check_text (distinct responses, window 10)"),
+        ]:
+            det = _warmed(history)
+            if op == "looping":
+                for _ in range(10):
+                    det.check_tool_call("get_build", {"build_id": 8812})
+                    det.record_tool_result("get_build", {"build_id": 8812}, {"status": "failed"})
+            cost = us(per_call(_stream(det, op), repeat=repeat, min_time=min_time))
+            goal = verdict(cost, 5.0) if op in {"check", "looping"} else "-"
+            if op == "check":
+                checks.append(cost)
+            table.rows.append([label, history, cost, cost / base, goal])
+    table.notes.append(
+        f"check_tool_call after {sizes[-1]:,} events costs {checks[-1] / checks[0]:.2f}× the cost "
+        f"after {sizes[0]:,}: flat in history length (state is bounded by tool_window)."
+    )
+    return table
+
+
+def _transcript(run: int) -> list[dict[str, Any]]:
+    """40 messages: healthy reads, a poll of a finished build, a final answer."""
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": f"Investigate failing run {run}."}]
+    for i in range(12):
+        name, args = (
+            ("read_file", {"path": f"src/m{i}.py"}) if i < 6 else ("get_build", {"id": run})
+        )
+        call_id = f"c{run}-{i}"
+        fn = {"name": name, "arguments": json.dumps(args)}
+        msgs.append(
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "function": fn}]}
+        )
+        content = f"source of m{i}" if i < 6 else json.dumps({"status": "failed", "request_id": i})
+        msgs.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    msgs += [{"role": "assistant", "content": f"Run {run} fails in test {k}."} for k in range(15)]
+    return msgs
+
+
+def _now() -> float:
+    return timeit.default_timer()
+
+
+def _throughput(quick: bool) -> Table:
+    runs = 50 if quick else 5_000
+    transcripts = [_transcript(r) for r in range(runs)]
+    n = sum(len(t) for t in transcripts)
+    table = Table(
+        title="scan throughput",
+        columns=[
+            "what",
+            "messages",
+            "seconds",
+            "messages/s",
+            "× json.loads alone",
+            "goal ≥ 50,000/s",
+        ],
+        description=f"{runs:,} generated transcripts of 40 messages (healthy reads, a stalled "
+        "poll, final answers). The baseline decodes the same JSONL lines and does nothing else.",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.jsonl"
+        with path.open("w") as fh:
+            for r, t in enumerate(transcripts):
+                fh.write(json.dumps({"id": f"run-{r}", "messages": t}) + "\n")
+        lines = path.read_text().splitlines()
+        start = _now()
+        for line in lines:
+            json.loads(line)
+        base = n / (_now() - start)
+        table.rows.append(["json.loads of the JSONL (baseline)", n, n / base, base, 1.0, "-"])
+        start = _now()
+        for t in transcripts:
+            scan_transcript(t)
+        seconds = _now() - start
+        rate = n / seconds
+        table.rows.append(
+            [
+                "scan_transcript",
+                n,
+                seconds,
+                rate,
+                rate / base,
+                verdict(rate, 50_000, lower_is_better=False),
+            ]
+        )
+        env = {**os.environ, "PYTHONPATH": str(_SRC)}
+        start = _now()
+        subprocess.run(
+            [sys.executable, "-m", "agentguard", "scan", str(path), "--json"],
+            check=True, env=env, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        seconds = _now() - start
+        rate = n / seconds
+        table.rows.append(
+            ["agentguard scan --json (process, incl. start-up)", n, seconds, rate, rate / base,
+             verdict(rate, 50_000, lower_is_better=False)]
+        )  # fmt: skip
+    return table
+
+
+def run(quick: bool) -> list[Table]:
+    """The loop detector's tables."""
+    return [_per_event(quick), _throughput(quick)]

@@ -1,0 +1,385 @@
+"""LoopDetector: every class of tool-call loop, the ladder, configuration and bounded state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from agentguard.config import GuardConfig, LoopDetectionConfig
+from agentguard.events import Event, LoopFlagged
+from agentguard.exceptions import ConfigError
+from agentguard.loops import LoopDetector, ToolLoopPolicy, Verdict
+from agentguard.testing import capture_events
+from agentguard.types import Severity
+
+OK, WARNING, CRITICAL, BREAK = Severity.OK, Severity.WARNING, Severity.CRITICAL, Severity.BREAK
+
+
+def step(det: LoopDetector, name: str, args: Any, result: Any, *, error: bool = False) -> Verdict:
+    """Check a call and, unless refused, record its result; return the check's verdict."""
+    verdict = det.check_tool_call(name, args)
+    if verdict.severity is not BREAK:
+        det.record_tool_result(name, args, result, error=error)
+    return verdict
+
+
+def build_status(state: str, n: int, progress: int = 100) -> dict[str, Any]:
+    """A CI status payload with the volatile noise a real API returns."""
+    return {
+        "build_id": 8812,
+        "status": state,
+        "progress": progress,
+        "request_id": f"req-{n}",
+        "checked_at": f"2026-11-20T09:{n % 60:02d}:00Z",
+    }
+
+
+def test_polling_a_finished_build_escalates_through_the_ladder() -> None:
+    """Identical call + identical result: WARNING at 3, CRITICAL at 5, BREAK at 7 attempts."""
+    det = LoopDetector()
+    seen = [step(det, "get_build", {"build_id": 8812}, build_status("failed", i)) for i in range(8)]
+    assert [v.severity for v in seen] == [
+        OK,
+        OK,
+        WARNING,
+        WARNING,
+        CRITICAL,
+        CRITICAL,
+        BREAK,
+        BREAK,
+    ]
+    assert seen[2].detector == "poll_no_progress"
+    assert seen[2].count == 3
+    assert "get_build" in seen[2].message
+    assert "8812" not in seen[2].message  # arguments never leak into the hint
+
+
+def test_polling_with_changing_results_never_goes_above_warning() -> None:
+    """A build that advances on every poll is progress: at most a WARNING, however long."""
+    det = LoopDetector()
+    worst = OK
+    for i in range(200):
+        args = {"build_id": 1}
+        worst = max(worst, det.check_tool_call("get_build", args).severity)
+        v = det.record_tool_result("get_build", args, build_status("running", i, i))
+        worst = max(worst, v.severity)
+    assert worst == WARNING
+
+
+def test_declared_polling_tool_with_changing_results_gives_no_finding() -> None:
+    """A tool declared as polling is judged by its results only, never by call count."""
+    det = LoopDetector(tools=[ToolLoopPolicy("job_status", polling=True)])
+    verdicts = [step(det, "job_status", {"id": "j1"}, {"done": i}) for i in range(50)]
+    assert all(v.ok for v in verdicts)
+
+
+def test_declared_polling_tool_with_stable_result_still_escalates() -> None:
+    """A polling tool whose answer no longer changes is a no-progress loop."""
+    det = LoopDetector(tools=[ToolLoopPolicy("job_status", polling=True)])
+    verdicts = [step(det, "job_status", {"id": "j1"}, {"state": "done"}) for _ in range(7)]
+    assert verdicts[-1].severity is BREAK
+
+
+def test_batch_writes_over_many_files_give_no_finding() -> None:
+    """Distinct arguments are distinct work, even with identical acknowledgements."""
+    det = LoopDetector()
+    for i in range(300):
+        args = {"path": f"src/module_{i}.py", "content": "from __future__ import annotations\n"}
+        assert det.check_tool_call("write_file", args).ok
+        assert det.record_tool_result("write_file", args, "ok").ok
+
+
+@pytest.mark.parametrize(
+    "ack", [{"status": "written"}, {"ok": True, "bytes": 120}, "File written successfully."]
+)
+def test_batch_writes_with_identical_structured_acks_give_no_finding(ack: Any) -> None:
+    """Similar arguments with the same short acknowledgement are not near-duplicates."""
+    det = LoopDetector()
+    for i in range(60):
+        args = {"path": f"src/handlers/handler_{i}.py", "content": "# generated\nVALUE = 1\n"}
+        assert step(det, "write_file", args, ack).ok
+
+
+def test_batch_reads_with_similar_paths_give_no_finding() -> None:
+    """Near-identical arguments with different results are not near-duplicates."""
+    det = LoopDetector()
+    for i in range(100):
+        args = {"path": f"src/pkg/mod_{i}.py"}
+        assert step(det, "read_file", args, f"# module {i}\nVALUE = {i}\n" * 3).ok
+
+
+def test_unrelated_calls_in_between_do_not_hide_a_loop() -> None:
+    """A x B1 A x B2 A ... is still a loop on A."""
+    det = LoopDetector()
+    on_a = []
+    for i in range(7):
+        on_a.append(step(det, "search", {"q": "refund rounding"}, "3 results: ...").severity)
+        step(det, "read_file", {"path": f"f{i}.py"}, f"content {i}")
+    assert on_a == [OK, OK, WARNING, WARNING, CRITICAL, CRITICAL, BREAK]
+
+
+def test_refused_call_does_not_reset_the_streak() -> None:
+    """After BREAK the same call stays refused; nothing was recorded, nothing was forgiven."""
+    det = LoopDetector()
+    for i in range(7):
+        step(det, "get_build", {"id": 1}, build_status("failed", i))
+    for _ in range(5):
+        assert det.check_tool_call("get_build", {"id": 1}).severity is BREAK
+
+
+def test_identity_ignores_key_order_whitespace_and_number_form() -> None:
+    """The loop is seen through key order, JSON text vs dict and 1 vs 1.0."""
+    det = LoopDetector()
+    forms = [{"a": 1, "b": [1, 2]}, '{"b": [1, 2], "a": 1}', {"b": [1.0, 2.0], "a": 1.0}]
+    verdicts = [step(det, "t", forms[i % 3], "same result") for i in range(3)]
+    assert verdicts[-1].severity is WARNING
+
+
+def test_progress_resets_the_no_progress_ladder() -> None:
+    """Once the result changes, a brief repeat afterwards does not start at the old level."""
+    det = LoopDetector()
+    for i in range(5):
+        step(det, "get_build", {"id": 1}, build_status("running", i, 50))
+    assert det.check_tool_call("get_build", {"id": 1}).severity is CRITICAL
+    det.record_tool_result("get_build", {"id": 1}, build_status("passed", 9, 100))
+    assert det.check_tool_call("get_build", {"id": 1}).severity is OK
+
+
+def test_legitimate_repeat_after_progress_is_not_flagged() -> None:
+    """Read, edit, read again (new content) is progress, not a loop."""
+    det = LoopDetector()
+    for i in range(4):
+        assert step(det, "read_file", {"path": "app.py"}, f"version {i}").ok
+        assert step(det, "edit_file", {"path": "app.py", "patch": f"p{i}"}, "ok").ok
+
+
+def test_ping_pong_with_stable_results_escalates() -> None:
+    """A-B-A-B with unchanged results is a ping-pong loop."""
+    det = LoopDetector()
+    verdicts = []
+    for _ in range(5):
+        verdicts.append(step(det, "open_page", {"url": "/a"}, "Page A: see /b"))
+        verdicts.append(step(det, "open_page", {"url": "/b"}, "Page B: see /a"))
+    flagged = [v for v in verdicts if not v.ok]
+    assert flagged[0].detector == "ping_pong"
+    assert verdicts[-1].severity is BREAK
+
+
+@pytest.mark.parametrize("period", [3, 4])
+def test_longer_cycles_with_stable_results_are_cycles(period: int) -> None:
+    """A-B-C(-D) repeating with unchanged results is detected as a cycle."""
+    det = LoopDetector()
+    verdicts = []
+    for _ in range(6):
+        for k in range(period):
+            verdicts.append(step(det, f"tool_{k}", {"k": k}, f"result {k}"))
+    assert {v.detector for v in verdicts if not v.ok} == {"cycle"}
+    assert verdicts[-1].severity is BREAK
+
+
+def test_cycle_with_changing_results_is_progress() -> None:
+    """A-B-A-B where both results advance (reading and summarising pages) is at most a WARNING."""
+    det = LoopDetector()
+    worst = OK
+    for page in range(40):
+        worst = max(worst, step(det, "next_page", {"doc": "d"}, f"page {page} text").severity)
+        worst = max(worst, step(det, "summarise", {"doc": "d"}, f"summary of {page}").severity)
+    assert worst <= WARNING
+
+
+def test_same_call_failing_repeatedly_with_varying_error_text() -> None:
+    """error_repeat fires on repeated failures even when the error text changes."""
+    det = LoopDetector()
+    verdicts = [
+        step(det, "deploy", {"env": "prod"}, f"Error: timeout after {30 + i}s", error=True)
+        for i in range(5)
+    ]
+    assert [v.severity for v in verdicts] == [OK, OK, WARNING, CRITICAL, BREAK]
+    assert verdicts[2].detector == "error_repeat"
+
+
+def test_success_after_failures_resets_error_repeat() -> None:
+    """A call that succeeds again is no longer an error loop."""
+    det = LoopDetector()
+    for i in range(2):
+        step(det, "deploy", {"env": "prod"}, f"Error {i}", error=True)
+    det.check_tool_call("deploy", {"env": "prod"})
+    det.record_tool_result("deploy", {"env": "prod"}, {"deployed": True})
+    assert det.check_tool_call("deploy", {"env": "prod"}).detector != "error_repeat"
+
+
+def test_unknown_tool_from_declared_schemas() -> None:
+    """With OpenAI tool schemas given, repeated calls to another name escalate at once."""
+    schemas = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    det = LoopDetector(tools=schemas)
+    verdicts = [det.check_tool_call("web_browse", {"url": f"u{i}"}) for i in range(4)]
+    assert [v.severity for v in verdicts] == [OK, WARNING, CRITICAL, BREAK]
+    assert verdicts[1].detector == "unknown_tool_repeat"
+    assert det.check_tool_call("search", {"q": "x"}).ok
+
+
+def test_unknown_tool_inferred_from_error_results() -> None:
+    """Without schemas, an 'unknown tool' error marks the name; further calls escalate."""
+    det = LoopDetector()
+    first = det.check_tool_call("browse", {"url": "a"})
+    det.record_tool_result("browse", {"url": "a"}, "Error: unknown tool 'browse'", error=True)
+    second = det.check_tool_call("browse", {"url": "b"})
+    assert first.ok
+    assert (second.severity, second.detector) == (WARNING, "unknown_tool_repeat")
+
+
+def test_paraphrased_queries_with_the_same_result_are_near_duplicates() -> None:
+    """Rewording a search that keeps returning the same hits is a loop."""
+    det = LoopDetector()
+    hits = "1. asyncio.wait_for docs\n2. StackOverflow: asyncio timeout\n3. PEP 3156"
+    queries = [
+        "python asyncio timeout error",
+        "asyncio timeout error python",
+        "python asyncio error timeout",
+        "timeout error in python asyncio",
+        "asyncio python timeout error fix",
+    ]
+    verdicts = [step(det, "search", {"query": q}, hits) for q in queries]
+    assert [v.severity for v in verdicts][:2] == [OK, OK]
+    assert verdicts[2].detector == "near_duplicate"
+    assert verdicts[4].severity is CRITICAL
+
+
+def test_churning_timeout_argument_that_changes_nothing() -> None:
+    """Retrying with a different timeout/offset and the same result is a near-duplicate loop."""
+    det = LoopDetector()
+    payload = {"error_rate": 0.031, "window": "5m", "service": "payments-api"}
+    verdicts = [
+        step(det, "query_metrics", {"service": "payments-api", "timeout": t}, payload)
+        for t in (30, 60, 90, 120)
+    ]
+    assert max(v.severity for v in verdicts) >= WARNING
+
+
+def test_global_breaker_counts_no_progress_across_tools() -> None:
+    """Many stalled outcomes spread over many calls trip the global breaker."""
+    cfg = LoopDetectionConfig(
+        no_progress_warn_at=50, no_progress_critical_at=50, no_progress_break_at=50,
+        cycle_warn_at=50, cycle_critical_at=50, cycle_break_at=50,
+        global_warn_at=4, global_critical_at=6, global_break_at=8,
+    )  # fmt: skip
+    det = LoopDetector(cfg)
+    verdicts = []
+    for i in range(6):
+        for k in range(3):
+            verdicts.append(step(det, f"t{k}", {"k": k}, f"r{k}"))
+        step(det, "fresh", {"i": i}, f"new {i}")
+    assert "global_breaker" in {v.detector for v in verdicts}
+    assert verdicts[-1].severity is BREAK
+
+
+def test_severity_never_drops_while_the_loop_continues() -> None:
+    """The ladder is sticky: each further identical attempt is at least as severe."""
+    det = LoopDetector()
+    previous = OK
+    for i in range(40):
+        v = step(det, "search", {"q": "x"}, "same")
+        assert v.severity >= previous
+        previous = v.severity
+        step(det, "other", {"i": i}, f"r{i}")
+
+
+def test_loop_flagged_event_emitted_above_ok_only() -> None:
+    """A LoopFlagged event accompanies every verdict above OK, with no arguments in it."""
+    seen: list[Event] = []
+    det = LoopDetector(hooks=[seen.append], session="s-1")
+    with capture_events() as captured:
+        for i in range(3):
+            det.check_tool_call("get_build", {"token": "sk-secret"})
+            det.record_tool_result("get_build", {"token": "sk-secret"}, build_status("failed", i))
+    assert len(seen) == 2  # the third check and the third result
+    assert all(isinstance(e, LoopFlagged) and e.session == "s-1" for e in seen)
+    assert seen[0].to_dict()["severity"] == "warning"
+    assert "sk-secret" not in json.dumps([e.to_dict() for e in seen])
+    assert captured.of_type(LoopFlagged) == seen
+
+
+def test_accepts_guard_config_section_or_none() -> None:
+    """GuardConfig, its loop_detection section and None are all valid configs."""
+    cfg = GuardConfig.from_dict({"loop_detection": {"no_progress_warn_at": 2}})
+    for det in (LoopDetector(cfg), LoopDetector(cfg.loop_detection)):
+        step(det, "t", {}, "r")
+        assert det.check_tool_call("t", {}).severity is WARNING
+    assert LoopDetector(None).config == LoopDetectionConfig()
+    with pytest.raises(TypeError):
+        LoopDetector({"warn_at": 1})  # type: ignore[arg-type]
+
+
+def test_disabled_detector_finds_nothing() -> None:
+    """enabled: false turns every detector off."""
+    det = LoopDetector(LoopDetectionConfig(enabled=False))
+    assert all(step(det, "t", {}, "r").ok for _ in range(50))
+    assert all(det.check_text("same text").ok for _ in range(10))
+
+
+def test_unordered_ladder_is_a_config_error() -> None:
+    """warn_at > critical_at in any ladder is rejected naming the fields."""
+    with pytest.raises(ConfigError, match="no_progress_warn_at"):
+        GuardConfig.from_dict({"loop_detection": {"no_progress_warn_at": 6}})
+
+
+def test_state_stays_bounded_by_the_window() -> None:
+    """Per-session state is O(window) however many calls the run makes."""
+    det = LoopDetector()
+    for i in range(5_000):
+        step(det, "write_file", {"path": f"f{i}"}, f"wrote f{i} with a long enough ack")
+    assert len(det._keys) <= det.config.tool_window
+    assert len(det._groups) <= det.config.tool_window
+
+
+def test_record_without_check_still_counts() -> None:
+    """Drivers that only record results still get loop verdicts."""
+    det = LoopDetector()
+    verdicts = [det.record_tool_result("t", {"a": 1}, "same") for _ in range(3)]
+    assert verdicts[-1].severity is WARNING
+
+
+class LadderMachine(RuleBasedStateMachine):
+    """A looping call with unrelated calls interleaved: its severity never goes down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.det = LoopDetector()
+        self.last = OK
+        self.since_loop = 0
+        self.fresh = 0
+
+    @rule(shape=st.sampled_from(["dict", "text", "float"]))
+    def loop_call(self, shape: str) -> None:
+        args: Any = {"q": 1, "page": 2}
+        if shape == "text":
+            args = '{ "page": 2, "q": 1 }'
+        elif shape == "float":
+            args = {"page": 2.0, "q": 1.0}
+        v = self.det.check_tool_call("search", args)
+        assert v.severity >= self.last, (v, self.last)
+        self.last = v.severity
+        if v.severity is not BREAK:
+            self.det.record_tool_result("search", args, {"hits": ["a", "b"], "took_ms": 3})
+        self.since_loop = 0
+
+    @precondition(lambda self: self.since_loop < 20)
+    @rule(same_result=st.booleans())
+    def other_call(self, same_result: bool) -> None:
+        self.fresh += 1
+        self.det.check_tool_call("read", {"n": self.fresh})
+        self.det.record_tool_result("read", {"n": self.fresh}, "x" if same_result else self.fresh)
+        self.since_loop += 1
+
+    @invariant()
+    def severity_is_a_severity(self) -> None:
+        assert self.last in Severity
+
+
+TestLadderMachine = LadderMachine.TestCase
+TestLadderMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -1,0 +1,129 @@
+"""Text detectors: response_repeat across turns and degenerate_text inside one output."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentguard.config import LoopDetectionConfig
+from agentguard.loops import LoopDetector
+from agentguard.loops._text import ResponseWindow, degenerate_repeats, normalise_text
+from agentguard.types import Severity
+
+
+def test_exact_repeat_after_normalisation_reaches_the_threshold() -> None:
+    """The third copy of a response (case and whitespace aside) is a response_repeat."""
+    det = LoopDetector()
+    texts = ["Let me check the build.", "let me  check the build.", "LET ME CHECK THE BUILD."]
+    verdicts = [det.check_text(t) for t in texts]
+    assert [v.severity for v in verdicts] == [Severity.OK, Severity.OK, Severity.WARNING]
+    assert verdicts[-1].detector == "response_repeat"
+
+
+def test_near_duplicate_responses_at_the_similarity_threshold() -> None:
+    """Responses differing by a word or two count as repeats at similarity 0.95."""
+    det = LoopDetector()
+    base = (
+        "I could not find the cause of the failure yet, so I will check the build logs again now."
+    )
+    variants = [base, base.replace("again now", "again"), base.replace("yet,", "yet;")]
+    assert det.check_text(variants[0]).ok
+    assert det.check_text(variants[1]).ok
+    assert det.check_text(variants[2]).severity is Severity.WARNING
+
+
+def test_distinct_responses_are_not_repeats() -> None:
+    """Different answers never trip response_repeat."""
+    det = LoopDetector()
+    answers = [
+        "The build failed in the test stage.",
+        "The failing test is test_partial_refund_rounding in tests/test_refunds.py.",
+        "It expects Decimal('10.05') but the service computes Decimal('10.04').",
+        "The refund is truncated instead of rounded half-up to cents.",
+        "I changed refunds.py to quantize with ROUND_HALF_UP and the test passes.",
+        "Shall I open a pull request with the fix?",
+    ]
+    for text in answers * 2:  # each answer twice stays below duplicate_threshold 3
+        assert det.check_text(text).ok
+
+
+def test_repeats_escalate_and_stay_while_they_continue() -> None:
+    """WARNING, then CRITICAL, then BREAK as the same response keeps coming."""
+    det = LoopDetector()
+    severities = [det.check_text("Checking again.").severity for _ in range(7)]
+    assert severities == sorted(severities)
+    assert severities[-1] is Severity.BREAK
+
+
+def test_window_size_bounds_memory_of_responses() -> None:
+    """A response older than window_size responses is forgotten."""
+    det = LoopDetector(LoopDetectionConfig(window_size=3, duplicate_threshold=2))
+    assert det.check_text("the same").ok
+    for i in range(3):
+        det.check_text(f"something else entirely, number {i}")
+    assert det.check_text("the same").ok
+
+
+@given(st.text(min_size=1, max_size=200))
+def test_window_counts_itself(text: str) -> None:
+    """A fresh window reports a count of 1 for any first response."""
+    assert ResponseWindow(5, 0.95).add(text) == 1
+
+
+def test_normalise_text_collapses_case_and_whitespace() -> None:
+    """Case and whitespace runs do not matter."""
+    assert normalise_text("  Hello \n\t World ") == "hello world"
+
+
+def test_repeated_lines_inside_one_output_are_degenerate() -> None:
+    """A line repeating many times in one output is degenerate_text."""
+    det = LoopDetector()
+    text = "Here is the plan:\n" + "I will check the build status.\n" * 12
+    v = det.check_text(text)
+    assert (v.detector, v.severity) == ("degenerate_text", Severity.CRITICAL)
+
+
+def test_repeated_sentences_on_one_line_are_degenerate() -> None:
+    """Sentences repeating inside a single paragraph are degenerate."""
+    assert degenerate_repeats("The answer is 42. " * 6) == 6
+
+
+def test_token_run_without_punctuation_is_degenerate() -> None:
+    """A stuttering run of one word is caught too."""
+    assert degenerate_repeats("and then " + "the " * 40 + "end") >= 20
+
+
+def test_code_blocks_are_not_degeneration() -> None:
+    """Repeated lines inside a fenced code block are content."""
+    code = (
+        "```python\n" + "assert f(x) == 1\n" * 20 + "```\nAll assertions are the same on purpose."
+    )
+    assert degenerate_repeats(code) <= 1
+    assert LoopDetector().check_text(code).ok
+
+
+def test_tables_are_not_degeneration() -> None:
+    """Markdown table rows that repeat are data, not degeneration."""
+    table = "| name | status |\n|---|---|\n" + "| build | failed |\n" * 10
+    assert LoopDetector().check_text(table).ok
+
+
+def test_healthy_prose_is_not_degenerate() -> None:
+    """Ordinary multi-paragraph prose scores at most 1."""
+    text = (
+        "The build failed in the test stage.\n\nThe failing test is test_partial_refund_rounding.\n"
+        "It expects 10.05 and gets 10.04.\n\nThe fix is to quantize with ROUND_HALF_UP."
+    )
+    assert degenerate_repeats(text) <= 1
+
+
+def test_tool_call_narration_is_not_a_response_repeat() -> None:
+    """Short narration that accompanies tool calls may repeat; only degeneration is checked."""
+    det = LoopDetector()
+    assert all(det.check_text("Checking the job.", narration=True).ok for _ in range(10))
+
+
+def test_empty_text_is_ok() -> None:
+    """Empty and whitespace-only outputs are never findings."""
+    det = LoopDetector()
+    assert all(det.check_text(t).ok for t in ["", "  ", None, "", ""])
