@@ -50,6 +50,18 @@ def fingerprint_bytes(data: bytes) -> str:
     return blake3(data).hexdigest(length=DIGEST_SIZE)
 
 
+def _parse_float(text: str) -> Any:
+    number = float(text)
+    if math.isfinite(number) and number.is_integer():
+        return int(number)
+    return number if math.isfinite(number) else repr(number)
+
+
+def _decode(text: str) -> Any:
+    # floats are canonicalised while parsing, so decoded JSON needs no normalise() pass
+    return json.loads(text, parse_float=_parse_float, parse_constant=lambda c: c)
+
+
 def fingerprint(value: Any) -> str:
     """The fingerprint of a JSON-like value; a ``str`` holding JSON is decoded first.
 
@@ -60,9 +72,10 @@ def fingerprint(value: Any) -> str:
         stripped = text.strip()
         if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
             try:
-                value = json.loads(stripped)
-            except ValueError:
-                value = text
-        else:
-            value = text
+                decoded = _decode(stripped)
+            except (ValueError, RecursionError):
+                return fingerprint_bytes(canonical_json(text))
+            data = json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            return fingerprint_bytes(data.encode("utf-8", "surrogatepass"))
+        value = text
     return fingerprint_bytes(canonical_json(value))
