@@ -26,6 +26,7 @@ from .exceptions import (
 )
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
+from .validation import ToolCallValidator, ValidationReport
 
 __version__ = "0.1.0.dev0"
 
@@ -49,8 +50,10 @@ __all__ = [
     "Tier",
     "TiersExhausted",
     "ToolCall",
+    "ToolCallValidator",
     "ToolSchemaError",
     "Usage",
+    "ValidationReport",
     "__version__",
     "add_hook",
     "remove_hook",
