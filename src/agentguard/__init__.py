@@ -27,6 +27,7 @@ from .exceptions import (
 from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
+from .validation import ToolCallValidator, ValidationReport
 
 __version__ = "0.1.0.dev0"
 
@@ -52,9 +53,11 @@ __all__ = [
     "Tier",
     "TiersExhausted",
     "ToolCall",
+    "ToolCallValidator",
     "ToolLoopPolicy",
     "ToolSchemaError",
     "Usage",
+    "ValidationReport",
     "Verdict",
     "__version__",
     "add_hook",

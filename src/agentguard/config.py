@@ -188,6 +188,40 @@ class ToolValidationConfig(Section):
     repair: bool = Field(
         True, description="Repair what is safe to repair locally, at no token cost."
     )
+    coerce: bool = Field(
+        True,
+        description="Lossless coercions as repairs: '5' -> 5 for an integer, 'true' -> true.",
+    )
+    unexpected_arguments: Literal["error", "drop", "allow"] = Field(
+        "error",
+        description="Arguments the schema does not declare: an error, silently dropped (a "
+        "repair), or allowed.",
+    )
+    name_min_score: float = Field(
+        85.0,
+        ge=0.0,
+        le=100.0,
+        description="Fuzzy score (0-100) a misspelt tool name needs to be auto-corrected.",
+    )
+    name_min_gap: float = Field(
+        8.0,
+        ge=0.0,
+        le=100.0,
+        description="Lead the best match needs over the runner-up to be unambiguous.",
+    )
+    side_effecting: list[str] = Field(
+        default_factory=list,
+        description="Tools never auto-corrected to (a guessed name must not write or send).",
+    )
+    placeholders: list[str] = Field(
+        default_factory=list,
+        description="Extra regular expressions for placeholder values (added to the built-ins).",
+    )
+    max_repair_bytes: int = Field(
+        65_536,
+        ge=0,
+        description="Arguments longer than this are not repaired (bounded cost); 0: never.",
+    )
 
 
 class TokenBudgetConfig(Section):

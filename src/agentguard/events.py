@@ -25,6 +25,8 @@ __all__ = [
     "Hook",
     "LoopFlagged",
     "MemoryPressureChanged",
+    "ToolCallRejected",
+    "ToolCallRepaired",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -218,3 +220,40 @@ class LoopFlagged(Event):
     count: int
     tool: str | None = None
     message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRepaired(Event):
+    """A tool call was repaired locally, at no token cost.
+
+    Attributes:
+        repair: what was repaired (``extracted_from_text``, ``json_repaired``, ``tool_name`` ...).
+        tool_call_id: the call concerned.
+        path: where in the call.
+    """
+
+    kind: ClassVar[str] = "tool_call_repaired"
+
+    repair: str
+    tool_call_id: str | None
+    path: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRejected(Event):
+    """A tool call is invalid and could not be repaired without guessing.
+
+    Attributes:
+        error: the error kind (``unknown_tool``, ``missing_required`` ...).
+        tool_call_id: the call concerned.
+        tool_name: the tool as the model named it (truncated).
+        path: where in the call.
+    """
+
+    kind: ClassVar[str] = "tool_call_rejected"
+    level: ClassVar[int] = logging.WARNING
+
+    error: str
+    tool_call_id: str | None
+    tool_name: str
+    path: str

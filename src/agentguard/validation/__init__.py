@@ -1,0 +1,26 @@
+"""Tool-call validation: extract, repair, match names, validate, correct.
+
+See ``docs/validation.md`` for the error kinds, the repair rules and the correction format.
+"""
+
+from __future__ import annotations
+
+from ._extract import Extracted, extract_calls
+from ._names import NameMatch, NameMatcher, normalise_name
+from ._tools import ToolSpec, specs_from
+from ._validator import ErrorKind, Repair, ToolCallError, ToolCallValidator, ValidationReport
+
+__all__ = [
+    "ErrorKind",
+    "Extracted",
+    "NameMatch",
+    "NameMatcher",
+    "Repair",
+    "ToolCallError",
+    "ToolCallValidator",
+    "ToolSpec",
+    "ValidationReport",
+    "extract_calls",
+    "normalise_name",
+    "specs_from",
+]

@@ -1,0 +1,403 @@
+"""ToolCallValidator: each stage of the pipeline, the report, the correction, properties."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from agentguard import GuardConfig, ToolSchemaError
+from agentguard.events import ToolCallRejected, ToolCallRepaired
+from agentguard.testing import Reply, capture_events
+from agentguard.validation import ToolCallValidator, extract_calls
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the docs.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "exact": {"type": "boolean"},
+                    "mode": {"type": "string", "enum": ["fast", "deep", "string"]},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "run_terminal_command",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "send_email",
+            "parameters": {
+                "type": "object",
+                "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                "required": ["to", "body"],
+            },
+        },
+    },
+]
+
+
+def _v(**config: Any) -> ToolCallValidator:
+    cfg = GuardConfig.from_dict(
+        {"tool_validation": {"side_effecting": ["send_email"], **config}}, env={}
+    )
+    return ToolCallValidator(TOOLS, cfg)
+
+
+def _kinds(report: Any) -> list[str]:
+    return [e.kind for e in report.errors]
+
+
+def test_valid_call_is_untouched_byte_for_byte() -> None:
+    """Odd but valid formatting is not rewritten."""
+    raw = '{ "query" :  "install",\n "limit": 3 }'
+    report = _v().validate(Reply.call("search", raw, id="c1").message())
+    assert report.ok
+    assert report.repairs == ()
+    assert report.tool_calls[0].arguments == raw
+    assert report.tool_calls[0].id == "c1"
+
+
+@pytest.mark.parametrize(
+    "style",
+    ["hermes", "hermes_unclosed", "function_tag", "python_tag", "mistral", "fenced", "bare"],
+)
+def test_text_embedded_calls_are_extracted(style: Any) -> None:
+    """Every common text format becomes a real tool call."""
+    report = _v().validate(Reply.embedded("search", {"query": "x"}, style=style).message())
+    assert report.ok
+    assert report.extracted
+    assert [c.name for c in report.tool_calls] == ["search"]
+    assert report.repairs[0].kind == "extracted_from_text"
+
+
+def test_llama_semicolon_separated_calls() -> None:
+    """Llama's python_tag with several ';'-separated calls gives several calls."""
+    content = '<|python_tag|>{"name": "search", "parameters": {"query": "a"}}; {"name": "search", "parameters": {"query": "b"}}'
+    report = _v().validate({"role": "assistant", "content": content})
+    assert [json.loads(c.arguments)["query"] for c in report.tool_calls] == ["a", "b"]
+
+
+def test_prose_with_json_is_left_alone() -> None:
+    """Ordinary JSON or braces in an answer are not mistaken for calls."""
+    for text in [
+        'The config is {"debug": true}.',
+        "Use {name} as a template.",
+        '```json\n{"a": 1}\n```',
+    ]:
+        report = _v().validate({"role": "assistant", "content": text})
+        assert report.ok
+        assert report.tool_calls == ()
+        assert not report.extracted
+
+
+def test_prose_around_an_extracted_call_is_kept() -> None:
+    """The text before a call is kept as the message's content."""
+    found = extract_calls(
+        'Let me check.\n<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+    )
+    assert found is not None
+    assert found.remaining == "Let me check."
+
+
+def test_broken_json_is_repaired() -> None:
+    """Single quotes, trailing commas, Python literals and fences are repaired locally."""
+    for raw in (
+        "{'query': 'x',}",
+        '{"query": "x", "exact": True}',
+        '```json\n{"query": "x"}\n```',
+        '{"query": "x"} trailing words',
+    ):
+        report = _v().validate(Reply.call("search", raw).message())
+        assert report.ok, (raw, _kinds(report))
+        assert json.loads(report.tool_calls[0].arguments)["query"] == "x"
+        assert report.repairs[0].kind == "json_repaired"
+
+
+def test_double_encoded_arguments_are_unwrapped() -> None:
+    """A JSON string holding the JSON object is decoded once more."""
+    raw = json.dumps(json.dumps({"query": "x"}))
+    report = _v().validate(Reply.call("search", raw).message())
+    assert report.ok
+    assert report.repairs[0].kind == "double_encoded"
+
+
+def test_truncated_arguments_are_never_completed() -> None:
+    """finish_reason=length: cut-off arguments are reported, not repaired."""
+    report = _v().validate(
+        Reply.call("search", '{"query": "inst').message(), finish_reason="length"
+    )
+    assert _kinds(report) == ["truncated"]
+    assert report.repairs == ()
+
+
+def test_non_object_arguments_are_invalid() -> None:
+    """An array or a number is not an arguments object."""
+    for raw in ("[1, 2]", "42"):
+        assert _kinds(_v().validate(Reply.call("search", raw).message())) == ["invalid_json"]
+
+
+def test_repair_is_skipped_above_the_size_limit() -> None:
+    """Above max_repair_bytes broken JSON is an error: repair cost stays bounded."""
+    raw = "{'query': '" + "x" * 200 + "'}"
+    report = _v(max_repair_bytes=100).validate(Reply.call("search", raw).message())
+    assert _kinds(report) == ["invalid_json"]
+
+
+def test_tool_name_normalised_and_fuzzy() -> None:
+    """Case and separators are forgiven; a clear synonym match is corrected."""
+    for wrong in ("Search", "SEARCH", "search-"):
+        report = _v().validate(Reply.call(wrong, {"query": "x"}).message())
+        assert report.ok, wrong
+        assert report.tool_calls[0].name == "search"
+    report = _v().validate(Reply.call("execute_shell_command", {"command": "ls"}).message())
+    assert report.tool_calls[0].name == "run_terminal_command"
+
+
+def test_unknown_tool_gets_the_closest_names() -> None:
+    """A name matching nothing clearly is an error with up to three suggestions."""
+    report = _v().validate(Reply.call("create_meeting_v2", {"when": "now"}).message())
+    (error,) = report.errors
+    assert error.kind == "unknown_tool"
+    assert len(error.suggestions) <= 3
+
+
+def test_side_effecting_tools_are_never_guessed() -> None:
+    """A near miss of a side-effecting tool is not auto-corrected."""
+    report = _v().validate(Reply.call("send_emails", {"to": "a@b.c", "body": "hi"}).message())
+    assert _kinds(report) == ["unknown_tool"]
+    assert report.errors[0].suggestions[0] == "send_email"
+
+
+def test_every_schema_error_at_once() -> None:
+    """Missing, wrong-typed and unexpected arguments are all reported in one pass."""
+    report = _v().validate(Reply.call("search", {"limit": [1], "colour": "red"}).message())
+    kinds = sorted(_kinds(report))
+    assert kinds == ["missing_required", "type_mismatch", "unexpected_argument"]
+    paths = {e.kind: e.path for e in report.errors}
+    assert paths["missing_required"] == "$.query"
+    assert paths["type_mismatch"] == "$.limit"
+    assert paths["unexpected_argument"] == "$.colour"
+
+
+def test_unexpected_argument_policy() -> None:
+    """Undeclared arguments can also be dropped (a repair) or allowed."""
+    message = Reply.call("search", {"query": "x", "colour": "red"}).message()
+    dropped = _v(unexpected_arguments="drop").validate(message)
+    assert dropped.ok
+    assert json.loads(dropped.tool_calls[0].arguments) == {"query": "x"}
+    assert _v(unexpected_arguments="allow").validate(message).ok
+
+
+def test_lossless_coercion() -> None:
+    """'5' becomes 5 for an integer and 'true' becomes true; nothing else changes meaning."""
+    report = _v().validate(
+        Reply.call("search", {"query": "x", "limit": "5", "exact": "true"}).message()
+    )
+    assert report.ok
+    assert json.loads(report.tool_calls[0].arguments) == {"query": "x", "limit": 5, "exact": True}
+    lossy = _v().validate(Reply.call("search", {"query": "x", "limit": "5.5"}).message())
+    assert _kinds(lossy) == ["type_mismatch"]
+    off = _v(coerce=False).validate(Reply.call("search", {"query": "x", "limit": "5"}).message())
+    assert _kinds(off) == ["type_mismatch"]
+
+
+@pytest.mark.parametrize("value", ["<query>", "{query}", "string", "...", "YOUR_KEY_HERE", "TODO"])
+def test_placeholders(value: str) -> None:
+    """Template-like values are placeholder_argument."""
+    assert _kinds(_v().validate(Reply.call("search", {"query": value}).message())) == [
+        "placeholder_argument"
+    ]
+
+
+def test_enum_value_is_never_a_placeholder() -> None:
+    """A value the schema explicitly allows is not a placeholder, even if it looks like one."""
+    assert _v().validate(Reply.call("search", {"query": "x", "mode": "string"}).message()).ok
+
+
+def test_empty_required_string() -> None:
+    """An empty required string is empty_argument."""
+    assert _kinds(_v().validate(Reply.call("search", {"query": "  "}).message())) == [
+        "empty_argument"
+    ]
+
+
+def test_corrective_messages_shape() -> None:
+    """The failed message (content "" not null), then a tool message per failing call id."""
+    message = Reply.calls([("search", {}, "c1"), ("search", {"query": "ok"}, "c2")]).message()
+    report = _v().validate(message)
+    out = report.corrective_messages()
+    assert out[0]["role"] == "assistant"
+    assert out[0]["content"] == ""
+    assert [m.get("tool_call_id") for m in out[1:]] == ["c1", "c2"]
+    text = out[1]["content"]
+    assert "automated feedback" in text
+    assert "$.query" in text
+    assert "Expected parameters of search" in text
+    assert "not executed" in out[2]["content"].lower()
+
+
+def test_correction_without_ids_is_a_user_message() -> None:
+    """Errors of calls extracted from text (no ids sent) go in a user message."""
+    report = _v().validate(
+        {"role": "assistant", "content": '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'}
+    )
+    out = report.corrective_messages()
+    assert out[-1]["role"] == "user"
+    assert "Available tools" in out[-1]["content"]
+    assert "Available tools" in report.corrective_text()
+
+
+def test_openai_message_objects_and_responses_items() -> None:
+    """openai ChatCompletionMessage objects and Responses function_call items are accepted."""
+    openai = pytest.importorskip("openai")
+    from openai.types.chat import ChatCompletionMessage
+
+    msg = ChatCompletionMessage.model_validate(Reply.call("search", {"query": "x"}).message())
+    assert _v().validate(msg).ok
+    items = [
+        {"type": "function_call", "call_id": "fc1", "name": "search", "arguments": '{"query": "x"}'}
+    ]
+    report = _v().validate(items)
+    assert report.ok
+    assert report.tool_calls[0].id == "fc1"
+    assert openai is not None
+
+
+def test_tool_sources() -> None:
+    """Bare function specs, pydantic models and typed functions all give schemas."""
+
+    class Lookup(BaseModel):
+        """Look a word up."""
+
+        word: str
+        limit: int = 3
+
+    def fetch_page(url: str, timeout: float = 5.0) -> str:
+        """Fetch a page."""
+        return url
+
+    bare = {"name": "ping", "parameters": {"type": "object", "properties": {}}}
+    validator = ToolCallValidator([bare, Lookup, fetch_page])
+    assert set(validator.specs) == {"ping", "Lookup", "fetch_page"}
+    assert validator.validate(Reply.call("fetch_page", {"url": "http://x"}).message()).ok
+    assert _kinds(validator.validate(Reply.call("Lookup", {"limit": 1}).message())) == [
+        "missing_required"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "problem"),
+    [
+        ({"type": "function", "function": {"name": "", "parameters": {}}}, "non-empty"),
+        (
+            {"type": "function", "function": {"name": "x", "parameters": {"type": "array"}}},
+            "object schema",
+        ),
+        (
+            {
+                "type": "function",
+                "function": {
+                    "name": "x",
+                    "parameters": {"type": "object", "properties": {"a": {"type": 7}}},
+                },
+            },
+            "invalid JSON Schema",
+        ),
+    ],
+)
+def test_bad_tool_definitions_fail_once_with_the_tool_named(tool: Any, problem: str) -> None:
+    """An unusable schema is rejected at construction."""
+    with pytest.raises(ToolSchemaError, match=problem):
+        ToolCallValidator([tool])
+
+
+def test_duplicate_tool_names_are_rejected() -> None:
+    """Two tools with one name are ambiguous."""
+    with pytest.raises(ToolSchemaError, match="twice"):
+        ToolCallValidator([TOOLS[0], TOOLS[0]])
+
+
+def test_events() -> None:
+    """Repairs and rejections are events."""
+    with capture_events() as events:
+        _v().validate(Reply.call("Search", {"query": "<q>"}).message())
+    assert events.of_type(ToolCallRepaired)[0].repair == "tool_name"
+    assert events.of_type(ToolCallRejected)[0].error == "placeholder_argument"
+
+
+def test_secrets_never_reach_errors() -> None:
+    """An API key passed as an argument value is redacted in errors."""
+    report = _v().validate(
+        Reply.call("search", {"query": "x", "api": "sk-live-0123456789abcdef"}).message()
+    )
+    assert all("sk-live-0123456789abcdef" not in str(e.value) + e.message for e in report.errors)
+
+
+json_objects = st.dictionaries(
+    st.text(min_size=1, max_size=8),
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20)),
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash(data: bytes) -> None:
+    """Any bytes as arguments give a report; a failure is a typed error."""
+    raw = data.decode("utf-8", "replace")
+    report = _v().validate(Reply.call("search", raw).message())
+    assert report.ok or all(e.kind for e in report.errors)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(min_size=1, max_size=40).filter(
+        lambda q: q.strip() and not q.strip().startswith(("<", "{", "["))
+    )
+)
+def test_a_valid_call_is_never_altered(query: str) -> None:
+    """Valid calls come back exactly as sent, whatever the (non-placeholder) query."""
+    raw = json.dumps({"query": query})
+    report = _v().validate(Reply.call("search", raw).message())
+    if report.ok:
+        assert report.tool_calls[0].arguments == raw
+        assert report.repairs == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_objects, st.sampled_from(["drop_quote", "trailing_comma", "single_quotes"]))
+def test_repairs_never_pass_invalid_calls_silently(args: dict[str, Any], breakage: str) -> None:
+    """Whatever repair produced is validated too: an ok report means a schema-valid call."""
+    text = json.dumps({"query": "x", **args})
+    broken = {
+        "drop_quote": text.replace('"', "", 1),
+        "trailing_comma": text[:-1] + ",}",
+        "single_quotes": text.replace('"', "'"),
+    }[breakage]
+    report = _v(unexpected_arguments="allow").validate(Reply.call("search", broken).message())
+    if report.ok:
+        parsed = json.loads(report.tool_calls[0].arguments)
+        assert isinstance(parsed, dict)
+        assert isinstance(parsed.get("query"), str)
