@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from agentguard.config import StorageConfig
 
-from ._base import NANOS, BudgetSpec, BudgetState, Store, SyncBackedStore
+from ._base import NANOS, BudgetSpec, BudgetState, Charge, Hold, Store, SyncBackedStore
 from .memory import MemoryStore
 from .redis import RedisStore
 from .sqlite import SQLiteStore
@@ -20,6 +20,8 @@ __all__ = [
     "NANOS",
     "BudgetSpec",
     "BudgetState",
+    "Charge",
+    "Hold",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",

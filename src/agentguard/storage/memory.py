@@ -84,6 +84,17 @@ class _Scope:
             for key in idle:
                 del self.sessions[key]
 
+    def live_session(self, spec: BudgetSpec, key: str, now: float) -> _Session | None:
+        """The session's counters, or ``None`` once it has been idle for ``session_ttl``.
+
+        Checked on access, not only by the periodic sweep, so expiry is exact (as Redis's is).
+        """
+        session = self.sessions.get(key)
+        if session is not None and session.held == 0 and session.seen <= now - spec.session_ttl:
+            del self.sessions[key]
+            return None
+        return session
+
     def _drop(self, rid: str, held: tuple[str, int, float]) -> None:
         del self.reservations[rid]
         self.held -= held[1]
@@ -147,7 +158,7 @@ class MemoryStore(SyncBackedStore):
         """See :meth:`agentguard.storage.Store.reserve`."""
         with self._lock:
             scope = self._scope(spec, now)
-            sess = scope.sessions.get(hold.session)
+            sess = scope.live_session(spec, hold.session, now)
             if sess is None:
                 sess = scope.sessions[hold.session] = _Session(now)
             scope.release(hold.id)  # the same id placed again replaces, never holds twice
@@ -168,7 +179,7 @@ class MemoryStore(SyncBackedStore):
         with self._lock:
             scope = self._scope(spec, now)
             scope.release(charge.reservation_id)
-            sess = scope.sessions.get(charge.session)
+            sess = scope.live_session(spec, charge.session, now)
             if sess is None:
                 sess = scope.sessions[charge.session] = _Session(now)
             if charge.event_id in scope.events:
@@ -201,7 +212,9 @@ class MemoryStore(SyncBackedStore):
         """See :meth:`agentguard.storage.Store.snapshot`."""
         with self._lock:
             scope = self._scope(spec, now)
-            return scope.state(None if session is None else scope.sessions.get(session) or _EMPTY)
+            if session is None:
+                return scope.state(None)
+            return scope.state(scope.live_session(spec, session, now) or _EMPTY)
 
     def __repr__(self) -> str:
         return f"MemoryStore(scopes={len(self._scopes)})"
