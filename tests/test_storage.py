@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _stores import RedisServer, run_workers, running_redis
 
+from _stores import RedisServer, run_workers
 from agentguard import BudgetExceeded
 from agentguard._clock import wall
 from agentguard.budget import TokenLedger
@@ -26,13 +26,6 @@ from agentguard.storage import (
 from agentguard.testing import FakeClock
 
 BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One real redis-server for the whole run."""
-    with running_redis() as server:
-        yield server
 
 
 def _make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
