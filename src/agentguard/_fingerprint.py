@@ -59,7 +59,7 @@ def _parse_float(text: str) -> Any:
 
 def _decode(text: str) -> Any:
     # floats are canonicalised while parsing, so decoded JSON needs no normalise() pass
-    return json.loads(text, parse_float=_parse_float, parse_constant=lambda c: c)
+    return json.loads(text, parse_float=_parse_float, parse_constant=lambda c: repr(float(c)))
 
 
 def fingerprint(value: Any) -> str:

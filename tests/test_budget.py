@@ -1,0 +1,340 @@
+"""TokenLedger: policies, pricing, estimation, output caps, fallback, concurrency, invariants."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from _stores import RedisServer
+from agentguard import BudgetExceeded, GuardConfig, StoreUnavailable, Usage
+from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.config import StorageConfig, TokenBudgetConfig
+from agentguard.events import BudgetExhausted, BudgetWarning, StoreFallback, StoreRecovered
+from agentguard.storage import MemoryStore, RedisStore, SQLiteStore
+from agentguard.testing import FakeClock, capture_events
+
+
+def _ledger(clock: FakeClock | None = None, store: object = None, **budget: object) -> TokenLedger:
+    defaults: dict[str, object] = {"max_output_tokens": None}
+    config = TokenBudgetConfig.model_validate({**defaults, **budget})
+    return TokenLedger(config, store=store or MemoryStore(), clock=clock or FakeClock())  # type: ignore[arg-type]
+
+
+def test_warn_and_continue_warns_at_the_ratio_and_keeps_serving() -> None:
+    """Past warn_ratio: an event and a 'warn' decision; past the limit it still serves."""
+    ledger = _ledger(per_session=100, warn_ratio=0.8)
+    first = ledger.reserve("s", 50)
+    assert first.decision == "ok"
+    ledger.commit(first, 60)
+    with capture_events() as events:
+        res = ledger.reserve("s", 25)
+    assert res.decision == "warn"
+    assert res.budget == "session"
+    assert events.of_type(BudgetWarning)
+    assert ledger.reserve("s", 500).decision == "warn"  # over the limit, still served
+
+
+def test_escalate_policy_signals_a_cheaper_tier() -> None:
+    """Under escalate an exhausted budget marks the reservation 'escalate'."""
+    ledger = _ledger(per_session=100, policy="escalate")
+    ledger.commit(ledger.reserve("s", 90), 90)
+    with capture_events() as events:
+        res = ledger.reserve("s", 20)
+    assert res.decision == "escalate"
+    assert events.of_type(BudgetExhausted)
+
+
+def test_hard_stop_raises_with_the_budget_facts() -> None:
+    """hard_stop refuses with which budget, usage, limit and reset time."""
+    ledger = _ledger(per_session=100, policy="hard_stop")
+    ledger.commit(ledger.reserve("s", 80), 80)
+    with pytest.raises(BudgetExceeded) as info:
+        ledger.reserve("s", 30)
+    error = info.value
+    assert (error.budget, error.used, error.requested, error.limit) == ("session", 80, 30, 100)
+    assert error.resets_at is None  # a session budget does not reset by itself
+    assert ledger.usage("s").session_tokens == 80  # nothing was held for the refused call
+
+
+def test_reservation_includes_the_capped_output() -> None:
+    """The hold is the prompt estimate plus the output cap (lowered to the configured cap)."""
+    ledger = _ledger(max_output_tokens=1000)
+    res = ledger.reserve("s", 200, max_output_tokens=5000)
+    assert (res.prompt_tokens, res.output_tokens, res.tokens) == (200, 1000, 1200)
+    assert ledger.reserve("s", 10, max_output_tokens=50).output_tokens == 50
+
+
+def test_clamp_output_tokens() -> None:
+    """max_tokens and max_completion_tokens are lowered to the cap; a default is added."""
+    assert clamp_output_tokens({"max_tokens": 9000}, 1000) == {"max_tokens": 1000}
+    assert clamp_output_tokens({"max_completion_tokens": 10}, 1000) == {"max_completion_tokens": 10}
+    assert clamp_output_tokens({}, 1000) == {"max_tokens": 1000}
+    assert clamp_output_tokens({}, None) == {}
+
+
+def test_commit_is_idempotent_per_event_id() -> None:
+    """A retried commit with the same event id counts once."""
+    ledger = _ledger()
+    res = ledger.reserve("s", 10)
+    first = ledger.commit(res, 40, event_id="resp-1")
+    second = ledger.commit(res, 40, event_id="resp-1")
+    assert first.counted
+    assert not second.counted
+    assert ledger.usage("s").session_tokens == 40
+
+
+def test_release_gives_the_hold_back() -> None:
+    """A failed call's reservation is released."""
+    ledger = _ledger(per_session=100, policy="hard_stop")
+    res = ledger.reserve("s", 90)
+    assert ledger.release(res)
+    assert ledger.reserve("s", 90).tokens == 90
+
+
+def test_expired_lease_returns_its_tokens() -> None:
+    """A caller that crashed before settling cannot leak budget: its lease ends."""
+    clock = FakeClock()
+    ledger = _ledger(clock, per_session=100, policy="hard_stop", lease_seconds=60)
+    ledger.reserve("s", 90)
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("s", 20)
+    clock.advance(61)
+    assert ledger.reserve("s", 20).tokens == 20
+
+
+def test_cost_from_the_price_table() -> None:
+    """Tokens become money per model; snapshots give tokens and cost."""
+    ledger = _ledger(
+        per_session=None, per_hour=None, prices={"gpt-x": {"input": 2.0, "output": 8.0}}
+    )
+    res = ledger.reserve("s", 1000, model="gpt-x")
+    settlement = ledger.commit(res, Usage(1_000_000, 500_000))
+    assert settlement.cost == pytest.approx(2.0 + 4.0)
+    snap = ledger.usage("s")
+    assert snap.session_cost == pytest.approx(6.0)
+    assert snap.hour_cost == pytest.approx(6.0)
+    quote = ledger.quote("s", 1000, model="gpt-x")
+    assert quote.fits
+    assert quote.cost > 0
+
+
+def test_unknown_model_costs_nothing_but_counts_tokens() -> None:
+    """A model with no price is counted in tokens, at zero cost."""
+    ledger = _ledger()
+    ledger.commit(ledger.reserve("s", 5, model="local"), Usage(10, 5))
+    snap = ledger.usage("s")
+    assert (snap.session_tokens, snap.session_cost) == (15, 0.0)
+
+
+def test_estimates_err_high_and_are_marked() -> None:
+    """Without usage from the server, usage is estimated (about 4 chars a token) and marked."""
+    messages = [{"role": "user", "content": "x" * 400}]
+    assert estimate_tokens(messages) >= 100
+    assert estimate_tokens("漢字漢字") == 4  # one token per non-ASCII character
+    usage = estimate_usage(messages, "y" * 80)
+    assert usage.estimated
+    assert usage.completion_tokens == 20
+
+
+def test_disabled_budget_counts_but_never_refuses() -> None:
+    """enabled: false still accounts usage and cost, and never refuses."""
+    ledger = _ledger(enabled=False, per_session=10, policy="hard_stop")
+    ledger.commit(ledger.reserve("s", 100), 100)
+    assert ledger.reserve("s", 100).decision == "ok"
+    assert ledger.usage("s").session_tokens == 100
+
+
+def test_config_builds_the_store() -> None:
+    """A GuardConfig's storage section selects the store."""
+    ledger = TokenLedger(GuardConfig.from_dict({}, env={}))
+    assert isinstance(ledger.store, MemoryStore)
+
+
+def test_thousand_concurrent_tasks_never_pass_the_cap() -> None:
+    """1,000 asyncio tasks on one ledger: admitted holds never pass the limit, totals exact."""
+    ledger = _ledger(per_session=5_000, policy="hard_stop")
+    granted: list[int] = []
+
+    async def one(i: int) -> None:
+        try:
+            res = await ledger.areserve("s", 7)
+        except BudgetExceeded:
+            return
+        await anyio.sleep(0)
+        await ledger.acommit(res, 7, event_id=f"e{i % 900}")  # 100 duplicate event ids
+        granted.append(i)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for i in range(1000):
+                group.start_soon(one, i)
+
+    anyio.run(main)
+    distinct = {i % 900 for i in granted}
+    assert len(granted) <= 5_000 // 7
+    assert ledger.usage("s").session_tokens == 7 * len(distinct)
+
+
+def test_store_outage_falls_back_and_resyncs(tmp_path: Path) -> None:
+    """A real Redis stops: the ledger serves from local state, says so, and replays on return."""
+    pytest.importorskip("redis")
+    from _stores import running_redis
+
+    clock = FakeClock()
+    with running_redis() as server:
+        store = RedisStore(server.url, key_prefix="outage", timeout=0.5)
+        storage = StorageConfig(backend="redis", url=server.url, retry_seconds=5)
+        config = GuardConfig(
+            token_budget=TokenBudgetConfig(max_output_tokens=None), storage=storage
+        )
+        ledger = TokenLedger(config, store=store, clock=clock)
+        ledger.commit(ledger.reserve("s", 10), 10, event_id="before")
+        server.stop()
+        with capture_events() as events:
+            ledger.commit(ledger.reserve("s", 5), 5, event_id="during")
+        assert events.of_type(StoreFallback)
+        assert ledger.degraded
+        server.start()
+        clock.advance(6)
+        with capture_events() as events:
+            snap = ledger.usage("s")
+        assert events.of_type(StoreRecovered)
+        # the restarted test server kept nothing: only the replayed local commit is there
+        assert snap.session_tokens == 5
+        res = ledger.reserve("s", 5)
+        assert not ledger.commit(res, 5, event_id="during").counted  # replayed exactly once
+        store.close()
+
+
+def test_store_outage_fail_closed_raises(tmp_path: Path) -> None:
+    """With fail_mode: closed an unreachable store raises StoreUnavailable."""
+    pytest.importorskip("redis")
+    from _stores import running_redis
+
+    with running_redis() as server:
+        store = RedisStore(server.url, key_prefix="closed", timeout=0.5)
+        storage = StorageConfig(backend="redis", url=server.url, fail_mode="closed")
+        ledger = TokenLedger(GuardConfig(storage=storage), store=store, clock=FakeClock())
+        server.stop()
+        with pytest.raises(StoreUnavailable):
+            ledger.reserve("s", 5)
+        store.close()
+
+
+@pytest.mark.redis
+def test_every_redis_key_has_a_ttl(redis_server: RedisServer) -> None:
+    """No counter lives for ever: every key the Redis store writes carries an expiry."""
+    import redis
+
+    store = RedisStore(redis_server.url, key_prefix="ttlcheck")
+    ledger = TokenLedger(TokenBudgetConfig(max_output_tokens=None), store=store, clock=FakeClock())
+    ledger.commit(ledger.reserve("s", 10), 10, event_id="e1")
+    ledger.reserve("s", 5)
+    client = redis.Redis(unix_socket_path=redis_server.socket)
+    keys = list(client.scan_iter("ttlcheck*"))
+    assert keys
+    assert all(client.pttl(k) > 0 for k in keys), {k: client.pttl(k) for k in keys}
+    assert len({k.split(b"{")[1].split(b"}")[0] for k in keys if b"{" in k}) == 1  # one hash tag
+    client.close()
+    store.close()
+
+
+def test_sigkill_mid_commit_loses_nothing_committed(tmp_path: Path) -> None:
+    """A process killed while committing on SQLite: what was committed stays, nothing twice."""
+    db = tmp_path / "budget.db"
+    src = Path(__import__("agentguard").__file__).resolve().parent.parent
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(src)!r})
+        from agentguard.budget import TokenLedger
+        from agentguard.config import TokenBudgetConfig
+        from agentguard.storage import SQLiteStore
+        config = TokenBudgetConfig(max_output_tokens=None)
+        ledger = TokenLedger(config, store=SQLiteStore({str(db)!r}))
+        i = 0
+        while True:
+            ledger.commit(ledger.reserve("s", 3), 3, event_id=f"e{{i}}")
+            i += 1
+            if i == 200:
+                print("ready", flush=True)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    store = SQLiteStore(db)
+    ledger = TokenLedger(TokenBudgetConfig(max_output_tokens=None), store=store)
+    committed = ledger.usage("s").session_tokens
+    assert committed >= 600
+    assert committed % 3 == 0  # whole commits only: nothing half-applied
+    # replaying every event id the dead process may have used counts none of them again
+    for i in range(committed // 3):
+        assert not ledger.commit(ledger.reserve("s", 3), 3, event_id=f"e{i}").counted
+    assert ledger.usage("s").session_tokens == committed
+    store.close()
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    """Random reserves, commits (with duplicate ids), releases and time: invariants hold."""
+
+    LIMIT = 1_000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.ledger = _ledger(
+            self.clock, per_session=self.LIMIT, per_hour=None, policy="hard_stop", lease_seconds=30
+        )
+        self.open: list[object] = []
+        self.counted: dict[str, int] = {}
+
+    @rule(tokens=st.integers(min_value=1, max_value=400))
+    def reserve(self, tokens: int) -> None:
+        before = self.ledger.usage("s")
+        try:
+            self.open.append(self.ledger.reserve("s", tokens))
+        except BudgetExceeded:
+            assert before.session_tokens + before.session_reserved + tokens > self.LIMIT
+
+    @precondition(lambda self: self.open)
+    @rule(used=st.integers(min_value=0, max_value=400), event=st.integers(min_value=0, max_value=5))
+    def commit(self, used: int, event: int) -> None:
+        res = self.open.pop()
+        used = min(used, res.tokens)  # type: ignore[attr-defined]
+        settlement = self.ledger.commit(res, used, event_id=f"e{event}")  # type: ignore[arg-type]
+        if settlement.counted:
+            assert f"e{event}" not in self.counted
+            self.counted[f"e{event}"] = used
+
+    @precondition(lambda self: self.open)
+    @rule()
+    def release(self) -> None:
+        self.ledger.release(self.open.pop())  # type: ignore[arg-type]
+
+    @rule(seconds=st.floats(min_value=0, max_value=40))
+    def wait(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @invariant()
+    def within_the_limit_and_exact(self) -> None:
+        snap = self.ledger.usage("s")
+        assert snap.session_tokens == sum(self.counted.values())
+        assert snap.session_tokens + snap.session_reserved <= self.LIMIT
+
+
+TestLedgerMachine = LedgerMachine.TestCase
+TestLedgerMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

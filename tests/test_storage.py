@@ -1,0 +1,266 @@
+"""The store contract: MemoryStore, SQLiteStore and RedisStore (a real server) behave alike."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _stores import RedisServer, run_workers
+from agentguard import BudgetExceeded
+from agentguard._clock import wall
+from agentguard.budget import TokenLedger
+from agentguard.config import StorageConfig, TokenBudgetConfig
+from agentguard.storage import (
+    BudgetSpec,
+    Charge,
+    Hold,
+    MemoryStore,
+    RedisStore,
+    SQLiteStore,
+    Store,
+    store_from_config,
+)
+from agentguard.testing import FakeClock
+
+BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+def _make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "budget.db")
+    server: RedisServer = request.getfixturevalue("redis_server")
+    # a fresh prefix per test: tests never see each other's keys
+    return RedisStore(server.url, key_prefix=f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Each store in turn."""
+    made = _make_store(request.param, tmp_path, request)
+    yield made
+    made.close()
+
+
+def _ledger(store: Store, clock: FakeClock, **budget: object) -> TokenLedger:
+    defaults: dict[str, object] = {"max_output_tokens": None}
+    return TokenLedger(
+        TokenBudgetConfig.model_validate({**defaults, **budget}), store=store, clock=clock
+    )
+
+
+SPEC = BudgetSpec(scope="c", session_limit=100, hour_limit=150, enforce=True)
+
+
+def test_reserve_holds_tokens_against_session_and_hour(store: Store, clock: FakeClock) -> None:
+    """A granted reservation is counted as held in the session and in the window."""
+    state = store.reserve(SPEC, Hold("a", "r1", 40, clock() + 60), clock())
+    assert state.applied
+    assert state.refused is None
+    assert (state.session_held, state.hour_held) == (40, 40)
+    snap = store.snapshot(SPEC, "a", clock())
+    assert (snap.session_tokens, snap.session_held, snap.hour_used) == (0, 40, 40)
+
+
+def test_commit_replaces_the_hold_with_the_real_usage(store: Store, clock: FakeClock) -> None:
+    """After a commit the hold is gone and the used tokens and cost are committed."""
+    store.reserve(SPEC, Hold("a", "r1", 40, clock() + 60), clock())
+    state = store.commit(SPEC, Charge("a", "r1", "e1", 25, 1_000), clock())
+    assert state.applied
+    assert (state.session_tokens, state.session_cost, state.session_held) == (25, 1_000, 0)
+    assert (state.hour_tokens, state.hour_cost, state.hour_held) == (25, 1_000, 0)
+
+
+def test_duplicate_event_counts_once_and_still_drops_its_hold(
+    store: Store, clock: FakeClock
+) -> None:
+    """A second commit of the same event id adds nothing, and frees its own reservation."""
+    store.reserve(SPEC, Hold("a", "r1", 10, clock() + 60), clock())
+    store.reserve(SPEC, Hold("a", "r2", 10, clock() + 60), clock())
+    store.commit(SPEC, Charge("a", "r1", "same", 10, 5), clock())
+    again = store.commit(SPEC, Charge("a", "r2", "same", 10, 5), clock())
+    assert not again.applied
+    assert (again.session_tokens, again.session_cost, again.session_held) == (10, 5, 0)
+
+
+def test_release_frees_a_hold_once(store: Store, clock: FakeClock) -> None:
+    """release gives the tokens back; releasing again reports False."""
+    store.reserve(SPEC, Hold("a", "r1", 40, clock() + 60), clock())
+    assert store.release(SPEC, "r1", clock())
+    assert not store.release(SPEC, "r1", clock())
+    assert store.snapshot(SPEC, "a", clock()).session_used == 0
+
+
+def test_enforced_session_limit_refuses_without_holding(store: Store, clock: FakeClock) -> None:
+    """A reservation that would pass the session limit is refused and holds nothing."""
+    store.reserve(SPEC, Hold("a", "r1", 90, clock() + 60), clock())
+    state = store.reserve(SPEC, Hold("a", "r2", 11, clock() + 60), clock())
+    assert state.refused == "session"
+    assert not state.applied
+    assert store.snapshot(SPEC, "a", clock()).session_held == 90
+    assert store.reserve(SPEC, Hold("a", "r3", 10, clock() + 60), clock()).applied
+
+
+def test_enforced_hour_limit_spans_sessions_and_reports_buckets(
+    store: Store, clock: FakeClock
+) -> None:
+    """The hourly limit counts every session; a refusal lists the live buckets oldest first."""
+    store.commit(SPEC, Charge("a", "-", "e1", 60, 0), clock())
+    clock.advance(120)
+    store.commit(SPEC, Charge("b", "-", "e2", 70, 0), clock())
+    state = store.reserve(SPEC, Hold("c", "r", 30, clock() + 60), clock())
+    assert state.refused == "hour"
+    first, second = SPEC.bucket(clock() - 120), SPEC.bucket(clock())
+    assert state.buckets == ((first, 60), (second, 70))
+
+
+def test_unenforced_spec_grants_past_the_limit(store: Store, clock: FakeClock) -> None:
+    """Without enforcement a reservation is always granted and the state shows the overshoot."""
+    spec = BudgetSpec(scope="c", session_limit=10, enforce=False)
+    state = store.reserve(spec, Hold("a", "r", 50, clock() + 60), clock())
+    assert state.applied
+    assert state.session_used == 50
+
+
+def test_expired_lease_returns_its_tokens(store: Store, clock: FakeClock) -> None:
+    """A reservation nobody settles stops counting when its lease ends."""
+    store.reserve(SPEC, Hold("a", "r1", 90, clock() + 30), clock())
+    clock.advance(29)
+    assert store.snapshot(SPEC, "a", clock()).session_held == 90
+    clock.advance(1)
+    assert store.snapshot(SPEC, "a", clock()).session_held == 0
+    assert not store.release(SPEC, "r1", clock())
+
+
+def test_usage_leaves_the_window_when_its_bucket_expires(store: Store) -> None:
+    """Tokens committed in bucket b count while b is one of the last 60 buckets, then not."""
+    clock = FakeClock(1_699_999_980.0 + 30)  # 30 s into a 60 s bucket (1_699_999_980 = 60 * n)
+    store.commit(SPEC, Charge("a", "-", "e", 50, 7), clock())
+    clock.advance(3599 - 30)  # the window is the last 60 buckets, the current one included
+    assert store.snapshot(SPEC, None, clock()).hour_tokens == 50
+    clock.advance(1)
+    snap = store.snapshot(SPEC, "a", clock())
+    assert (snap.hour_tokens, snap.hour_cost) == (0, 0)
+    assert snap.session_tokens == 50  # the session budget does not roll
+
+
+def test_scopes_and_sessions_are_separate(store: Store, clock: FakeClock) -> None:
+    """Two scopes never share counters; two sessions of a scope share only the window."""
+    other = BudgetSpec(scope="other", session_limit=100, hour_limit=150, enforce=True)
+    store.commit(SPEC, Charge("a", "-", "e", 30, 0), clock())
+    store.commit(SPEC, Charge("b", "-", "f", 20, 0), clock())
+    assert store.snapshot(SPEC, "b", clock()).session_tokens == 20
+    assert store.snapshot(SPEC, "b", clock()).hour_tokens == 50
+    assert store.snapshot(other, "a", clock()).hour_tokens == 0
+
+
+def test_event_ids_are_forgotten_after_their_ttl(store: Store, clock: FakeClock) -> None:
+    """Idempotency keys expire (no store grows for ever); after that an id counts anew."""
+    if isinstance(store, RedisStore):
+        pytest.skip("Redis expires keys on its own clock: test_every_redis_key_has_a_ttl")
+    spec = BudgetSpec(scope="c", event_ttl=100.0)
+    store.commit(spec, Charge("a", "-", "e", 5, 0), clock())
+    clock.advance(99)
+    assert not store.commit(spec, Charge("a", "-", "e", 5, 0), clock()).applied
+    clock.advance(1)
+    assert store.commit(spec, Charge("a", "-", "e", 5, 0), clock()).applied
+
+
+def test_idle_sessions_are_forgotten_after_their_ttl(store: Store, clock: FakeClock) -> None:
+    """A session idle for session_ttl loses its counters (no counter lives for ever)."""
+    if isinstance(store, RedisStore):
+        pytest.skip("Redis expires keys on its own clock: test_every_redis_key_has_a_ttl")
+    spec = BudgetSpec(scope="c", session_ttl=600.0)
+    store.commit(spec, Charge("a", "-", "e", 5, 0), clock())
+    clock.advance(599)
+    assert store.snapshot(spec, "a", clock()).session_tokens == 5
+    clock.advance(2)
+    assert store.snapshot(spec, "a", clock()).session_tokens == 0
+
+
+def test_placing_the_same_reservation_id_again_replaces_it(store: Store, clock: FakeClock) -> None:
+    """A retried reserve with the same id holds once, not twice."""
+    store.reserve(SPEC, Hold("a", "r", 30, clock() + 60), clock())
+    state = store.reserve(SPEC, Hold("a", "r", 40, clock() + 60), clock())
+    assert state.session_held == 40
+
+
+@pytest.mark.anyio
+async def test_async_twins_share_state_with_the_sync_methods(
+    store: Store, clock: FakeClock
+) -> None:
+    """areserve/acommit/arelease/asnapshot act on the same state as their sync twins."""
+    await store.areserve(SPEC, Hold("a", "r1", 30, clock() + 60), clock())
+    store.reserve(SPEC, Hold("a", "r2", 30, clock() + 60), clock())
+    await store.acommit(SPEC, Charge("a", "r1", "e", 20, 3), clock())
+    assert await store.arelease(SPEC, "r2", clock())
+    snap = await store.asnapshot(SPEC, "a", clock())
+    assert (snap.session_tokens, snap.session_cost, snap.session_held) == (20, 3, 0)
+    assert store.snapshot(SPEC, "a", clock()) == snap
+    aclose = getattr(store, "aclose", None)
+    if aclose is not None:  # asyncio clients belong to this test's event loop
+        await aclose()
+
+
+def test_two_ledgers_on_one_store_share_one_budget(store: Store, clock: FakeClock) -> None:
+    """Workers sharing a store see each other's holds at once (no replica lag)."""
+    one = _ledger(store, clock, per_session=100, policy="hard_stop")
+    two = _ledger(store, clock, per_session=100, policy="hard_stop")
+    one.reserve("s", 60)
+    with pytest.raises(BudgetExceeded) as info:
+        two.reserve("s", 41)
+    assert (info.value.budget, info.value.used, info.value.limit) == ("session", 60, 100)
+    assert two.reserve("s", 40).session_used == 100
+
+
+def test_hour_refusal_says_when_the_window_has_room(store: Store) -> None:
+    """BudgetExceeded for the hour carries the time the oldest needed bucket leaves."""
+    clock = FakeClock(1_699_999_980.0)  # on a bucket boundary (60 * n)
+    ledger = _ledger(store, clock, per_session=None, per_hour=100, policy="hard_stop")
+    ledger.commit(ledger.reserve("a", 40), 40)
+    clock.advance(300)
+    ledger.commit(ledger.reserve("b", 40), 40)
+    with pytest.raises(BudgetExceeded) as info:
+        ledger.reserve("c", 50)  # needs the first 40 gone: at 1_699_999_980 + 3600
+    assert info.value.budget == "hour"
+    assert info.value.resets_at == 1_700_003_580.0
+
+
+def test_store_from_config_builds_each_backend(tmp_path: Path, redis_server: RedisServer) -> None:
+    """The storage section names the backend and its options."""
+    assert isinstance(store_from_config(StorageConfig()), MemoryStore)
+    sqlite = store_from_config(StorageConfig(backend="sqlite", path=str(tmp_path / "x.db")))
+    assert isinstance(sqlite, SQLiteStore)
+    sqlite.close()
+    redis = store_from_config(StorageConfig(backend="redis", url=redis_server.url, key_prefix="p"))
+    assert isinstance(redis, RedisStore)
+    assert redis.key_prefix == "p"
+    redis.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def test_eight_processes_never_pass_the_cap_and_count_duplicates_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """8 processes race on one budget, each event id committed by two of them: exact totals."""
+    scope = f"p{uuid.uuid4().hex[:8]}"
+    if kind == "sqlite":
+        where = str(tmp_path / "shared.db")
+        SQLiteStore(where).close()  # create the schema once, as a deployment would
+    else:
+        where = request.getfixturevalue("redis_server").url
+    limit, rounds = 1_001, 60  # 8 x 60 x 7 = 3,360 tokens asked for, 1,001 allowed
+    reports = run_workers(kind, where, scope, workers=8, rounds=rounds, limit=limit)
+    events = {(w // 2, i) for w, report in enumerate(reports) for i in report["granted"]}
+    store: Store = SQLiteStore(where) if kind == "sqlite" else RedisStore(where, key_prefix=scope)
+    spec = BudgetSpec(scope=scope)
+    snap = store.snapshot(spec, "shared", wall())
+    store.close()
+    assert snap.session_tokens == 7 * len(events)  # each distinct event counted exactly once
+    assert snap.session_tokens <= limit
+    assert snap.session_held == 0  # every hold settled: duplicates released theirs too
+    assert sum(r["refused"] for r in reports) > 0  # the cap was actually reached
