@@ -70,6 +70,7 @@ class Classification:
 Classifier = Callable[[BaseException], "Classification | None"]
 
 _TIMEOUT_NAMES = {
+    "TimeoutError",  # also asyncio.TimeoutError, a separate class before Python 3.11
     "TimeoutException",
     "ConnectTimeout",
     "ReadTimeout",
