@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol
 __all__ = [
     "BreakerStateChanged",
     "Emitter",
+    "Escalated",
     "Event",
     "GuardInternalError",
     "Hook",
@@ -195,3 +196,21 @@ class BreakerStateChanged(Event):
     state: str
     failure_rate: float
     retry_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Escalated(Event):
+    """A guarded call moved to another model tier.
+
+    Attributes:
+        from_tier: the tier it left.
+        to_tier: the tier it moved to.
+        reason: the trigger (``server_error``, ``tool_validation_failure``, ``budget`` ...).
+    """
+
+    kind: ClassVar[str] = "escalated"
+    level: ClassVar[int] = logging.WARNING
+
+    from_tier: str
+    to_tier: str
+    reason: str
