@@ -48,6 +48,7 @@ __all__ = [
     "GuardConfig",
     "LoopDetectionConfig",
     "MemoryPressureConfig",
+    "ModelPrice",
     "Section",
     "StorageConfig",
     "TierConfig",
@@ -119,8 +120,18 @@ class ToolValidationConfig(Section):
     )
 
 
+class ModelPrice(Section):
+    """The price of one model, in money per million tokens (any currency, used consistently)."""
+
+    input: float = Field(ge=0.0, description="Price per million input (prompt) tokens.")
+    output: float = Field(ge=0.0, description="Price per million output (completion) tokens.")
+
+
 class TokenBudgetConfig(Section):
-    """``token_budget``: per-session, per-hour and per-request token limits."""
+    """``token_budget``: per-session, per-hour and per-request token limits.
+
+    See ``docs/budgets.md`` for the budget model, the window semantics and the policies.
+    """
 
     enabled: bool = True
     per_session: int | None = Field(
@@ -135,6 +146,52 @@ class TokenBudgetConfig(Section):
         description="When a budget runs out: warn and go on, move to a cheaper tier, or refuse.",
     )
     warn_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Share of a budget that warns.")
+    scope: str = Field(
+        "default",
+        min_length=1,
+        description="Name of the budget; ledgers with the same scope and store share it.",
+    )
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Model name (or name prefix, or '*') to its price per million tokens.",
+    )
+    lease_seconds: float = Field(
+        600.0,
+        gt=0.0,
+        description="Lifetime of a reservation: a caller that crashes frees its tokens after it.",
+    )
+    window_bucket_seconds: int = Field(
+        60,
+        ge=1,
+        le=3600,
+        description="Granularity of the rolling hour (must divide 3600): usage leaves the "
+        "window between 3600 - bucket and 3600 seconds after it was committed.",
+    )
+    session_ttl_seconds: float = Field(
+        7 * 86_400.0,
+        gt=0.0,
+        description="A session's counters are forgotten after this long without activity.",
+    )
+    idempotency_ttl_seconds: float = Field(
+        86_400.0,
+        gt=0.0,
+        description="How long a committed event id is remembered (a re-sent commit counts once).",
+    )
+    chars_per_token: float = Field(
+        4.0,
+        gt=0.0,
+        description="Estimation heuristic when a response has no usage: ASCII characters per "
+        "token (other characters count one token each).",
+    )
+
+    @model_validator(mode="after")
+    def _bucket_divides_the_hour(self) -> TokenBudgetConfig:
+        if 3600 % self.window_bucket_seconds:
+            raise ValueError(
+                f"window_bucket_seconds must divide 3600 (got {self.window_bucket_seconds}); "
+                "e.g. 10, 60 or 300"
+            )
+        return self
 
 
 class StorageConfig(Section):
@@ -146,6 +203,21 @@ class StorageConfig(Section):
     )
     path: str | None = Field(None, description="SQLite database file (backend: sqlite).")
     url: str | None = Field(None, description="Redis URL (backend: redis).")
+    fail_mode: Literal["open", "closed"] = Field(
+        "open",
+        description="When the store cannot be reached: 'open' falls back to local state and "
+        "re-syncs later; 'closed' raises StoreUnavailable.",
+    )
+    retry_seconds: float = Field(
+        5.0, gt=0.0, description="While falling back, how often to try the store again."
+    )
+    busy_timeout_seconds: float = Field(
+        5.0, gt=0.0, description="SQLite: how long to wait for another process's write lock."
+    )
+    key_prefix: str = Field(
+        "agentguard", min_length=1, description="Redis: prefix of every key agentguard writes."
+    )
+    timeout_seconds: float = Field(2.0, gt=0.0, description="Redis: connect and command timeout.")
 
     @model_validator(mode="after")
     def _backend_has_its_location(self) -> StorageConfig:

@@ -19,12 +19,16 @@ from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "BreakerStateChanged",
+    "BudgetExhausted",
+    "BudgetWarning",
     "Emitter",
     "Escalated",
     "Event",
     "GuardInternalError",
     "Hook",
     "MemoryPressureChanged",
+    "StoreFallback",
+    "StoreRecovered",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -214,3 +218,88 @@ class Escalated(Event):
     from_tier: str
     to_tier: str
     reason: str
+
+
+class BudgetWarning(Event):
+    """A token budget passed its warning ratio (emitted once, by the reservation crossing it).
+
+    Attributes:
+        budget: ``"session"`` or ``"hour"``.
+        used: tokens counted against it, this reservation included.
+        limit: the budget's limit.
+        ratio: ``used / limit``.
+    """
+
+    kind: ClassVar[str] = "budget_warning"
+    level: ClassVar[int] = logging.WARNING
+
+    budget: str
+    used: int
+    limit: int
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetExhausted(Event):
+    """A reservation would pass a token budget's limit.
+
+    Under ``hard_stop`` it is emitted for every refused reservation; under the other policies
+    once, by the reservation that crosses the limit.
+
+    Attributes:
+        budget: ``"session"`` or ``"hour"``.
+        used: tokens counted against the budget before this reservation.
+        requested: tokens the reservation asked for.
+        limit: the budget's limit.
+        policy: the policy in force.
+        action: what happens: ``"continue"``, ``"escalate"`` or ``"refuse"``.
+        resets_at: wall-clock time when the budget has room again, or ``None`` (a session
+            budget never resets by itself).
+    """
+
+    kind: ClassVar[str] = "budget_exhausted"
+    level: ClassVar[int] = logging.WARNING
+
+    budget: str
+    used: int
+    requested: int
+    limit: int
+    policy: str
+    action: str
+    resets_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreFallback(Event):
+    """The shared store could not be reached; the ledger serves from local state meanwhile.
+
+    Attributes:
+        store: the store's backend name.
+        error_type: the failure's exception class.
+        message: the failure, redacted.
+    """
+
+    kind: ClassVar[str] = "store_fallback"
+    level: ClassVar[int] = logging.ERROR
+
+    store: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreRecovered(Event):
+    """The shared store is reachable again and the local usage recorded meanwhile is re-synced.
+
+    Attributes:
+        store: the store's backend name.
+        outage_seconds: how long the ledger served from local state.
+        resynced: commits replayed into the store (each counted once, by its event id).
+    """
+
+    kind: ClassVar[str] = "store_recovered"
+    level: ClassVar[int] = logging.WARNING
+
+    store: str
+    outage_seconds: float
+    resynced: int

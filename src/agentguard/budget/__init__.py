@@ -1,0 +1,32 @@
+"""Token budgets: the ``TokenLedger``, its values, prices and usage estimation.
+
+See ``docs/budgets.md`` for the budget model, the window semantics and the policies.
+"""
+
+from __future__ import annotations
+
+from ._estimate import estimate_tokens, estimate_usage
+from ._ledger import (
+    Decision,
+    Quote,
+    Reservation,
+    Settlement,
+    TokenLedger,
+    UsageSnapshot,
+    clamp_output_tokens,
+)
+from ._pricing import Price, PriceTable
+
+__all__ = [
+    "Decision",
+    "Price",
+    "PriceTable",
+    "Quote",
+    "Reservation",
+    "Settlement",
+    "TokenLedger",
+    "UsageSnapshot",
+    "clamp_output_tokens",
+    "estimate_tokens",
+    "estimate_usage",
+]

@@ -1,0 +1,670 @@
+"""``TokenLedger``: reserve before a call, settle after, against shared budgets."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentguard import _clock
+from agentguard._redact import redact
+from agentguard.config import GuardConfig, StorageConfig, TokenBudgetConfig
+from agentguard.events import (
+    BudgetExhausted,
+    BudgetWarning,
+    Emitter,
+    Hook,
+    StoreFallback,
+    StoreRecovered,
+)
+from agentguard.exceptions import BudgetExceeded, StoreUnavailable
+from agentguard.storage import MemoryStore, Store, store_from_config
+from agentguard.storage._base import (
+    NANOS,
+    BudgetSpec,
+    BudgetState,
+    Charge,
+    Hold,
+    window_resets_at,
+)
+from agentguard.types import Clock, Usage
+
+from ._pricing import PriceTable
+
+__all__ = [
+    "Decision",
+    "Quote",
+    "Reservation",
+    "Settlement",
+    "TokenLedger",
+    "UsageSnapshot",
+    "clamp_output_tokens",
+]
+
+#: What the budget policy says about a reservation, in increasing order of concern.
+Decision = Literal["ok", "warn", "escalate"]
+_RANK = {"ok": 0, "warn": 1, "escalate": 2}
+_SPAN = 3600
+_OUTPUT_KEYS = ("max_tokens", "max_completion_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Tokens held for one model call, and the policy's decision about it.
+
+    Attributes:
+        id: unique id; also the default event id of its commit.
+        session: the session charged.
+        tokens: tokens held: ``prompt_tokens + output_tokens``.
+        prompt_tokens: the estimated prompt tokens reserved.
+        output_tokens: the output tokens reserved: send them as the call's ``max_tokens``
+            (see :func:`clamp_output_tokens`); ``0`` when no output limit applies.
+        model: the model the call is priced as, if given.
+        expires_at: wall-clock end of the lease; after it the tokens return to the budget.
+        decision: ``"ok"``, ``"warn"`` (a budget passed its warning ratio, or is exhausted
+            under ``warn_and_continue``) or ``"escalate"`` (exhausted under ``escalate``: move
+            the rest of the session to a cheaper tier).
+        budget: the budget behind a non-``ok`` decision (``"session"`` or ``"hour"``).
+        session_used: session tokens committed and held, this reservation included.
+        session_limit: the session budget, or ``None``.
+        hour_used: rolling-window tokens committed and held, this reservation included.
+        hour_limit: the hourly budget, or ``None``.
+    """
+
+    id: str
+    session: str
+    tokens: int
+    prompt_tokens: int
+    output_tokens: int
+    model: str | None
+    expires_at: float
+    decision: Decision = "ok"
+    budget: str | None = None
+    session_used: int = 0
+    session_limit: int | None = None
+    hour_used: int = 0
+    hour_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The outcome of a commit.
+
+    Attributes:
+        reservation_id: the reservation settled.
+        event_id: the idempotency key the usage was counted under.
+        counted: ``False`` when this event id had been counted before (nothing changed).
+        usage: the usage committed (``usage.estimated`` when it was estimated).
+        cost: its price in the price table's currency.
+        overrun: tokens used beyond the reservation (the estimate was too low); counted, and
+            later reservations see them.
+        session_tokens: the session's committed tokens afterwards.
+        hour_tokens: the rolling window's committed tokens afterwards.
+    """
+
+    reservation_id: str
+    event_id: str
+    counted: bool
+    usage: Usage
+    cost: float
+    overrun: int
+    session_tokens: int
+    hour_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSnapshot:
+    """Tokens and cost of a session and of the rolling hour, at one moment.
+
+    Attributes:
+        session: the session, or ``None`` for the window alone.
+        at: wall-clock time of the snapshot.
+        session_tokens: tokens committed by the session.
+        session_reserved: tokens the session holds in live reservations.
+        session_cost: cost of the session's committed tokens.
+        session_limit: the session budget, or ``None``.
+        hour_tokens: tokens committed in the rolling hour, by every session.
+        hour_reserved: tokens held in live reservations, by every session.
+        hour_cost: cost of the rolling hour's committed tokens.
+        hour_limit: the hourly budget, or ``None``.
+    """
+
+    session: str | None
+    at: float
+    session_tokens: int
+    session_reserved: int
+    session_cost: float
+    session_limit: int | None
+    hour_tokens: int
+    hour_reserved: int
+    hour_cost: float
+    hour_limit: int | None
+
+    @property
+    def session_remaining(self) -> int | None:
+        """Tokens the session may still reserve, or ``None`` without a session budget."""
+        if self.session_limit is None:
+            return None
+        return max(0, self.session_limit - self.session_tokens - self.session_reserved)
+
+    @property
+    def hour_remaining(self) -> int | None:
+        """Tokens the rolling hour still has room for, or ``None`` without an hourly budget."""
+        if self.hour_limit is None:
+            return None
+        return max(0, self.hour_limit - self.hour_tokens - self.hour_reserved)
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """What a further call would cost, and whether the budgets have room for it (nothing held).
+
+    Attributes:
+        tokens: the tokens asked about.
+        cost: their price for the model asked about.
+        fits: whether a reservation of ``tokens`` would pass no limit right now.
+        budget: the first budget it would pass, or ``None``.
+        snapshot: the usage the answer is based on.
+    """
+
+    tokens: int
+    cost: float
+    fits: bool
+    budget: str | None
+    snapshot: UsageSnapshot = field(repr=False)
+
+
+def clamp_output_tokens(
+    request: Mapping[str, Any], cap: int | None, *, default_key: str | None = "max_tokens"
+) -> dict[str, Any]:
+    """A copy of a chat request whose output limit is at most ``cap``.
+
+    ``max_tokens`` and ``max_completion_tokens`` are each lowered to ``cap`` when present and
+    larger. When neither is present, ``default_key`` (if not ``None``) is set to ``cap``, so a
+    model cannot run past the cap by default.
+
+    Args:
+        request: the request's keyword arguments (OpenAI chat format).
+        cap: the output cap (:attr:`Reservation.output_tokens`); ``None`` or ``0`` changes nothing.
+        default_key: the key to add when the request sets no limit.
+    """
+    out = dict(request)
+    if not cap:
+        return out
+    present = False
+    for key in _OUTPUT_KEYS:
+        value = out.get(key)
+        if value is not None:
+            present = True
+            if value > cap:
+                out[key] = cap
+    if not present and default_key is not None:
+        out[default_key] = cap
+    return out
+
+
+@dataclass
+class _Outage:
+    """The ledger's state while its store is unreachable."""
+
+    since: float
+    retry_at: float
+    local: MemoryStore = field(default_factory=MemoryStore)
+    # Commits served locally, replayed into the store when it returns (idempotent by event id),
+    # each with the time it happened so it lands in the right window bucket.
+    pending: list[tuple[Charge, float]] = field(default_factory=list)
+
+
+class TokenLedger:
+    """Token budgets: reserve before a model call, commit the real usage after.
+
+    Three budgets apply to every reservation: the per-request output cap (the reservation's
+    ``output_tokens``), the session budget and the rolling hourly budget across all sessions of
+    the scope. ``reserve`` checks and holds atomically in the store, so concurrent calls (threads,
+    tasks, processes, hosts sharing the store) can never be admitted past a limit together.
+    ``commit`` replaces the hold by the real usage, once per event id; ``release`` gives the hold
+    back; a hold nobody settles returns by itself when its lease ends.
+
+    What happens when a budget runs out depends on the policy: ``warn_and_continue`` marks the
+    reservation ``"warn"``, ``escalate`` marks it ``"escalate"`` (the pipeline moves the rest of
+    the session to a cheaper tier), ``hard_stop`` refuses with :class:`~agentguard.BudgetExceeded`.
+    Every policy warns (event and ``"warn"``) when a budget passes ``warn_ratio``. A disabled
+    ``token_budget`` still counts usage and cost but never warns or refuses.
+
+    If the store cannot be reached, the ledger falls back to local state (event
+    :class:`~agentguard.events.StoreFallback`), keeps serving, retries every
+    ``storage.retry_seconds`` and replays the commits it served locally when the store returns
+    (:class:`~agentguard.events.StoreRecovered`). With ``storage.fail_mode: closed`` it raises
+    :class:`~agentguard.StoreUnavailable` instead.
+
+    Args:
+        config: a :class:`~agentguard.GuardConfig` (its ``token_budget`` and ``storage``
+            sections) or a :class:`~agentguard.config.TokenBudgetConfig`; ``None``: defaults.
+        store: where the state lives; default: the one ``storage`` names (memory by default).
+        clock: wall-clock seconds since the epoch (state is shared across processes).
+        hooks: receive this ledger's events.
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | TokenBudgetConfig | None = None,
+        *,
+        store: Store | None = None,
+        clock: Clock = _clock.wall,
+        hooks: Iterable[Hook] | None = None,
+    ) -> None:
+        if isinstance(config, GuardConfig):
+            budget, storage = config.token_budget, config.storage
+        else:
+            budget, storage = config or TokenBudgetConfig(), StorageConfig()
+        self.config = budget
+        self.storage_config = storage
+        self.store: Store = store if store is not None else store_from_config(storage)
+        self.prices = PriceTable(budget.prices)
+        self._clock = clock
+        self._emitter = Emitter(hooks)
+        self._spec = BudgetSpec(
+            scope=budget.scope,
+            session_limit=budget.per_session if budget.enabled else None,
+            hour_limit=budget.per_hour if budget.enabled else None,
+            enforce=budget.enabled and budget.policy == "hard_stop",
+            bucket_seconds=budget.window_bucket_seconds,
+            span_seconds=_SPAN,
+            session_ttl=budget.session_ttl_seconds,
+            event_ttl=budget.idempotency_ttl_seconds,
+        )
+        self._cap = budget.max_output_tokens if budget.enabled else None
+        self._lease = budget.lease_seconds
+        # Reservation ids: a random per-ledger prefix and a counter — unique across processes
+        # and hosts, and far cheaper than a uuid4 per call.
+        self._ids = itertools.count(1)
+        self._id_prefix = secrets.token_hex(8) + "-"
+        self._outage: _Outage | None = None
+
+    # -- public API -----------------------------------------------------------------------
+
+    @property
+    def spec(self) -> BudgetSpec:
+        """What the store is told about this budget (limits, window, retention)."""
+        return self._spec
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the ledger is serving from local state because its store is unreachable."""
+        return self._outage is not None
+
+    def output_cap(self, requested: int | None = None) -> int | None:
+        """The output tokens a request may use: ``requested`` lowered to the per-request cap.
+
+        ``None`` when neither the request nor the configuration limits the output.
+        """
+        cap = self._cap
+        if requested is None:
+            return cap
+        if requested < 0:
+            raise ValueError(f"max output tokens must not be negative (got {requested})")
+        return requested if cap is None else min(requested, cap)
+
+    def reserve(
+        self,
+        session: str,
+        estimated_tokens: int,
+        *,
+        max_output_tokens: int | None = None,
+        model: str | None = None,
+    ) -> Reservation:
+        """Check the budgets and hold the tokens of one call, atomically.
+
+        Holds ``estimated_tokens`` (the prompt) plus the output cap: ``max_output_tokens``
+        lowered to the configured ``max_output_tokens`` (or the latter alone).
+
+        Args:
+            session: the session to charge.
+            estimated_tokens: estimated prompt tokens (see :func:`estimate_tokens`).
+            max_output_tokens: the output limit the request asks for, if any.
+            model: the model, for pricing the commit.
+
+        Returns:
+            The reservation, carrying the policy's decision.
+
+        Raises:
+            BudgetExceeded: under ``hard_stop``, when the tokens would pass a limit.
+            StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
+        """
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens)
+        state = self._run("reserve", now, hold)
+        return self._admit(hold, estimated_tokens, model, now, state)
+
+    async def areserve(
+        self,
+        session: str,
+        estimated_tokens: int,
+        *,
+        max_output_tokens: int | None = None,
+        model: str | None = None,
+    ) -> Reservation:
+        """Async twin of :meth:`reserve`."""
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens)
+        state = await self._arun("reserve", now, hold)
+        return self._admit(hold, estimated_tokens, model, now, state)
+
+    def commit(
+        self, reservation: Reservation, usage: int | Usage, event_id: str | None = None
+    ) -> Settlement:
+        """Count the real usage of a call and release the rest of its reservation.
+
+        Idempotent per ``event_id`` (default: the reservation's id): committing the same event
+        again, from this or any other worker, counts nothing more.
+
+        Args:
+            reservation: what :meth:`reserve` returned.
+            usage: the call's :class:`~agentguard.Usage`, or its total tokens (split into
+                prompt and output as the reservation estimated, for pricing).
+            event_id: the idempotency key, e.g. the response id.
+
+        Raises:
+            StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
+        """
+        charge, used, now = self._charge(reservation, usage, event_id)
+        state = self._run("commit", now, charge)
+        return self._settled(reservation, charge, used, state)
+
+    async def acommit(
+        self, reservation: Reservation, usage: int | Usage, event_id: str | None = None
+    ) -> Settlement:
+        """Async twin of :meth:`commit`."""
+        charge, used, now = self._charge(reservation, usage, event_id)
+        state = await self._arun("commit", now, charge)
+        return self._settled(reservation, charge, used, state)
+
+    def release(self, reservation: Reservation) -> bool:
+        """Give back a reservation whose call failed; ``False`` if it was no longer held."""
+        now = self._clock()
+        return bool(self._run("release", now, reservation.id))
+
+    async def arelease(self, reservation: Reservation) -> bool:
+        """Async twin of :meth:`release`."""
+        now = self._clock()
+        return bool(await self._arun("release", now, reservation.id))
+
+    def usage(self, session: str | None = None) -> UsageSnapshot:
+        """Tokens and cost of ``session`` (if given) and of the rolling hour."""
+        now = self._clock()
+        return self._snapshot(session, now, self._run("snapshot", now, session))
+
+    async def ausage(self, session: str | None = None) -> UsageSnapshot:
+        """Async twin of :meth:`usage`."""
+        now = self._clock()
+        return self._snapshot(session, now, await self._arun("snapshot", now, session))
+
+    def quote(
+        self,
+        session: str,
+        prompt_tokens: int,
+        completion_tokens: int = 0,
+        *,
+        model: str | None = None,
+    ) -> Quote:
+        """What a call of this size would cost on ``model``, and whether it fits now.
+
+        Nothing is held: use it to show the price of a retry or a failover before choosing it.
+        """
+        return self._quote(prompt_tokens, completion_tokens, model, self.usage(session))
+
+    async def aquote(
+        self,
+        session: str,
+        prompt_tokens: int,
+        completion_tokens: int = 0,
+        *,
+        model: str | None = None,
+    ) -> Quote:
+        """Async twin of :meth:`quote`."""
+        snap = await self.ausage(session)
+        return self._quote(prompt_tokens, completion_tokens, model, snap)
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    # -- decisions (pure) -----------------------------------------------------------------
+
+    def _hold(
+        self, session: str, estimated_tokens: int, max_output_tokens: int | None
+    ) -> tuple[Hold, float]:
+        if estimated_tokens < 0:
+            raise ValueError(f"estimated_tokens must not be negative (got {estimated_tokens})")
+        output = self.output_cap(max_output_tokens) or 0
+        now = self._clock()
+        rid = f"{self._id_prefix}{next(self._ids)}"
+        return Hold(session, rid, estimated_tokens + output, now + self._lease), now
+
+    def _admit(
+        self, hold: Hold, prompt: int, model: str | None, now: float, state: BudgetState
+    ) -> Reservation:
+        spec = self._spec
+        session, tokens = hold.session, hold.tokens
+        if state.refused is not None:
+            self._refuse(session, tokens, now, state)
+        decision: Decision = "ok"
+        budget = None
+        policy = self.config.policy
+        warn_ratio = self.config.warn_ratio
+        for name, limit, after in (
+            ("session", spec.session_limit, state.session_used),
+            ("hour", spec.hour_limit, state.hour_used),
+        ):
+            if limit is None:
+                continue
+            before = after - tokens
+            if after > limit:
+                verdict: Decision = "escalate" if policy == "escalate" else "warn"
+                if before <= limit:  # this reservation crosses the limit: say so once
+                    self._emitter.emit(
+                        BudgetExhausted(
+                            session=session,
+                            budget=name,
+                            used=before,
+                            requested=tokens,
+                            limit=limit,
+                            policy=policy,
+                            action="escalate" if verdict == "escalate" else "continue",
+                        )
+                    )
+            elif after >= warn_ratio * limit:
+                verdict = "warn"
+                if before < warn_ratio * limit:  # this reservation crosses the warning line
+                    self._emitter.emit(
+                        BudgetWarning(
+                            session=session,
+                            budget=name,
+                            used=after,
+                            limit=limit,
+                            ratio=after / limit,
+                        )
+                    )
+            else:
+                continue
+            if _RANK[verdict] > _RANK[decision]:
+                decision, budget = verdict, name
+        return Reservation(
+            hold.id,
+            session,
+            tokens,
+            prompt,
+            tokens - prompt,
+            model,
+            hold.expires_at,
+            decision,
+            budget,
+            state.session_used,
+            spec.session_limit,
+            state.hour_used,
+            spec.hour_limit,
+        )
+
+    def _refuse(self, session: str, tokens: int, now: float, state: BudgetState) -> None:
+        spec = self._spec
+        if state.refused == "session":
+            assert spec.session_limit is not None
+            budget, used, limit, resets = "session", state.session_used, spec.session_limit, None
+        else:
+            assert spec.hour_limit is not None
+            budget, used, limit = "hour", state.hour_used, spec.hour_limit
+            resets = window_resets_at(spec, state, tokens, now)
+        self._emitter.emit(
+            BudgetExhausted(
+                session=session,
+                budget=budget,
+                used=used,
+                requested=tokens,
+                limit=limit,
+                policy=self.config.policy,
+                action="refuse",
+                resets_at=resets,
+            )
+        )
+        raise BudgetExceeded(
+            budget=budget,
+            used=used,
+            requested=tokens,
+            limit=limit,
+            resets_at=resets,
+            session=session,
+        )
+
+    def _charge(
+        self, reservation: Reservation, usage: int | Usage, event_id: str | None
+    ) -> tuple[Charge, Usage, float]:
+        if isinstance(usage, Usage):
+            used = usage
+        else:
+            if usage < 0:
+                raise ValueError(f"usage must not be negative (got {usage})")
+            # a bare total is split as the reservation estimated it, so it is priced sensibly
+            prompt = min(usage, reservation.prompt_tokens)
+            used = Usage(prompt, usage - prompt)
+        cost = self.prices.nanos(reservation.model, used.prompt_tokens, used.completion_tokens)
+        charge = Charge(
+            reservation.session,
+            reservation.id,
+            event_id or reservation.id,
+            used.total_tokens,
+            cost,
+        )
+        return charge, used, self._clock()
+
+    def _settled(
+        self, reservation: Reservation, charge: Charge, used: Usage, state: BudgetState
+    ) -> Settlement:
+        return Settlement(
+            reservation.id,
+            charge.event_id,
+            state.applied,
+            used,
+            charge.cost / NANOS,
+            max(0, charge.tokens - reservation.tokens),
+            state.session_tokens,
+            state.hour_tokens,
+        )
+
+    def _snapshot(self, session: str | None, now: float, state: BudgetState) -> UsageSnapshot:
+        spec = self._spec
+        return UsageSnapshot(
+            session,
+            now,
+            state.session_tokens,
+            state.session_held,
+            state.session_cost / NANOS,
+            spec.session_limit,
+            state.hour_tokens,
+            state.hour_held,
+            state.hour_cost / NANOS,
+            spec.hour_limit,
+        )
+
+    def _quote(
+        self, prompt_tokens: int, completion_tokens: int, model: str | None, snap: UsageSnapshot
+    ) -> Quote:
+        tokens = prompt_tokens + completion_tokens
+        cost = self.prices.cost(model, prompt_tokens, completion_tokens)
+        budget = None
+        if snap.session_remaining is not None and tokens > snap.session_remaining:
+            budget = "session"
+        elif snap.hour_remaining is not None and tokens > snap.hour_remaining:
+            budget = "hour"
+        return Quote(tokens, cost, budget is None, budget, snap)
+
+    # -- driving the store, with fallback -------------------------------------------------
+
+    def _run(self, op: str, now: float, arg: Any) -> Any:
+        """Run ``op`` on the store, or on local state while the store is unreachable."""
+        outage = self._outage
+        if outage is not None:
+            if now < outage.retry_at:
+                return self._local(outage, op, arg, now)
+            try:
+                for charge, at in outage.pending:
+                    self.store.commit(self._spec, charge, at)
+                if not outage.pending:
+                    self.store.snapshot(self._spec, None, now)  # a probe
+            except StoreUnavailable:
+                outage.retry_at = now + self.storage_config.retry_seconds
+                return self._local(outage, op, arg, now)
+            self._recovered(outage, now)
+        try:
+            return getattr(self.store, op)(self._spec, arg, now)
+        except StoreUnavailable as exc:
+            return self._local(self._fall_back(exc, now), op, arg, now)
+
+    async def _arun(self, op: str, now: float, arg: Any) -> Any:
+        """Async twin of :meth:`_run`."""
+        outage = self._outage
+        if outage is not None:
+            if now < outage.retry_at:
+                return self._local(outage, op, arg, now)
+            try:
+                for charge, at in outage.pending:
+                    await self.store.acommit(self._spec, charge, at)
+                if not outage.pending:
+                    await self.store.asnapshot(self._spec, None, now)  # a probe
+            except StoreUnavailable:
+                outage.retry_at = now + self.storage_config.retry_seconds
+                return self._local(outage, op, arg, now)
+            self._recovered(outage, now)
+        try:
+            return await getattr(self.store, "a" + op)(self._spec, arg, now)
+        except StoreUnavailable as exc:
+            return self._local(self._fall_back(exc, now), op, arg, now)
+
+    def _local(self, outage: _Outage, op: str, arg: Any, now: float) -> Any:
+        result = getattr(outage.local, op)(self._spec, arg, now)
+        if op == "commit" and result.applied:
+            outage.pending.append((arg, now))
+        return result
+
+    def _fall_back(self, exc: StoreUnavailable, now: float) -> _Outage:
+        if self.storage_config.fail_mode == "closed":
+            raise exc
+        self._emitter.emit(
+            StoreFallback(
+                store=self.store.name, error_type=type(exc).__name__, message=redact(str(exc))
+            )
+        )
+        self._outage = _Outage(since=now, retry_at=now + self.storage_config.retry_seconds)
+        return self._outage
+
+    def _recovered(self, outage: _Outage, now: float) -> None:
+        self._outage = None
+        self._emitter.emit(
+            StoreRecovered(
+                store=self.store.name,
+                outage_seconds=max(0.0, now - outage.since),
+                resynced=len(outage.pending),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return f"TokenLedger(scope={self._spec.scope!r}, store={self.store!r})"

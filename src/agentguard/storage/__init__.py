@@ -1,0 +1,44 @@
+"""Where shared state lives: the ``Store`` protocol and its three implementations.
+
+- :class:`MemoryStore` — the default, one process.
+- :class:`SQLiteStore` — one host, many processes, survives restarts.
+- :class:`RedisStore` — a fleet of workers on many hosts (needs ``agentguard[redis]``).
+
+:func:`store_from_config` builds the one a :class:`~agentguard.config.StorageConfig` names.
+"""
+
+from __future__ import annotations
+
+from agentguard.config import StorageConfig
+
+from ._base import NANOS, BudgetSpec, BudgetState, Store, SyncBackedStore
+from .memory import MemoryStore
+from .redis import RedisStore
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "NANOS",
+    "BudgetSpec",
+    "BudgetState",
+    "MemoryStore",
+    "RedisStore",
+    "SQLiteStore",
+    "Store",
+    "SyncBackedStore",
+    "store_from_config",
+]
+
+
+def store_from_config(config: StorageConfig) -> Store:
+    """The store a ``storage`` configuration section describes.
+
+    Raises:
+        StoreUnavailable: the SQLite file cannot be opened.
+        ImportError: ``backend: redis`` without the ``redis`` package installed.
+    """
+    if config.backend == "sqlite":
+        assert config.path is not None  # the config validator guarantees it
+        return SQLiteStore(config.path, busy_timeout=config.busy_timeout_seconds)
+    if config.backend == "redis":
+        return RedisStore(config.url, key_prefix=config.key_prefix, timeout=config.timeout_seconds)
+    return MemoryStore()

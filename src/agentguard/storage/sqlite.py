@@ -1,0 +1,236 @@
+"""``SQLiteStore``: budget state in one file, shared by the processes of one host."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import anyio.to_thread
+
+from agentguard.exceptions import StoreError, StoreUnavailable
+
+from ._base import BudgetSpec, BudgetState, Charge, Hold, SyncBackedStore, refusal
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+T = TypeVar("T")
+
+#: The schema this code writes; kept in the file's ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+
+# Each entry migrates from version (index) to version (index + 1).
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sessions (
+        scope TEXT NOT NULL, session TEXT NOT NULL,
+        tokens INTEGER NOT NULL, cost INTEGER NOT NULL, seen REAL NOT NULL,
+        PRIMARY KEY (scope, session)) WITHOUT ROWID;
+    CREATE INDEX sessions_seen ON sessions (scope, seen);
+    CREATE TABLE buckets (
+        scope TEXT NOT NULL, bucket INTEGER NOT NULL,
+        tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
+        PRIMARY KEY (scope, bucket)) WITHOUT ROWID;
+    CREATE TABLE reservations (
+        scope TEXT NOT NULL, id TEXT NOT NULL, session TEXT NOT NULL,
+        tokens INTEGER NOT NULL, expires_at REAL NOT NULL,
+        PRIMARY KEY (scope, id)) WITHOUT ROWID;
+    CREATE INDEX reservations_expiry ON reservations (scope, expires_at);
+    CREATE INDEX reservations_session ON reservations (scope, session);
+    CREATE TABLE events (
+        scope TEXT NOT NULL, id TEXT NOT NULL, expires_at REAL NOT NULL,
+        PRIMARY KEY (scope, id)) WITHOUT ROWID;
+    CREATE INDEX events_expiry ON events (scope, expires_at);
+    """,
+)
+
+_STATE = """
+SELECT
+    COALESCE((SELECT tokens FROM sessions WHERE scope = :scope AND session = :session), 0),
+    COALESCE((SELECT cost FROM sessions WHERE scope = :scope AND session = :session), 0),
+    (SELECT COALESCE(SUM(tokens), 0) FROM reservations WHERE scope = :scope AND session = :session),
+    (SELECT COALESCE(SUM(tokens), 0) FROM buckets WHERE scope = :scope AND bucket >= :first),
+    (SELECT COALESCE(SUM(cost), 0) FROM buckets WHERE scope = :scope AND bucket >= :first),
+    (SELECT COALESCE(SUM(tokens), 0) FROM reservations WHERE scope = :scope)
+"""
+
+
+class SQLiteStore(SyncBackedStore):
+    """Budget state in a SQLite file: one host, many processes, survives restarts.
+
+    Every operation is one ``BEGIN IMMEDIATE`` transaction, so the check and the reservation
+    happen under the file's write lock and concurrent processes are serialised by SQLite itself.
+    The file runs in WAL mode (readers never block the writer) with ``synchronous=NORMAL``: a
+    process that dies (even by SIGKILL) loses nothing committed; a power cut may lose the last
+    few commits but never corrupts the file. The schema is versioned (``PRAGMA user_version``)
+    and created on first use.
+
+    Open one store per process (after any ``fork``); within a process it is thread-safe.
+
+    Args:
+        path: the database file (created if missing).
+        busy_timeout: seconds to wait for another process's write lock before
+            :class:`~agentguard.StoreUnavailable`.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+        with self._transaction() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"SQLite store {self.path!r} has schema version {version}, newer than this "
+                    f"agentguard understands ({SCHEMA_VERSION}); upgrade agentguard"
+                )
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
+                    raise StoreUnavailable(f"SQLite store {self.path!r}: {exc}") from exc
+                raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+
+    @staticmethod
+    def _expire(db: sqlite3.Connection, spec: BudgetSpec, now: float) -> None:
+        scope = spec.scope
+        db.execute("DELETE FROM reservations WHERE scope = ? AND expires_at <= ?", (scope, now))
+        db.execute(
+            "DELETE FROM buckets WHERE scope = ? AND bucket < ?", (scope, spec.first_live(now))
+        )
+        db.execute("DELETE FROM events WHERE scope = ? AND expires_at <= ?", (scope, now))
+        db.execute(
+            "DELETE FROM sessions WHERE scope = ? AND seen <= ?", (scope, now - spec.session_ttl)
+        )
+
+    @staticmethod
+    def _state(
+        db: sqlite3.Connection,
+        spec: BudgetSpec,
+        session: str | None,
+        now: float,
+        *,
+        refused: str | None = None,
+        applied: bool = True,
+    ) -> BudgetState:
+        row = db.execute(
+            _STATE, {"scope": spec.scope, "session": session, "first": spec.first_live(now)}
+        ).fetchone()
+        buckets: tuple[tuple[int, int], ...] = ()
+        if refused == "hour":
+            buckets = tuple(
+                db.execute(
+                    "SELECT bucket, tokens FROM buckets WHERE scope = ? AND bucket >= ? "
+                    "ORDER BY bucket",
+                    (spec.scope, spec.first_live(now)),
+                ).fetchall()
+            )
+        t, c, held, hour_t, hour_c, hour_held = row
+        return BudgetState(t, c, held, hour_t, hour_c, hour_held, refused, applied, buckets)
+
+    def reserve(self, spec: BudgetSpec, hold: Hold, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.reserve`."""
+        with self._transaction() as db:
+            self._expire(db, spec, now)
+            db.execute("DELETE FROM reservations WHERE scope = ? AND id = ?", (spec.scope, hold.id))
+            state = self._state(db, spec, hold.session, now)
+            refused = refusal(spec, state.session_used, state.hour_used, hold.tokens)
+            if refused is not None:
+                return self._state(db, spec, hold.session, now, refused=refused, applied=False)
+            db.execute(
+                "INSERT INTO reservations VALUES (?, ?, ?, ?, ?)",
+                (spec.scope, hold.id, hold.session, hold.tokens, hold.expires_at),
+            )
+            db.execute(
+                "INSERT INTO sessions VALUES (?, ?, 0, 0, ?) "
+                "ON CONFLICT (scope, session) DO UPDATE SET seen = MAX(seen, excluded.seen)",
+                (spec.scope, hold.session, now),
+            )
+            return self._state(db, spec, hold.session, now)
+
+    def commit(self, spec: BudgetSpec, charge: Charge, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.commit`."""
+        with self._transaction() as db:
+            self._expire(db, spec, now)
+            db.execute(
+                "DELETE FROM reservations WHERE scope = ? AND id = ?",
+                (spec.scope, charge.reservation_id),
+            )
+            new = db.execute(
+                "INSERT INTO events VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (spec.scope, charge.event_id, now + spec.event_ttl),
+            ).rowcount
+            if new:
+                db.execute(
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (scope, session) DO UPDATE SET tokens = tokens + excluded.tokens, "
+                    "cost = cost + excluded.cost, seen = MAX(seen, excluded.seen)",
+                    (spec.scope, charge.session, charge.tokens, charge.cost, now),
+                )
+                # (a late re-sync may add a bucket already out of the window: the next
+                # operation's expiry drops it, exactly as if it had been counted in time)
+                db.execute(
+                    "INSERT INTO buckets VALUES (?, ?, ?, ?) ON CONFLICT (scope, bucket) "
+                    "DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
+                    (spec.scope, spec.bucket(now), charge.tokens, charge.cost),
+                )
+            return self._state(db, spec, charge.session, now, applied=bool(new))
+
+    def release(self, spec: BudgetSpec, reservation_id: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.release`."""
+        with self._transaction() as db:
+            self._expire(db, spec, now)
+            gone = db.execute(
+                "DELETE FROM reservations WHERE scope = ? AND id = ?", (spec.scope, reservation_id)
+            ).rowcount
+            return bool(gone)
+
+    def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.snapshot`."""
+        with self._transaction() as db:
+            self._expire(db, spec, now)
+            return self._state(db, spec, session, now)
+
+    async def _offload(self, fn: Callable[..., T], *args: object) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
