@@ -93,14 +93,85 @@ class LoopDetectionConfig(Section):
     break_at: int = Field(
         30, ge=1, description="Identical calls before the call is refused (BREAK)."
     )
+    # Identical call AND identical result is much stronger evidence than an identical call alone
+    # (a poll may legitimately repeat; re-asking for an answer already seen twice is not), so
+    # the no-progress ladder acts long before warn_at/critical_at/break_at.
+    no_progress_warn_at: int = Field(
+        3, ge=2, description="Attempts of one call whose result has not changed before WARNING."
+    )
+    no_progress_critical_at: int = Field(
+        5, ge=2, description="Attempts of one call with an unchanged result before CRITICAL."
+    )
+    no_progress_break_at: int = Field(
+        7, ge=2, description="Attempts of one call with an unchanged result before BREAK."
+    )
+    error_warn_at: int = Field(
+        3, ge=2, description="Attempts of one call after consecutive failures before WARNING."
+    )
+    error_critical_at: int = Field(
+        4, ge=2, description="Attempts of one call after consecutive failures before CRITICAL."
+    )
+    error_break_at: int = Field(
+        5, ge=2, description="Attempts of one call after consecutive failures before BREAK."
+    )
+    unknown_tool_warn_at: int = Field(
+        2, ge=1, description="Calls to one unknown tool name before WARNING."
+    )
+    unknown_tool_critical_at: int = Field(
+        3, ge=1, description="Calls to one unknown tool name before CRITICAL."
+    )
+    unknown_tool_break_at: int = Field(
+        4, ge=1, description="Calls to one unknown tool name before BREAK."
+    )
+    cycle_max_period: int = Field(
+        4, ge=2, le=8, description="Longest call cycle (A-B-...-A) detected; 2 is ping-pong."
+    )
+    cycle_warn_at: int = Field(
+        3, ge=2, description="Full repetitions of a call cycle with stable results before WARNING."
+    )
+    cycle_critical_at: int = Field(
+        4, ge=2, description="Full repetitions of a call cycle before CRITICAL."
+    )
+    cycle_break_at: int = Field(
+        5, ge=2, description="Full repetitions of a call cycle before BREAK."
+    )
+    near_duplicate_threshold: float = Field(
+        0.85,
+        gt=0.0,
+        le=1.0,
+        description="Argument similarity (0-1) at which two calls of one tool are near-duplicates.",
+    )
+    near_duplicate_min_result_chars: int = Field(
+        16,
+        ge=0,
+        description="Shorter results (acknowledgements like 'ok') never make near-duplicates.",
+    )
+    global_warn_at: int = Field(
+        10, ge=1, description="No-progress outcomes among the last tool_window before WARNING."
+    )
+    global_critical_at: int = Field(
+        15, ge=1, description="No-progress outcomes among the last tool_window before CRITICAL."
+    )
+    global_break_at: int = Field(
+        20, ge=1, description="No-progress outcomes among the last tool_window before BREAK."
+    )
+    degenerate_min_repeats: int = Field(
+        5,
+        ge=2,
+        description="Repeats of one line or chunk inside one output before WARNING "
+        "(x2 CRITICAL, x4 BREAK).",
+    )
 
     @model_validator(mode="after")
     def _ladder_is_ordered(self) -> LoopDetectionConfig:
-        if not self.warn_at <= self.critical_at <= self.break_at:
-            raise ValueError(
-                f"thresholds must satisfy warn_at <= critical_at <= break_at "
-                f"(got {self.warn_at}, {self.critical_at}, {self.break_at})"
-            )
+        for prefix in ("", "no_progress_", "error_", "unknown_tool_", "cycle_", "global_"):
+            levels = ("warn_at", "critical_at", "break_at")
+            warn, critical, brk = (getattr(self, f"{prefix}{level}") for level in levels)
+            if not warn <= critical <= brk:
+                raise ValueError(
+                    f"thresholds must satisfy {prefix}warn_at <= {prefix}critical_at <= "
+                    f"{prefix}break_at (got {warn}, {critical}, {brk})"
+                )
         return self
 
 

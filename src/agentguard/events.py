@@ -26,6 +26,7 @@ __all__ = [
     "Event",
     "GuardInternalError",
     "Hook",
+    "LoopFlagged",
     "MemoryPressureChanged",
     "StoreFallback",
     "StoreRecovered",
@@ -303,3 +304,24 @@ class StoreRecovered(Event):
     store: str
     outage_seconds: float
     resynced: int
+
+
+class LoopFlagged(Event):
+    """The LoopDetector judged a tool call, tool result or text above ``OK``.
+
+    Attributes:
+        detector: which detector fired (``"poll_no_progress"``, ``"cycle"`` ...).
+        severity: ``"warning"``, ``"critical"`` or ``"break"``.
+        count: the repetition count the severity was judged on.
+        tool: the tool name, or ``None`` for text detectors.
+        message: the hint shown to the model (built from tool names and counts only).
+    """
+
+    kind: ClassVar[str] = "loop_flagged"
+    level: ClassVar[int] = logging.WARNING
+
+    detector: str
+    severity: str
+    count: int
+    tool: str | None = None
+    message: str = ""

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from agentguard import __version__
 
-from . import _config
+from . import _config, _scan
 
 __all__ = ["main"]
 
-_COMMANDS = (_config,)
+_COMMANDS = (_scan, _config)
 
 
 def build_parser() -> argparse.ArgumentParser:

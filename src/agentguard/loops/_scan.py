@@ -1,0 +1,123 @@
+"""Offline scanning: run the LoopDetector over OpenAI-format transcripts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentguard.config import GuardConfig, LoopDetectionConfig
+from agentguard.types import Message, Severity
+
+from ._detector import LoopDetector
+
+__all__ = ["Finding", "TranscriptScanner", "scan_transcript"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A loop found in a transcript.
+
+    Attributes:
+        index: the 0-based index of the message where the severity was reached.
+        severity: the severity reached.
+        detector: the detector that fired.
+        count: the repetition count behind the severity.
+        message: the hint the guard would have shown the model.
+        tool: the tool concerned, ``None`` for text findings.
+    """
+
+    index: int
+    severity: Severity
+    detector: str
+    count: int
+    message: str
+    tool: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as plain JSON-ready data."""
+        return {
+            "index": self.index,
+            "severity": str(self.severity),
+            "detector": self.detector,
+            "count": self.count,
+            "tool": self.tool,
+            "message": self.message,
+        }
+
+
+class TranscriptScanner:
+    """Feeds one transcript to a :class:`LoopDetector` message by message.
+
+    A finding is reported when the severity for a subject (a tool, or the assistant's text)
+    rises, not again on every message of a continuing loop; once the subject is judged OK again,
+    a new loop is reported afresh. Feed only new messages: state is the detector's, O(window).
+
+    Args:
+        config: as for :class:`LoopDetector`.
+        tools: as for :class:`LoopDetector`.
+    """
+
+    __slots__ = ("_detector", "_index", "_reported")
+
+    def __init__(
+        self,
+        config: GuardConfig | LoopDetectionConfig | None = None,
+        *,
+        tools: Iterable[Any] | Mapping[str, Any] | None = None,
+    ) -> None:
+        self._detector = LoopDetector(config, tools=tools, hooks=(), _process_hooks=False)
+        self._index = 0
+        self._reported: dict[str | None, Severity] = {}
+
+    @property
+    def messages_seen(self) -> int:
+        """How many messages were fed so far."""
+        return self._index
+
+    def feed(self, message: Message) -> list[Finding]:
+        """Judge the next message of the transcript; return new findings (possibly none)."""
+        index = self._index
+        self._index += 1
+        found: list[Finding] = []
+        for verdict in self._detector.observe(message):
+            subject = verdict.tool
+            if verdict.detector is None:  # judged OK: progress, a new loop is reported afresh
+                self._reported.pop(subject, None)
+                continue
+            if verdict.severity > self._reported.get(subject, Severity.OK):
+                self._reported[subject] = verdict.severity
+                found.append(
+                    Finding(
+                        index=index,
+                        severity=verdict.severity,
+                        detector=verdict.detector,
+                        count=verdict.count,
+                        message=verdict.message,
+                        tool=verdict.tool,
+                    )
+                )
+        return found
+
+
+def scan_transcript(
+    messages: Iterable[Message],
+    *,
+    config: GuardConfig | LoopDetectionConfig | None = None,
+    tools: Iterable[Any] | Mapping[str, Any] | None = None,
+) -> list[Finding]:
+    """Run every loop detector over an OpenAI-format transcript.
+
+    Args:
+        messages: the messages, in order (any iterable: it is consumed once, never held).
+        config: a :class:`~agentguard.GuardConfig`, its ``loop_detection`` section, or ``None``.
+        tools: per-tool declarations, as for :class:`LoopDetector`.
+
+    Returns:
+        The findings in message order, each with the index of its message.
+    """
+    scanner = TranscriptScanner(config, tools=tools)
+    findings: list[Finding] = []
+    for message in messages:
+        findings.extend(scanner.feed(message))
+    return findings
