@@ -492,18 +492,16 @@ class Pipeline:
             if key in state.seen:
                 break
             new.append(message)
-        worst = state.detector.ok()
+        worst = Verdict()
         for message in reversed(new):
             state.remember(fingerprint_bytes(canonical_json(message)))
             if message.get("role") in ("assistant", "tool"):
-                verdict = state.detector.observe(message)
-                if verdict.severity > worst.severity:
-                    worst = verdict
+                worst = _worst([worst, *state.detector.observe(message)])
         return worst
 
     def _check_response(self, state: _SessionState, message: Mapping[str, Any]) -> Verdict:
         state.remember(fingerprint_bytes(canonical_json(message)))
-        return state.detector.observe(message)
+        return _worst(state.detector.observe(message))
 
 
 @dataclass
@@ -526,6 +524,15 @@ class _Call:
         self.transient = 0
         self.corrections = 0
         self.messages = self.base_messages
+
+
+def _worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """The most severe verdict (the first of equals), or an OK one."""
+    worst = Verdict()
+    for verdict in verdicts:
+        if verdict.severity > worst.severity:
+            worst = verdict
+    return worst
 
 
 def _raise(call: _Call, reason: str, error: BaseException | None) -> None:
