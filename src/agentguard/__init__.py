@@ -7,10 +7,13 @@ clear reason, always reporting what it did.
 
 from __future__ import annotations
 
+from ._report import GuardReport, report_of
 from ._session import session
+from ._wrap import wrap
 from .config import GuardConfig
 from .escalation import EscalationPolicy, Tier
 from .events import Event, add_hook, remove_hook
+from .guard import AsyncGuard, Guard
 from .exceptions import (
     AgentGuardError,
     BudgetExceeded,
@@ -23,6 +26,7 @@ from .exceptions import (
     StoreUnavailable,
     TiersExhausted,
     ToolSchemaError,
+    ToolValidationFailed,
 )
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
@@ -31,12 +35,15 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AgentGuardError",
+    "AsyncGuard",
     "BudgetExceeded",
     "ConfigError",
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
+    "Guard",
     "GuardConfig",
+    "GuardReport",
     "LoopDetected",
     "MemoryPressureProbe",
     "ModelError",
@@ -50,9 +57,12 @@ __all__ = [
     "TiersExhausted",
     "ToolCall",
     "ToolSchemaError",
+    "ToolValidationFailed",
     "Usage",
     "__version__",
     "add_hook",
     "remove_hook",
+    "report_of",
     "session",
+    "wrap",
 ]
