@@ -27,7 +27,11 @@ TOOLS = [
         "type": "function",
         "function": {
             "name": "read_file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
         },
     }
 ]
@@ -59,14 +63,18 @@ def test_wrapped_client_keeps_its_class_and_copies_stay_guarded() -> None:
     assert isinstance(client, openai.OpenAI)
     first = client.chat.completions.create(model="fast", messages=MESSAGES)
     assert ag.report_of(first) is not None
-    assert ag.report_of(client.with_options(timeout=5).chat.completions.create(model="fast", messages=MESSAGES))
+    assert ag.report_of(
+        client.with_options(timeout=5).chat.completions.create(model="fast", messages=MESSAGES)
+    )
     assert ag.report_of(client.copy().chat.completions.create(model="fast", messages=MESSAGES))
 
 
 def test_sdk_types_come_back_and_repairs_are_applied() -> None:
     """The caller gets a real ChatCompletion; a text-embedded call arrives as a tool call."""
     model = ScriptedModel([Reply.embedded("read_file", {"path": "setup.cfg"}, style="fenced")])
-    completion = _wrapped(model).chat.completions.create(model="fast", messages=MESSAGES, tools=TOOLS)
+    completion = _wrapped(model).chat.completions.create(
+        model="fast", messages=MESSAGES, tools=TOOLS
+    )
     assert type(completion).__name__ == "ChatCompletion"
     call = completion.choices[0].message.tool_calls[0]
     assert (call.function.name, call.function.arguments) == ("read_file", '{"path": "setup.cfg"}')
@@ -74,11 +82,11 @@ def test_sdk_types_come_back_and_repairs_are_applied() -> None:
 
 
 def test_retries_are_the_guards_alone_and_escalation_works() -> None:
-    """The client's own max_retries is off: each 5xx is one request; then the next tier serves."""
+    """The client's own max_retries (4) is off: one guard retry per tier, then the next tier."""
     model = ScriptedModel({"small": [Fault.server_error(502)] * 3, "big": [Reply.text("rescued")]})
     completion = _wrapped(model).chat.completions.create(model="fast", messages=MESSAGES)
     assert completion.choices[0].message.content == "rescued"
-    assert [r.model for r in model.requests] == ["small", "big"]
+    assert [r.model for r in model.requests] == ["small", "small", "big"]  # 1 retry, then move
     report = ag.report_of(completion)
     assert report is not None
     assert report.escalated_from == "fast"
@@ -98,8 +106,12 @@ def test_session_header_is_used_and_not_sent_upstream() -> None:
 
 def test_streaming_through_the_wrapped_client() -> None:
     """stream=True yields SDK chunks; tool calls arrive whole once valid."""
-    model = ScriptedModel([Reply(content="Reading. ", tool_calls=Reply.call("read_file", {"path": "a"}).tool_calls)])
-    stream = _wrapped(model).chat.completions.create(model="fast", messages=MESSAGES, tools=TOOLS, stream=True)
+    model = ScriptedModel(
+        [Reply(content="Reading. ", tool_calls=Reply.call("read_file", {"path": "a"}).tool_calls)]
+    )
+    stream = _wrapped(model).chat.completions.create(
+        model="fast", messages=MESSAGES, tools=TOOLS, stream=True
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Reading. "

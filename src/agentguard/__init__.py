@@ -13,7 +13,6 @@ from ._wrap import wrap
 from .config import GuardConfig
 from .escalation import EscalationPolicy, Tier
 from .events import Event, add_hook, remove_hook
-from .guard import AsyncGuard, Guard
 from .exceptions import (
     AgentGuardError,
     BudgetExceeded,
@@ -28,6 +27,7 @@ from .exceptions import (
     ToolSchemaError,
     ToolValidationFailed,
 )
+from .guard import AsyncGuard, Guard
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
 

@@ -240,7 +240,7 @@ class Pipeline:
     def stream_plan(
         self, request: ModelRequest, *, session: str | None = None
     ) -> Plan[GuardReport]:
-        """The plan of one streaming call: content passes through, tool calls are held until valid."""
+        """The plan of one streaming call: content flows through, tool calls wait until valid."""
         call = yield from self._prepare(request, session)
         while True:
             response = yield from self._attempt(call, stream=True)

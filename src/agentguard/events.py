@@ -221,6 +221,7 @@ class Escalated(Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetWarning(Event):
     """A token budget passed its warning ratio (emitted once, by the reservation crossing it).
 
@@ -306,6 +307,7 @@ class StoreRecovered(Event):
     resynced: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopFlagged(Event):
     """The LoopDetector judged a tool call, tool result or text above ``OK``.
 

@@ -15,9 +15,12 @@ lets the call through unguarded (``fail_mode: open``, the default), reports it a
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
+
+import anyio
 
 from . import _clock
 from ._engine import Ask, Open, Send, Sleep, arun, astream, run, stream
@@ -175,9 +178,8 @@ class Guard(_Base):
             response = trace.last or self._transport_for(
                 self.pipeline.policy.tier_for(request.model)
             ).send(request)
-        attach_report(response, report)
         attach_report(response.raw, report)
-        return response
+        return dataclasses.replace(response, report=report)
 
     def stream(self, request: ModelRequest, *, session: str | None = None) -> GuardedStream:
         """One guarded streaming call: an iterator of chunks; the report once it is exhausted."""
@@ -254,11 +256,7 @@ class AsyncGuard(_Base):
         self._transport_for = (
             (lambda tier: transport) if isinstance(transport, AsyncTransport) else transport
         )
-        if sleep is None:
-            import anyio
-
-            sleep = anyio.sleep
-        self._sleep = sleep
+        self._sleep = sleep or anyio.sleep
 
     def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
         ledger = self.pipeline.ledger
@@ -298,9 +296,8 @@ class AsyncGuard(_Base):
             response = trace.last or await self._transport_for(
                 self.pipeline.policy.tier_for(request.model)
             ).asend(request)
-        attach_report(response, report)
         attach_report(response.raw, report)
-        return response
+        return dataclasses.replace(response, report=report)
 
     def astream(self, request: ModelRequest, *, session: str | None = None) -> AsyncGuardedStream:
         """One guarded streaming call: an async iterator of chunks; the report at its end."""

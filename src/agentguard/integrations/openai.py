@@ -295,7 +295,8 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
                             {
                                 "path": f"reliability.tiers.{tier.name}.api_key_env",
                                 "value": tier.api_key_env,
-                                "allowed": "the name of a set environment variable holding the tier's API key",
+                                "allowed": "the name of a set environment variable "
+                                "holding the tier's API key",
                             }
                         ]
                     )
