@@ -21,7 +21,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _clock
 from ._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
@@ -413,13 +413,13 @@ class Pipeline:
                 return None
         verdict = self._check_response(call.state, response.message)
         if verdict.severity >= Severity.BREAK:
-            error = LoopDetected(
+            loop_error = LoopDetected(
                 verdict.message,
                 detector=verdict.detector or "loop",
                 count=verdict.count,
                 session=b.session,
             )
-            call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
+            call.tier = b.tier = yield from self._trigger(call, "loop_detected", loop_error)
             return None
         if verdict.severity >= Severity.WARNING:
             b.warnings.append(verdict.message)
@@ -535,7 +535,7 @@ def _worst(verdicts: Sequence[Verdict]) -> Verdict:
     return worst
 
 
-def _raise(call: _Call, reason: str, error: BaseException | None) -> None:
+def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
     moved = len({a.tier for a in call.b.attempts}) > 1
     if moved or error is None:
         raise TiersExhausted(call.b.attempts, reason) from error
