@@ -7,7 +7,9 @@ clear reason, always reporting what it did.
 
 from __future__ import annotations
 
+from ._report import GuardReport, report_of
 from ._session import session
+from ._wrap import wrap
 from .config import GuardConfig
 from .escalation import EscalationPolicy, Tier
 from .events import Event, add_hook, remove_hook
@@ -23,7 +25,9 @@ from .exceptions import (
     StoreUnavailable,
     TiersExhausted,
     ToolSchemaError,
+    ToolValidationFailed,
 )
+from .guard import AsyncGuard, Guard
 from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .types import Severity, ToolCall, Usage
@@ -33,13 +37,16 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AgentGuardError",
+    "AsyncGuard",
     "BudgetExceeded",
     "ConfigError",
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
     "Finding",
+    "Guard",
     "GuardConfig",
+    "GuardReport",
     "LoopDetected",
     "LoopDetector",
     "MemoryPressureProbe",
@@ -56,12 +63,15 @@ __all__ = [
     "ToolCallValidator",
     "ToolLoopPolicy",
     "ToolSchemaError",
+    "ToolValidationFailed",
     "Usage",
     "ValidationReport",
     "Verdict",
     "__version__",
     "add_hook",
     "remove_hook",
+    "report_of",
     "scan_transcript",
     "session",
+    "wrap",
 ]

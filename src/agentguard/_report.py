@@ -118,4 +118,6 @@ def attach_report(response: Any, report: GuardReport) -> None:
 def report_of(response: Any) -> GuardReport | None:
     """What the guard did for the call that returned ``response``, or ``None`` if unguarded."""
     report = getattr(response, _ATTR, None)
+    if report is None:  # a neutral ModelResponse carries it as a field
+        report = getattr(response, "report", None)
     return report if isinstance(report, GuardReport) else None

@@ -22,6 +22,7 @@ __all__ = [
     "BudgetExhausted",
     "BudgetWarning",
     "Emitter",
+    "Escalated",
     "Event",
     "GuardInternalError",
     "Hook",
@@ -261,6 +262,24 @@ class ToolCallRejected(Event):
     tool_call_id: str | None
     tool_name: str
     path: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Escalated(Event):
+    """A guarded call moved to another model tier.
+
+    Attributes:
+        from_tier: the tier it left.
+        to_tier: the tier it moved to.
+        reason: the trigger (``server_error``, ``tool_validation_failure``, ``budget`` ...).
+    """
+
+    kind: ClassVar[str] = "escalated"
+    level: ClassVar[int] = logging.WARNING
+
+    from_tier: str
+    to_tier: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

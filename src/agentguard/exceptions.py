@@ -10,6 +10,7 @@ them. The tree::
     ├── BudgetExceeded           a token budget is spent (hard_stop policy)
     ├── EscalationRequired       confirm mode: the user must choose retry / backup / cancel
     ├── TiersExhausted           every tier of the chain failed (carries the attempt history)
+    ├── ToolValidationFailed     tool calls still invalid after every correction
     ├── ModelError               a model endpoint answered with an error (status, headers)
     │   └── ModelTimeout         ... or did not answer in time (also a TimeoutError)
     └── StoreError               a state store failed
@@ -40,6 +41,7 @@ __all__ = [
     "StoreUnavailable",
     "TiersExhausted",
     "ToolSchemaError",
+    "ToolValidationFailed",
 ]
 
 
@@ -189,6 +191,22 @@ class TiersExhausted(AgentGuardError):
         super().__init__(
             f"no tier could serve the request (last failure: {reason}); tried: {tried}"
         )
+
+
+class ToolValidationFailed(AgentGuardError):
+    """The model's tool calls were still invalid after local repair and every corrective re-ask.
+
+    Attributes:
+        report: the last :class:`~agentguard.validation.ValidationReport`, whose ``errors``
+            say what is wrong with each call.
+    """
+
+    def __init__(self, report: Any) -> None:
+        self.report = report
+        errors = list(getattr(report, "errors", ()))
+        shown = "; ".join(str(getattr(e, "message", e)) for e in errors[:3])
+        more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(f"tool calls still invalid after corrections: {shown}{more}")
 
 
 class _Response:

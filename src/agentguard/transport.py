@@ -88,6 +88,7 @@ class ModelResponse:
         raw: the object the underlying client returned (e.g. an openai ``ChatCompletion``),
             which the pipeline hands back to the caller.
         headers: response headers worth keeping (never auth headers).
+        report: the :class:`~agentguard.GuardReport` of a guarded call, else ``None``.
     """
 
     message: Mapping[str, Any]
@@ -97,6 +98,7 @@ class ModelResponse:
     id: str | None = None
     raw: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    report: Any = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, raw: Any = None) -> ModelResponse:

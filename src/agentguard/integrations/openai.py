@@ -7,14 +7,21 @@ multiply. Upstream errors are the SDK's own exceptions, passed through untouched
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+from agentguard._report import GuardReport, attach_report, report_of
+from agentguard._session import SESSION_HEADER
+from agentguard.config import GuardConfig
+from agentguard.escalation import Tier
+from agentguard.exceptions import ConfigError
+from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 from ._lazy import require
 
-__all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client"]
+__all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client", "wrap"]
 
 
 def is_async_client(client: Any) -> bool:
@@ -92,3 +99,233 @@ class AsyncOpenAITransport:
         async with stream:
             async for chunk in stream:
                 yield StreamChunk.from_body(_dump(chunk), raw=chunk)
+
+
+# -- wrap(): the drop-in client ----------------------------------------------------------------
+
+_OWN_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
+
+
+def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
+    """The neutral request of a ``chat.completions.create`` call, and its explicit session."""
+    params = dict(kwargs)
+    params.pop("stream", None)
+    model = params.pop("model")
+    messages = list(params.pop("messages"))
+    headers = dict(params.pop("extra_headers", None) or {})
+    timeout = params.pop("timeout", None)
+    session = None
+    for key in list(headers):
+        if key.lower() == SESSION_HEADER:
+            session = str(headers.pop(key))  # ours: never sent upstream
+    for key in ("extra_query", "extra_body"):
+        if params.get(key) is None:
+            params.pop(key, None)
+    return (
+        ModelRequest(
+            model=str(model),
+            messages=messages,
+            params=params,
+            headers=headers,
+            timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
+        ),
+        session,
+    )
+
+
+def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
+    """The SDK object to hand back: the upstream one, rebuilt if the guard changed the message."""
+    raw = response.raw
+    if raw is None or not hasattr(raw, "choices"):
+        return raw
+    original = raw.choices[0].message.model_dump(mode="json") if raw.choices else None
+    if original is not None and _same_message(
+        original, response.message, raw.choices[0].finish_reason, response.finish_reason
+    ):
+        out = raw
+    else:
+        data = raw.model_dump(mode="json")
+        data["choices"] = [
+            {
+                **(data["choices"][0] if data["choices"] else {"index": 0}),
+                "message": dict(response.message),
+                "finish_reason": response.finish_reason,
+            }
+        ]
+        out = type(raw).model_validate(data)
+    if report is not None:
+        attach_report(out, report)
+    return out
+
+
+def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) -> bool:
+    keys = ("content", "tool_calls")
+    return fa == fb and all((a.get(k) or None) == (b.get(k) or None) for k in keys)
+
+
+class _ChunkMaker:
+    """Turns the guard's stream chunks into the SDK's ``ChatCompletionChunk`` objects."""
+
+    def __init__(self, model: str) -> None:
+        self._cls = require("openai.types.chat", "openai").ChatCompletionChunk
+        self._head = {"id": "chatcmpl-agentguard", "created": 0, "model": model}
+
+    def __call__(self, chunk: StreamChunk) -> Any:
+        raw = chunk.raw
+        if raw is not None and not isinstance(raw, Mapping):
+            self._head = {"id": raw.id, "created": raw.created, "model": raw.model}
+            return raw
+        delta: dict[str, Any] = {}
+        if chunk.content:
+            delta["content"] = chunk.content
+        if chunk.tool_calls:
+            delta["tool_calls"] = [dict(c) for c in chunk.tool_calls]
+        return self._cls.model_validate(
+            {
+                **self._head,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}],
+            }
+        )
+
+
+class _Stream:
+    """What a guarded ``create(stream=True)`` returns on a sync client."""
+
+    def __init__(self, inner: GuardedStream, model: str) -> None:
+        self._inner = inner
+        self._make = _ChunkMaker(model)
+
+    def __iter__(self) -> Iterator[Any]:
+        for chunk in self._inner:
+            yield self._make(chunk)
+        if self._inner.report is not None:
+            attach_report(self, self._inner.report)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AsyncStream:
+    """What a guarded ``create(stream=True)`` returns on an async client."""
+
+    def __init__(self, inner: AsyncGuardedStream, model: str) -> None:
+        self._inner = inner
+        self._make = _ChunkMaker(model)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for chunk in self._inner:
+            yield self._make(chunk)
+        if self._inner.report is not None:
+            attach_report(self, self._inner.report)
+
+    async def close(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _AsyncStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Completions:
+    def __init__(self, inner: Any, guard: Guard) -> None:
+        self._inner = inner
+        self._guard = guard
+
+    def create(self, **kwargs: Any) -> Any:
+        request, session = _request(kwargs)
+        if kwargs.get("stream"):
+            return _Stream(self._guard.stream(request, session=session), request.model)
+        response = self._guard.complete(request, session=session)
+        return _completion(response, report_of(response))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _AsyncCompletions:
+    def __init__(self, inner: Any, guard: AsyncGuard) -> None:
+        self._inner = inner
+        self._guard = guard
+
+    async def create(self, **kwargs: Any) -> Any:
+        request, session = _request(kwargs)
+        if kwargs.get("stream"):
+            return _AsyncStream(self._guard.astream(request, session=session), request.model)
+        response = await self._guard.acomplete(request, session=session)
+        return _completion(response, report_of(response))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Chat:
+    def __init__(self, inner: Any, completions: Any) -> None:
+        self._inner = inner
+        self.completions = completions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
+    """Put the guard in front of an openai client; see :func:`agentguard.wrap`."""
+    base = client.with_options(max_retries=0)
+    clients: dict[tuple[str | None, str | None], Any] = {}
+
+    def client_for(tier: Tier) -> Any:
+        key = (tier.base_url, tier.api_key_env)
+        if key not in clients:
+            overrides: dict[str, Any] = {}
+            if tier.base_url:
+                overrides["base_url"] = tier.base_url
+            if tier.api_key_env:
+                value = os.environ.get(tier.api_key_env)
+                if not value:
+                    raise ConfigError(
+                        [
+                            {
+                                "path": f"reliability.tiers.{tier.name}.api_key_env",
+                                "value": tier.api_key_env,
+                                "allowed": "the name of a set environment variable "
+                                "holding the tier's API key",
+                            }
+                        ]
+                    )
+                overrides["api_key"] = value
+            clients[key] = base.with_options(**overrides) if overrides else base
+        return clients[key]
+
+    guard: Guard | AsyncGuard
+    if is_async_client(client):
+        guard = AsyncGuard(lambda tier: AsyncOpenAITransport(client_for(tier)), config, **options)
+    else:
+        guard = Guard(lambda tier: OpenAITransport(client_for(tier)), config, **options)
+    return _install(client.with_options(), guard)
+
+
+def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
+    """Guard ``client`` in place (a fresh copy of the user's client) and keep it guarded on copy."""
+    inner_chat = client.chat
+    if isinstance(guard, AsyncGuard):
+        completions: Any = _AsyncCompletions(inner_chat.completions, guard)
+    else:
+        completions = _Completions(inner_chat.completions, guard)
+    client.__dict__["chat"] = _Chat(inner_chat, completions)
+    original_copy = client.copy
+
+    def copy(*args: Any, **kwargs: Any) -> Any:
+        return _install(original_copy(*args, **kwargs), guard)
+
+    client.__dict__["copy"] = copy
+    client.__dict__["with_options"] = copy
+    client.__dict__["_agentguard_guard"] = guard
+    return client

@@ -1,0 +1,621 @@
+"""The guarded model call, as one plan of actions (ARCHITECTURE §3).
+
+:class:`Pipeline` holds the components and the per-session state; :meth:`Pipeline.plan` turns
+one request into a generator of actions (see :mod:`agentguard._engine`) that the sync and async
+guards carry out. Every step of the architecture is here, in order:
+
+1. session; 2. memory pressure picks the starting tier; ledger reservation and output cap;
+3. incremental transcript loop check (a hint on WARNING, escalate or stop on BREAK);
+4. the call, through the tier's circuit breaker and the one retry layer;
+5. validation with local repair, corrective re-asks, then escalation;
+6. response loop check; 7. ledger commit; 8. events and the report.
+
+Components decide, the plan acts: every model call, wait, question to the user and ledger
+operation is yielded, never performed here, so the same plan runs sync and async.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from . import _clock
+from ._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
+from ._fingerprint import canonical_json, fingerprint_bytes
+from ._report import GuardReport
+from ._session import resolve_session
+from .budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from .config import GuardConfig
+from .escalation import Attempt, Choice, EscalationDecision, EscalationPolicy, Tier
+from .events import Emitter, Escalated, Hook
+from .exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
+from .loops import LoopDetector, Verdict
+from .memory import MemoryPressureProbe
+from .resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
+from .transport import ModelRequest, ModelResponse, StreamChunk
+from .types import Severity, Usage
+from .validation import ToolCallValidator, ValidationReport
+
+__all__ = ["Budget", "Pipeline"]
+
+_HINT_PREFIX = "[agentguard] "
+_TRIGGER_OF = {
+    ErrorClass.TIMEOUT: "timeout",
+    ErrorClass.RATE_LIMITED: "rate_limited",
+    ErrorClass.TRANSIENT: "server_error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A ledger operation: the driver runs ``ledger.<op>`` (sync) or ``ledger.a<op>`` (async)."""
+
+    op: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _SessionState:
+    """What the guard remembers about one session: its loop detector and what it has seen."""
+
+    __slots__ = ("detector", "forced_tier", "seen", "seen_order")
+
+    def __init__(self, detector: LoopDetector, memory: int) -> None:
+        self.detector = detector
+        self.seen: set[str] = set()
+        self.seen_order: collections.deque[str] = collections.deque(maxlen=memory)
+        self.forced_tier: Tier | None = None
+
+    def remember(self, key: str) -> None:
+        if len(self.seen_order) == self.seen_order.maxlen:
+            self.seen.discard(self.seen_order[0])
+        self.seen_order.append(key)
+        self.seen.add(key)
+
+
+class _Builder:
+    """Collects what happened during one call into a :class:`GuardReport`."""
+
+    def __init__(self, session: str, source: str) -> None:
+        self.session = session
+        self.source = source
+        self.start: Tier | None = None
+        self.tier: Tier | None = None
+        self.reasons: list[str] = []
+        self.attempts: list[Attempt] = []
+        self.retries = 0
+        self.repairs: list[str] = []
+        self.corrections = 0
+        self.usage = Usage()
+        self.cost: float | None = None
+        self.budget = "off"
+        self.memory = "unknown"
+        self.warnings: list[str] = []
+
+    def add_usage(self, usage: Usage, cost: float | None) -> None:
+        self.usage = self.usage + usage
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+
+    def build(
+        self, *, session_tokens: int | None = None, session_cost: float | None = None
+    ) -> GuardReport:
+        escalated_from = None
+        if self.start is not None and self.tier is not None and self.start.name != self.tier.name:
+            escalated_from = self.start.name
+        return GuardReport(
+            session=self.session,
+            session_source=self.source,
+            tier=self.tier.name if self.tier else None,
+            model=self.tier.model if self.tier else None,
+            escalated_from=escalated_from,
+            reasons=tuple(self.reasons),
+            attempts=tuple(self.attempts),
+            retries=self.retries,
+            repairs=tuple(self.repairs),
+            corrections=self.corrections,
+            usage=self.usage,
+            cost=self.cost,
+            session_tokens=session_tokens,
+            session_cost=session_cost,
+            budget=self.budget,  # type: ignore[arg-type]
+            memory_pressure=self.memory,
+            warnings=tuple(self.warnings),
+        )
+
+
+class Pipeline:
+    """The components and per-session state behind a guard, and the plan of one call.
+
+    Args:
+        config: the configuration (defaults when ``None``).
+        ledger: the token ledger; by default one over a store built from ``config.storage``
+            when budgets are enabled.
+        probe: the memory-pressure probe; by default one when memory pressure is enabled.
+        clock: monotonic seconds, for breakers and loop windows.
+        rng: randomness for backoff jitter.
+        hooks: event hooks of this guard.
+        max_sessions: sessions remembered at once (least recently used are forgotten).
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        ledger: TokenLedger | None = None,
+        probe: MemoryPressureProbe | None = None,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+        hooks: Iterable[Hook] | None = None,
+        max_sessions: int = 10_000,
+    ) -> None:
+        cfg = config or GuardConfig()
+        self.config = cfg
+        self.clock = clock or _clock.monotonic
+        self.emitter = Emitter(hooks)
+        self.policy = EscalationPolicy(cfg)
+        self.ledger = (
+            ledger
+            if ledger is not None
+            else (TokenLedger(cfg, hooks=self.emitter.hooks) if cfg.token_budget.enabled else None)
+        )
+        self.probe = (
+            probe
+            if probe is not None
+            else (
+                MemoryPressureProbe(cfg, clock=self.clock, hooks=self.emitter.hooks)
+                if cfg.memory_pressure.enabled
+                else None
+            )
+        )
+        self.retry = RetryPolicy(
+            max_attempts=cfg.escalation.max_retries_before_escalate + 1,
+            max_retry_after=cfg.escalation.max_retry_after,
+            rng=rng or random.Random(),
+        )
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._validators: collections.OrderedDict[str, ToolCallValidator] = (
+            collections.OrderedDict()
+        )
+        self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
+        self._max_sessions = max_sessions
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _state(self, session: str) -> _SessionState:
+        state = self._sessions.get(session)
+        if state is None:
+            detector = LoopDetector(self.config, clock=self.clock, hooks=self.emitter.hooks)
+            state = _SessionState(detector, memory=4 * self.config.loop_detection.tool_window)
+            self._sessions[session] = state
+            if len(self._sessions) > self._max_sessions:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session)
+        return state
+
+    def breaker(self, tier: Tier) -> CircuitBreaker:
+        """The circuit breaker of ``tier`` (one per tier, shared by every session)."""
+        breaker = self._breakers.get(tier.name)
+        if breaker is None:
+            breaker = CircuitBreaker(
+                name=f"tier:{tier.name}", clock=self.clock, hooks=self.emitter.hooks
+            )
+            self._breakers[tier.name] = breaker
+        return breaker
+
+    def degraded(self) -> frozenset[str]:
+        """Tiers whose breaker is open."""
+        return frozenset(name for name, b in self._breakers.items() if b.state == "open")
+
+    def _validator(self, tools: Sequence[Mapping[str, Any]]) -> ToolCallValidator:
+        key = fingerprint_bytes(canonical_json(list(tools)))
+        validator = self._validators.get(key)
+        if validator is None:
+            validator = ToolCallValidator(tools, self.config, hooks=self.emitter.hooks)
+            self._validators[key] = validator
+            if len(self._validators) > 256:
+                self._validators.popitem(last=False)
+        return validator
+
+    # -- the plan ------------------------------------------------------------------------------
+
+    def plan(
+        self, request: ModelRequest, *, session: str | None = None
+    ) -> Plan[tuple[ModelResponse, GuardReport]]:
+        """The plan of one non-streaming guarded call; its result is the response and report."""
+        call = yield from self._prepare(request, session)
+        while True:
+            response = yield from self._attempt(call)
+            if response is None:
+                continue
+            final = yield from self._check(call, response)
+            if final is not None:
+                return final, (yield from self._report(call))
+
+    def stream_plan(
+        self, request: ModelRequest, *, session: str | None = None
+    ) -> Plan[GuardReport]:
+        """The plan of one streaming call: content flows through, tool calls wait until valid."""
+        call = yield from self._prepare(request, session)
+        while True:
+            response = yield from self._attempt(call, stream=True)
+            if response is None:
+                continue
+            final = yield from self._check(call, response)
+            if final is not None:
+                for chunk in _tool_call_chunks(final, since=response):
+                    yield Emit(chunk)
+                yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                return (yield from self._report(call))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
+        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        b = _Builder(sid, source)
+        state = self._state(sid)
+        tools = request.tools
+        prompt_tokens = estimate_tokens(request.messages, tools=tools)
+        requested_output = _requested_output(request.params)
+
+        # 2. memory pressure picks the starting tier
+        sustained = False
+        if self.probe is not None:
+            b.memory = str(self.probe.level())
+            sustained = self.probe.sustained()
+        complex_request = self.policy.is_complex(
+            has_tools=bool(tools), prompt_tokens=prompt_tokens, max_output_tokens=requested_output
+        )
+        home = state.forced_tier or self.policy.tier_for(request.model)
+        b.start = b.tier = home
+        decision = self.policy.start(
+            home.name if state.forced_tier else request.model,
+            pressure_sustained=sustained,
+            complex_request=complex_request,
+            degraded=self.degraded(),
+        )
+        call = _Call(request=request, state=state, b=b, tools=tools, prompt_tokens=prompt_tokens)
+        if decision.action != "stay":
+            call.tier = yield from self._move(call, home, decision, error=None)
+        else:
+            call.tier = decision.target or home
+        b.tier = call.tier
+
+        # 3. the transcript, incrementally: only messages this session has not seen
+        verdict = self._check_transcript(state, request.messages)
+        messages = list(request.messages)
+        if verdict.severity >= Severity.BREAK:
+            error = LoopDetected(
+                verdict.message,
+                detector=verdict.detector or "loop",
+                count=verdict.count,
+                session=sid,
+            )
+            call.tier = yield from self._trigger(call, "loop_detected", error)
+        elif verdict.severity >= Severity.WARNING:
+            b.warnings.append(verdict.message)
+            messages = _with_hint(messages, verdict.message)
+        call.base_messages = call.messages = messages
+        return call
+
+    def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
+        """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
+        b, tier = call.b, call.tier
+        params = dict(call.request.params)
+        reservation = None
+        if self.ledger is not None:
+            reservation = yield Budget(
+                "reserve",
+                (b.session, estimate_tokens(call.messages, tools=call.tools)),
+                {"max_output_tokens": _requested_output(params), "model": tier.model},
+            )
+            if reservation.output_tokens:
+                params = clamp_output_tokens(params, reservation.output_tokens)
+            if reservation.decision != "ok":
+                b.budget = "warning"
+                b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
+            if reservation.decision == "escalate" and call.state.forced_tier is None:
+                yield Budget("release", (reservation,))
+                cheaper = yield from self._trigger(call, "budget", None)
+                call.state.forced_tier = cheaper
+                return None
+        request = dataclasses.replace(
+            call.request,
+            model=tier.model,
+            messages=call.messages,
+            params=params,
+            timeout=tier.timeout or call.request.timeout,
+        )
+        breaker = self.breaker(tier)
+        if not breaker.allow().allowed:
+            if reservation is not None:
+                yield Budget("release", (reservation,))
+            b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
+            call.tier = b.tier = yield from self._trigger(call, "server_error", None)
+            return None
+        try:
+            if stream:
+                response = yield from self._stream_once(call, tier, request)
+            else:
+                response = yield Send(tier, request)
+        except Exception as exc:
+            if reservation is not None:
+                yield Budget("release", (reservation,))
+            classification = classify(exc)
+            breaker.record_failure(classification)
+            b.attempts.append(
+                Attempt(
+                    tier.name, tier.model, classification.error_class.value, classification.reason
+                )
+            )
+            decision = self.retry.decide(call.transient, classification)
+            if decision.retry:
+                call.transient += 1
+                b.retries += 1
+                yield Sleep(decision.delay)
+                return None
+            trigger = _TRIGGER_OF.get(classification.error_class)
+            if trigger is None:
+                raise
+            call.tier = b.tier = yield from self._trigger(call, trigger, exc)
+            return None
+        breaker.record_success()
+        usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
+        cost = None
+        if reservation is not None:
+            settlement = yield Budget(
+                "commit", (reservation, usage), {"event_id": response.id or reservation.id}
+            )
+            cost = settlement.cost
+        b.add_usage(usage, cost)
+        b.attempts.append(Attempt(tier.name, tier.model, "ok"))
+        return response
+
+    def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
+        """Pass content deltas through as they come; assemble tool calls, which are held back."""
+        yield Open(tier, request)
+        acc = _Accumulator()
+        while True:
+            chunk = yield Pull()
+            if chunk is END:
+                break
+            acc.add(chunk)
+            if chunk.content:
+                yield Emit(StreamChunk(content=chunk.content, raw=chunk.raw))
+        return acc.response()
+
+    def _check(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
+        """Validation and the response loop check; ``None`` means re-ask or move on."""
+        b = call.b
+        if call.tools and self.config.tool_validation.enabled:
+            report: ValidationReport = self._validator(call.tools).validate(
+                response.message, finish_reason=response.finish_reason
+            )
+            if report.repairs:
+                b.repairs.extend(str(r) for r in report.repairs)
+                response = _with_tool_calls(response, report)
+            if not report.ok:
+                cfg = self.config.tool_validation
+                if cfg.retry_with_correction and call.corrections < cfg.max_retries:
+                    call.corrections += 1
+                    b.corrections += 1
+                    call.messages = [*call.base_messages, *report.corrective_messages()]
+                    return None
+                error = ToolValidationFailed(report)
+                call.tier = b.tier = yield from self._trigger(
+                    call, "tool_validation_failure", error
+                )
+                return None
+        verdict = self._check_response(call.state, response.message)
+        if verdict.severity >= Severity.BREAK:
+            loop_error = LoopDetected(
+                verdict.message,
+                detector=verdict.detector or "loop",
+                count=verdict.count,
+                session=b.session,
+            )
+            call.tier = b.tier = yield from self._trigger(call, "loop_detected", loop_error)
+            return None
+        if verdict.severity >= Severity.WARNING:
+            b.warnings.append(verdict.message)
+        return response
+
+    def _report(self, call: _Call) -> Plan[GuardReport]:
+        b = call.b
+        if self.ledger is None:
+            return b.build()
+        snapshot = yield Budget("usage", (b.session,))
+        if b.budget == "off":
+            b.budget = "ok"
+        return b.build(session_tokens=snapshot.session_tokens, session_cost=snapshot.session_cost)
+
+    # -- escalation ----------------------------------------------------------------------------
+
+    def _trigger(self, call: _Call, trigger: str, error: BaseException | None) -> Plan[Tier]:
+        """Move ``call`` off its tier because of ``trigger``, or raise when it cannot move."""
+        decision = self.policy.on_failure(call.tier, trigger, degraded=self.degraded())
+        return (yield from self._move(call, call.tier, decision, error=error))
+
+    def _move(
+        self,
+        call: _Call,
+        current: Tier,
+        decision: EscalationDecision,
+        *,
+        error: BaseException | None,
+    ) -> Plan[Tier]:
+        b = call.b
+        if decision.action == "stop" or decision.target is None:
+            _raise(call, decision.reason, error)
+        target = decision.target
+        if decision.action == "confirm":
+            prompt = self.policy.prompt(
+                decision,
+                current,
+                message=decision.message,
+                tokens_spent=b.usage.total_tokens,
+                cost_spent=b.cost,
+                attempts=len(b.attempts),
+            )
+            choice = yield Ask(prompt)
+            if choice == Choice.CANCEL:
+                _raise(call, decision.reason, error)
+            if choice == Choice.RETRY:
+                call.reset()
+                return current
+        b.reasons.append(decision.reason)
+        self.emitter.emit(
+            Escalated(
+                session=b.session,
+                from_tier=current.name,
+                to_tier=target.name,
+                reason=decision.reason,
+            )
+        )
+        call.reset()
+        return target
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    def _check_transcript(
+        self, state: _SessionState, messages: Sequence[Mapping[str, Any]]
+    ) -> Verdict:
+        """Feed the messages this session has not seen yet; O(new messages), not O(history)."""
+        new: list[Mapping[str, Any]] = []
+        for message in reversed(messages):
+            key = fingerprint_bytes(canonical_json(message))
+            if key in state.seen:
+                break
+            new.append(message)
+        worst = Verdict()
+        for message in reversed(new):
+            state.remember(fingerprint_bytes(canonical_json(message)))
+            if message.get("role") in ("assistant", "tool"):
+                worst = _worst([worst, *state.detector.observe(message)])
+        return worst
+
+    def _check_response(self, state: _SessionState, message: Mapping[str, Any]) -> Verdict:
+        state.remember(fingerprint_bytes(canonical_json(message)))
+        return _worst(state.detector.observe(message))
+
+
+@dataclass
+class _Call:
+    """The mutable state of one guarded call while its plan runs."""
+
+    request: ModelRequest
+    state: _SessionState
+    b: _Builder
+    tools: list[Mapping[str, Any]]
+    prompt_tokens: int
+    tier: Tier = field(default_factory=lambda: Tier("", ""))
+    messages: list[Mapping[str, Any]] = field(default_factory=list)
+    base_messages: list[Mapping[str, Any]] = field(default_factory=list)
+    transient: int = 0
+    corrections: int = 0
+
+    def reset(self) -> None:
+        """A new tier (or a fresh try): retry and correction counts start over."""
+        self.transient = 0
+        self.corrections = 0
+        self.messages = self.base_messages
+
+
+def _worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """The most severe verdict (the first of equals), or an OK one."""
+    worst = Verdict()
+    for verdict in verdicts:
+        if verdict.severity > worst.severity:
+            worst = verdict
+    return worst
+
+
+def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
+    moved = len({a.tier for a in call.b.attempts}) > 1
+    if moved or error is None:
+        raise TiersExhausted(call.b.attempts, reason) from error
+    raise error
+
+
+def _requested_output(params: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = params.get(key)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str, Any]]:
+    """Append the loop hint where every chat template accepts it: to the last user/tool text."""
+    text = _HINT_PREFIX + hint
+    last = messages[-1] if messages else None
+    if (
+        last is not None
+        and last.get("role") in ("tool", "user")
+        and isinstance(last.get("content"), str)
+    ):
+        return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{text}"}]
+    return [*messages, {"role": "user", "content": text}]
+
+
+def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> ModelResponse:
+    message = dict(response.message)
+    calls = [c.to_openai() for c in report.tool_calls]
+    message["tool_calls"] = calls or None
+    if report.extracted:
+        message["content"] = report.content
+    finish = "tool_calls" if calls else response.finish_reason
+    return dataclasses.replace(response, message=message, finish_reason=finish)
+
+
+class _Accumulator:
+    """Assembles a streamed answer into one message (tool-call fragments joined by index)."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+        self.id: str | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.content:
+            self.content.append(chunk.content)
+        for delta in chunk.tool_calls:
+            slot = self.calls.setdefault(
+                int(delta.get("index", 0)),
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if delta.get("id"):
+                slot["id"] = delta["id"]
+            fn = delta.get("function") or {}
+            if fn.get("name"):
+                slot["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                slot["function"]["arguments"] += fn["arguments"]
+        if chunk.finish_reason:
+            self.finish = chunk.finish_reason
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        raw = chunk.raw
+        if self.id is None and isinstance(raw, Mapping):
+            self.id = raw.get("id")
+
+    def response(self) -> ModelResponse:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return ModelResponse(
+            message=message, finish_reason=self.finish, usage=self.usage, id=self.id
+        )
+
+
+def _tool_call_chunks(final: ModelResponse, *, since: ModelResponse) -> list[StreamChunk]:
+    """The held-back tool calls, released as whole deltas once valid."""
+    calls = final.message.get("tool_calls") or []
+    return [StreamChunk(tool_calls=({"index": i, **call},)) for i, call in enumerate(calls)]

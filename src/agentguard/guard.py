@@ -1,0 +1,348 @@
+"""Guard and AsyncGuard: the pipeline, driven through a transport.
+
+A guard puts the whole pipeline (see :mod:`agentguard._pipeline`) in front of any
+:class:`~agentguard.transport.Transport`::
+
+    guard = Guard(ScriptedModel([...]), config)
+    response = guard.complete(ModelRequest(model="fast", messages=[...]))
+    report_of(response)
+
+:func:`agentguard.wrap` builds one around an openai client; use a guard directly for other
+transports. The guard must never break the agent it protects: a fault inside agentguard itself
+lets the call through unguarded (``fail_mode: open``, the default), reports it as a
+:class:`~agentguard.events.GuardInternalError` event and marks the report ``fail_open``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any
+
+import anyio
+
+from . import _clock
+from ._engine import Ask, Open, Send, Sleep, arun, astream, run, stream
+from ._pipeline import Budget, Pipeline
+from ._redact import redact
+from ._report import GuardReport, attach_report
+from ._session import resolve_session
+from .budget import TokenLedger
+from .config import GuardConfig
+from .escalation import Choice, EscalationPrompt, Tier
+from .events import GuardInternalError, Hook
+from .exceptions import AgentGuardError, EscalationRequired
+from .memory import MemoryPressureProbe
+from .transport import AsyncTransport, ModelRequest, ModelResponse, StreamChunk, Transport
+
+__all__ = ["AsyncGuard", "Confirm", "Guard"]
+
+#: Confirm mode's callback: shown the prompt, returns the user's choice (may be async for
+#: :class:`AsyncGuard`).
+Confirm = Callable[[EscalationPrompt], "Choice | Awaitable[Choice]"]
+
+
+def _no_callback(prompt: EscalationPrompt) -> Choice:
+    raise EscalationRequired(prompt)
+
+
+class _Base:
+    def __init__(
+        self,
+        config: GuardConfig | None,
+        *,
+        ledger: TokenLedger | None,
+        probe: MemoryPressureProbe | None,
+        confirm: Confirm | None,
+        clock: Callable[[], float] | None,
+        rng: random.Random | None,
+        hooks: Iterable[Hook] | None,
+    ) -> None:
+        self.pipeline = Pipeline(
+            config, ledger=ledger, probe=probe, clock=clock, rng=rng, hooks=hooks
+        )
+        self._confirm: Confirm = confirm or _no_callback
+
+    @property
+    def config(self) -> GuardConfig:
+        """The configuration in force."""
+        return self.pipeline.config
+
+    def _fail_open(
+        self, request: ModelRequest, session: str | None, exc: BaseException
+    ) -> GuardReport:
+        """Report an internal fault; raise it again when configured fail-closed."""
+        self.pipeline.emitter.emit(
+            GuardInternalError(
+                session=session,
+                component="pipeline",
+                error_type=type(exc).__name__,
+                message=redact(str(exc)),
+            )
+        )
+        if self.config.fail_mode == "closed":
+            raise exc
+        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        return GuardReport(session=sid, session_source=source, model=request.model, fail_open=True)
+
+
+class _Trace:
+    """Tells the guard's own faults from upstream errors and policy decisions."""
+
+    __slots__ = ("last", "upstream")
+
+    def __init__(self) -> None:
+        self.upstream: set[int] = set()
+        self.last: ModelResponse | None = None
+
+    def internal(self, exc: BaseException) -> bool:
+        return (
+            not isinstance(exc, AgentGuardError)
+            and id(exc) not in self.upstream
+            and isinstance(exc, Exception)
+        )
+
+
+class Guard(_Base):
+    """The pipeline over a synchronous transport.
+
+    Args:
+        transport: the model transport, or a function giving the transport of a tier (tiers can
+            have their own endpoints).
+        config: the configuration (defaults when ``None``).
+        ledger: a token ledger to share (default: one built from the config).
+        probe: a memory-pressure probe (default: one built from the config).
+        confirm: confirm mode's callback; without one, confirm mode raises
+            :class:`~agentguard.EscalationRequired`.
+        clock: monotonic seconds (injected in tests).
+        sleep: how to wait between retries (injected in tests).
+        rng: randomness for backoff jitter (seed it for reproducible runs).
+        hooks: event hooks of this guard.
+    """
+
+    def __init__(
+        self,
+        transport: Transport | Callable[[Tier], Transport],
+        config: GuardConfig | None = None,
+        *,
+        ledger: TokenLedger | None = None,
+        probe: MemoryPressureProbe | None = None,
+        confirm: Callable[[EscalationPrompt], Choice] | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        rng: random.Random | None = None,
+        hooks: Iterable[Hook] | None = None,
+    ) -> None:
+        super().__init__(
+            config, ledger=ledger, probe=probe, confirm=confirm, clock=clock, rng=rng, hooks=hooks
+        )
+        self._transport_for = (
+            (lambda tier: transport) if isinstance(transport, Transport) else transport
+        )
+        self._sleep = sleep or _clock.sleep
+
+    def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
+        ledger = self.pipeline.ledger
+
+        def send(action: Send) -> ModelResponse:
+            try:
+                response = self._transport_for(action.tier).send(action.request)
+            except BaseException as exc:
+                trace.upstream.add(id(exc))
+                raise
+            trace.last = response
+            return response
+
+        def budget(action: Budget) -> Any:
+            return getattr(ledger, action.op)(*action.args, **action.kwargs)
+
+        return {
+            Send: send,
+            Sleep: lambda a: self._sleep(a.seconds),
+            Ask: lambda a: self._confirm(a.prompt),
+            Budget: budget,
+        }
+
+    def complete(self, request: ModelRequest, *, session: str | None = None) -> ModelResponse:
+        """One guarded call. The report is attached: ``report_of(response)`` (and its ``raw``)."""
+        trace = _Trace()
+        try:
+            response, report = run(
+                self.pipeline.plan(request, session=session), self._handlers(trace)
+            )
+        except BaseException as exc:
+            if not trace.internal(exc):
+                raise
+            report = self._fail_open(request, session, exc)
+            response = trace.last or self._transport_for(
+                self.pipeline.policy.tier_for(request.model)
+            ).send(request)
+        attach_report(response.raw, report)
+        return dataclasses.replace(response, report=report)
+
+    def stream(self, request: ModelRequest, *, session: str | None = None) -> GuardedStream:
+        """One guarded streaming call: an iterator of chunks; the report once it is exhausted."""
+        trace = _Trace()
+
+        def open_stream(action: Open) -> Iterator[StreamChunk]:
+            try:
+                yield from self._transport_for(action.tier).stream(action.request)
+            except BaseException as exc:
+                trace.upstream.add(id(exc))
+                raise
+
+        plan = self.pipeline.stream_plan(request, session=session)
+        return GuardedStream(stream(plan, self._handlers(trace), open=open_stream))
+
+
+class GuardedStream:
+    """The chunks of a guarded stream; :attr:`report` is set when the stream is exhausted."""
+
+    def __init__(self, chunks: Iterator[Any]) -> None:
+        self._chunks = chunks
+        self.report: GuardReport | None = None
+
+    def __iter__(self) -> GuardedStream:
+        return self
+
+    def __next__(self) -> StreamChunk:
+        try:
+            chunk: StreamChunk = next(self._chunks)
+        except StopIteration as stop:
+            self.report = stop.value
+            raise StopIteration from None
+        return chunk
+
+    def close(self) -> None:
+        """Stop reading; closes the upstream stream."""
+        close = getattr(self._chunks, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> GuardedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncGuard(_Base):
+    """The pipeline over an asynchronous transport; the same logic as :class:`Guard`.
+
+    Args:
+        transport: the async model transport, or a function giving the transport of a tier.
+        config, ledger, probe, clock, rng, hooks: as for :class:`Guard`.
+        confirm: confirm mode's callback, sync or async.
+        sleep: an async sleep (injected in tests; default ``anyio.sleep``).
+    """
+
+    def __init__(
+        self,
+        transport: AsyncTransport | Callable[[Tier], AsyncTransport],
+        config: GuardConfig | None = None,
+        *,
+        ledger: TokenLedger | None = None,
+        probe: MemoryPressureProbe | None = None,
+        confirm: Confirm | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
+        hooks: Iterable[Hook] | None = None,
+    ) -> None:
+        super().__init__(
+            config, ledger=ledger, probe=probe, confirm=confirm, clock=clock, rng=rng, hooks=hooks
+        )
+        self._transport_for = (
+            (lambda tier: transport) if isinstance(transport, AsyncTransport) else transport
+        )
+        self._sleep = sleep or anyio.sleep
+
+    def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
+        ledger = self.pipeline.ledger
+
+        async def send(action: Send) -> ModelResponse:
+            try:
+                response = await self._transport_for(action.tier).asend(action.request)
+            except BaseException as exc:
+                trace.upstream.add(id(exc))
+                raise
+            trace.last = response
+            return response
+
+        def budget(action: Budget) -> Any:
+            return getattr(ledger, "a" + action.op)(*action.args, **action.kwargs)
+
+        return {
+            Send: send,
+            Sleep: lambda a: self._sleep(a.seconds),
+            Ask: lambda a: self._confirm(a.prompt),
+            Budget: budget,
+        }
+
+    async def acomplete(
+        self, request: ModelRequest, *, session: str | None = None
+    ) -> ModelResponse:
+        """One guarded call (see :meth:`Guard.complete`)."""
+        trace = _Trace()
+        try:
+            response, report = await arun(
+                self.pipeline.plan(request, session=session), self._handlers(trace)
+            )
+        except BaseException as exc:
+            if not trace.internal(exc):
+                raise
+            report = self._fail_open(request, session, exc)
+            response = trace.last or await self._transport_for(
+                self.pipeline.policy.tier_for(request.model)
+            ).asend(request)
+        attach_report(response.raw, report)
+        return dataclasses.replace(response, report=report)
+
+    def astream(self, request: ModelRequest, *, session: str | None = None) -> AsyncGuardedStream:
+        """One guarded streaming call: an async iterator of chunks; the report at its end."""
+        trace = _Trace()
+        result = AsyncGuardedStream()
+
+        async def open_stream(action: Open) -> AsyncIterator[StreamChunk]:
+            try:
+                async for chunk in self._transport_for(action.tier).astream(action.request):
+                    yield chunk
+            except BaseException as exc:
+                trace.upstream.add(id(exc))
+                raise
+
+        def done(report: GuardReport) -> None:
+            result.report = report
+
+        plan = self.pipeline.stream_plan(request, session=session)
+        result.chunks = astream(plan, self._handlers(trace), open=open_stream, done=done)
+        return result
+
+
+class AsyncGuardedStream:
+    """The chunks of a guarded async stream; :attr:`report` is set when it is exhausted."""
+
+    def __init__(self) -> None:
+        self.chunks: AsyncIterator[Any] | None = None
+        self.report: GuardReport | None = None
+
+    def __aiter__(self) -> AsyncGuardedStream:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        assert self.chunks is not None
+        chunk: StreamChunk = await anext(self.chunks)
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop reading; closes the upstream stream."""
+        aclose = getattr(self.chunks, "aclose", None)
+        if callable(aclose):
+            await aclose()
+
+    async def __aenter__(self) -> AsyncGuardedStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

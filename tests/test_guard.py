@@ -1,0 +1,428 @@
+"""The guarded call end to end, through ScriptedModel: every failure mode and escalation path."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from agentguard import (
+    BudgetExceeded,
+    EscalationRequired,
+    GuardConfig,
+    LoopDetected,
+    ModelError,
+    TiersExhausted,
+    ToolValidationFailed,
+)
+from agentguard._report import report_of
+from agentguard.escalation import Choice, EscalationPrompt
+from agentguard.events import Escalated, GuardInternalError
+from agentguard.guard import AsyncGuard, Guard
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+from agentguard.transport import ModelRequest
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the docs.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    }
+]
+TIERS = {
+    "tiers": {
+        "fast": {"model": "small"},
+        "standard": {"model": "medium"},
+        "premium": {"model": "big"},
+    },
+    "escalation": {"chain": ["fast", "standard", "premium"], "max_retries_before_escalate": 2},
+    "memory_pressure": {"enabled": False},
+}
+
+
+def _cfg(**extra: Any) -> GuardConfig:
+    data: dict[str, Any] = {k: dict(v) for k, v in TIERS.items()}
+    for key, value in extra.items():
+        data[key] = {**data.get(key, {}), **value}
+    return GuardConfig.from_dict(data, env={})
+
+
+def _req(
+    model: str = "fast", tools: bool = True, messages: list[dict[str, Any]] | None = None
+) -> ModelRequest:
+    params: dict[str, Any] = {"tools": TOOLS} if tools else {}
+    msgs = messages or [{"role": "user", "content": "find the install guide"}]
+    return ModelRequest(model=model, messages=msgs, params=params)
+
+
+def _guard(
+    model: ScriptedModel, config: GuardConfig | None = None, **kw: Any
+) -> tuple[Guard, FakeClock]:
+    clock = FakeClock()
+    guard = Guard(
+        model, config or _cfg(), clock=clock, sleep=clock.sleep, rng=random.Random(0), **kw
+    )
+    return guard, clock
+
+
+def test_clean_call_passes_through_with_a_report() -> None:
+    """A valid answer comes back unchanged, with a report of what (little) happened."""
+    model = ScriptedModel([Reply.call("search", {"query": "install"})])
+    guard, _ = _guard(model)
+    response = guard.complete(_req())
+    assert response.message["tool_calls"][0]["function"]["arguments"] == '{"query": "install"}'
+    report = report_of(response)
+    assert report is not None
+    assert (report.tier, report.retries, report.corrections, report.escalated) == (
+        "fast",
+        0,
+        0,
+        False,
+    )
+    assert report.usage.total_tokens > 0
+    assert report.budget == "ok"
+    assert model.requests[0].model == "small"
+
+
+def test_rate_limit_waits_for_retry_after_then_succeeds() -> None:
+    """A 429 with Retry-After is waited out (on the injected clock) and retried once."""
+    model = ScriptedModel([Fault.rate_limit(retry_after=2), Reply.text("ok")])
+    guard, clock = _guard(model)
+    response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "ok"
+    assert clock.sleeps == [2.0]
+    report = report_of(response)
+    assert report is not None
+    assert report.retries == 1
+
+
+def test_retry_after_beyond_cap_escalates_instead_of_waiting() -> None:
+    """A Retry-After longer than max_retry_after moves to the next tier at once."""
+    model = ScriptedModel(
+        {"small": [Fault.rate_limit(retry_after=600)], "medium": [Reply.text("ok")]}
+    )
+    guard, clock = _guard(model)
+    response = guard.complete(_req(tools=False))
+    assert clock.sleeps == []
+    report = report_of(response)
+    assert report is not None
+    assert (report.tier, report.escalated_from, report.reasons) == (
+        "standard",
+        "fast",
+        ("rate_limited",),
+    )
+
+
+def test_dead_tier_escalates_after_retries() -> None:
+    """Repeated 5xx: retries on the tier, then the next tier serves; an event says so."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 5, "medium": [Reply.text("fine")]})
+    guard, clock = _guard(model)
+    with capture_events() as events:
+        response = guard.complete(_req(tools=False))
+    report = report_of(response)
+    assert report is not None
+    assert report.tier == "standard"
+    assert report.retries == 2  # max_retries_before_escalate: 2 retries on fast, then move
+    assert len(clock.sleeps) == 2
+    assert [e.reason for e in events.of_type(Escalated)] == ["server_error"]
+
+
+def test_every_tier_failing_raises_with_the_history() -> None:
+    """When the chain is exhausted the error carries every attempt."""
+    model = ScriptedModel([Fault.server_error(500)], cycle=True)
+    guard, _ = _guard(model)
+    with pytest.raises(TiersExhausted) as info:
+        guard.complete(_req(tools=False))
+    tiers = [a.tier for a in info.value.attempts]
+    assert tiers[0] == "fast"
+    assert tiers[-1] == "premium"
+
+
+def test_client_error_is_not_retried_or_escalated() -> None:
+    """A 400 is the request's fault: it surfaces at once."""
+    model = ScriptedModel([Fault.context_length()])
+    guard, clock = _guard(model)
+    with pytest.raises(ModelError) as info:
+        guard.complete(_req(tools=False))
+    assert info.value.status_code == 400
+    assert clock.sleeps == []
+    assert len(model.requests) == 1
+
+
+def test_text_embedded_call_is_repaired_for_free() -> None:
+    """A tool call written as text becomes a real tool call, with no extra model call."""
+    model = ScriptedModel([Reply.embedded("search", {"query": "install"}, style="hermes")])
+    guard, _ = _guard(model)
+    response = guard.complete(_req())
+    calls = response.message["tool_calls"]
+    assert calls[0]["function"]["name"] == "search"
+    assert response.finish_reason == "tool_calls"
+    report = report_of(response)
+    assert report is not None
+    assert report.repairs
+    assert report.corrections == 0
+    assert len(model.requests) == 1
+
+
+def test_invalid_call_gets_a_corrective_reask() -> None:
+    """A call missing a required field is re-asked once with a precise correction."""
+    model = ScriptedModel([Reply.call("search", {}), Reply.call("search", {"query": "install"})])
+    guard, _ = _guard(model)
+    response = guard.complete(_req())
+    assert '"install"' in response.message["tool_calls"][0]["function"]["arguments"]
+    report = report_of(response)
+    assert report is not None
+    assert report.corrections == 1
+    second = model.requests[1].messages
+    assert second[-2]["role"] == "assistant"
+    assert second[-2]["content"] == ""  # never null: some servers reject it
+    assert "query" in second[-1]["content"]
+
+
+def test_persistent_invalid_calls_escalate_then_fail_typed() -> None:
+    """Still invalid after max_retries on every tier: a typed error, never a bad answer."""
+    model = ScriptedModel([Reply.call("search", {})], cycle=True)
+    config = _cfg(tool_validation={"max_retries": 1})
+    guard, _ = _guard(model, config)
+    with pytest.raises(TiersExhausted) as info:
+        guard.complete(_req())
+    assert info.value.reason == "tool_validation_failure"
+    assert isinstance(info.value.__cause__, ToolValidationFailed)
+    assert len(model.requests) == 6  # 2 per tier
+
+
+def test_single_tier_invalid_calls_raise_tool_validation_failed() -> None:
+    """Without tiers to move to, the validation error itself surfaces."""
+    model = ScriptedModel([Reply.call("search", {})], cycle=True)
+    config = GuardConfig.from_dict(
+        {"tool_validation": {"max_retries": 1}, "memory_pressure": {"enabled": False}}, env={}
+    )
+    guard, _ = _guard(model, config)
+    with pytest.raises(ToolValidationFailed):
+        guard.complete(_req(model="gpt-x"))
+
+
+def _looping_history(times: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "is the build done?"}]
+    for i in range(times):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "build_status", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "status: running, 40%"}
+        )
+    return messages
+
+
+def test_transcript_loop_break_raises_structured_error() -> None:
+    """A stuck polling loop in the history stops the call with a structured loop error."""
+    model = ScriptedModel([Reply.text("never reached")], cycle=True)
+    config = GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    guard, _ = _guard(model, config)
+    with pytest.raises(LoopDetected) as info:
+        guard.complete(_req(model="gpt-x", tools=False, messages=_looping_history(40)))
+    error = info.value.to_error()
+    assert error["type"] == "loop_detected"
+    assert error["message"]
+    assert model.requests == []
+
+
+def test_loop_warning_adds_a_hint_for_the_model() -> None:
+    """A loop at WARNING lets the call through with a hint appended for the model."""
+    model = ScriptedModel([Reply.text("ok")], cycle=True)
+    config = GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    guard, _ = _guard(model, config)
+    for n in range(1, 40):
+        try:
+            response = guard.complete(
+                _req(model="gpt-x", tools=False, messages=_looping_history(n))
+            )
+        except LoopDetected:
+            break
+        report = report_of(response)
+        assert report is not None
+        if report.warnings:
+            assert "[agentguard]" in str(model.requests[-1].messages[-1]["content"])
+            return
+    pytest.fail("no warning before the break")
+
+
+def test_transcript_is_processed_incrementally() -> None:
+    """Messages already seen in a session are not fed again (a growing history stays cheap)."""
+    model = ScriptedModel([Reply.text("a"), Reply.text("b")])
+    guard, _ = _guard(model, GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    history = _looping_history(2)
+    guard.complete(_req(model="gpt-x", tools=False, messages=history))
+    state = next(iter(guard.pipeline._sessions.values()))
+    seen = len(state.seen)
+    guard.complete(
+        _req(model="gpt-x", tools=False, messages=[*history, {"role": "user", "content": "and?"}])
+    )
+    assert len(state.seen) == seen + 2  # the new user message and the new answer
+
+
+def test_confirm_mode_without_callback_raises_with_options() -> None:
+    """No silent failover: confirm mode asks, and without a callback raises the question."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 3, "medium": [Reply.text("ok")]})
+    guard, _ = _guard(model, _cfg(escalation={"mode": "confirm"}))
+    with pytest.raises(EscalationRequired) as info:
+        guard.complete(_req(tools=False))
+    prompt = info.value.prompt
+    assert prompt.proposed is not None
+    assert prompt.proposed.name == "standard"
+    assert [o.value for o in prompt.options] == ["retry", "use_backup", "cancel"]
+    assert prompt.attempts == 3
+
+
+def test_confirm_mode_callback_chooses_backup() -> None:
+    """With a callback, the user's choice is followed."""
+    asked: list[EscalationPrompt] = []
+
+    def confirm(prompt: EscalationPrompt) -> Choice:
+        asked.append(prompt)
+        return Choice.USE_BACKUP
+
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 3, "medium": [Reply.text("ok")]})
+    guard, _ = _guard(model, _cfg(escalation={"mode": "confirm"}), confirm=confirm)
+    response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "ok"
+    assert len(asked) == 1
+
+
+def test_hard_stop_budget_refuses_before_spending() -> None:
+    """Under hard_stop a call that would pass the session budget is refused up front."""
+    model = ScriptedModel([Reply.text("x" * 400)], cycle=True)
+    config = _cfg(
+        token_budget={"per_session": 300, "policy": "hard_stop", "max_output_tokens": 100}
+    )
+    guard, _ = _guard(model, config)
+    served = 0
+    with pytest.raises(BudgetExceeded) as info:  # noqa: PT012 - the loop runs until refused
+        for _ in range(10):
+            guard.complete(_req(tools=False), session="s1")
+            served += 1
+    assert served < 10
+    assert info.value.budget == "session"
+    assert guard.pipeline.ledger is not None
+    assert guard.pipeline.ledger.usage("s1").session_tokens <= 300
+
+
+def test_output_cap_is_applied_to_the_request() -> None:
+    """max_tokens is clamped to the per-request output cap."""
+    model = ScriptedModel([Reply.text("ok")])
+    guard, _ = _guard(model, _cfg(token_budget={"max_output_tokens": 64}))
+    request = ModelRequest(
+        model="fast", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 5000}
+    )
+    guard.complete(request)
+    assert model.requests[0].params["max_tokens"] == 64
+
+
+def test_missing_usage_is_estimated() -> None:
+    """A response without usage is still counted, marked estimated."""
+    model = ScriptedModel([Reply.text("hello there", usage=None)])
+    guard, _ = _guard(model)
+    report = report_of(guard.complete(_req(tools=False)))
+    assert report is not None
+    assert report.usage.estimated
+    assert report.usage.total_tokens > 0
+
+
+def test_internal_fault_fails_open_and_is_reported() -> None:
+    """A bug inside the guard lets the call through unguarded and emits an event."""
+    model = ScriptedModel([Reply.text("straight through")])
+    guard, _ = _guard(model)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("guard bug")
+
+    guard.pipeline._check_transcript = broken  # type: ignore[method-assign]
+    with capture_events() as events:
+        response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "straight through"
+    report = report_of(response)
+    assert report is not None
+    assert report.fail_open
+    assert events.of_type(GuardInternalError)
+
+
+def test_fail_closed_raises_internal_faults() -> None:
+    """fail_mode: closed surfaces the guard's own fault."""
+    model = ScriptedModel([Reply.text("x")])
+    guard, _ = _guard(
+        model,
+        _cfg(fail_mode="closed")
+        if False
+        else GuardConfig.from_dict({"fail_mode": "closed"}, env={}),
+    )
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("guard bug")
+
+    guard.pipeline._check_transcript = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="guard bug"):
+        guard.complete(_req(tools=False))
+
+
+def test_streaming_passes_content_and_holds_tool_calls_until_valid() -> None:
+    """Content streams as it comes; a text-embedded call is released as a real call at the end."""
+    model = ScriptedModel(
+        [
+            Reply(
+                content="Let me look. ", tool_calls=Reply.call("search", {"query": "x"}).tool_calls
+            )
+        ],
+        chunk_size=4,
+    )
+    guard, _ = _guard(model)
+    stream = guard.stream(_req())
+    chunks = list(stream)
+    text = "".join(c.content or "" for c in chunks)
+    assert text == "Let me look. "
+    calls = [tc for c in chunks for tc in c.tool_calls]
+    assert len(calls) == 1
+    assert calls[0]["function"]["arguments"] == '{"query": "x"}'
+    assert chunks[-1].finish_reason == "tool_calls"
+    assert stream.report is not None
+
+
+@pytest.mark.anyio
+async def test_async_guard_runs_the_same_logic() -> None:
+    """The async guard retries, escalates and reports like the sync one."""
+    model = ScriptedModel({"small": [Fault.timeout()] * 3, "medium": [Reply.text("async ok")]})
+    clock = FakeClock()
+    guard = AsyncGuard(model, _cfg(), clock=clock, sleep=clock.asleep, rng=random.Random(0))
+    response = await guard.acomplete(_req(tools=False))
+    report = report_of(response)
+    assert report is not None
+    assert (report.tier, report.reasons) == ("standard", ("timeout",))
+
+
+def test_canary_key_never_leaks() -> None:
+    """A secret in an upstream error never reaches events, reports or exception text."""
+    canary = "sk-canary-0123456789abcdef"
+    model = ScriptedModel([Fault(status=500, message=f"upstream echoed key {canary}")], cycle=True)
+    guard, _ = _guard(model)
+    with capture_events() as events, pytest.raises(TiersExhausted) as info:
+        guard.complete(_req(tools=False))
+    assert canary not in str(info.value)
+    assert all(canary not in repr(a) for a in info.value.attempts)
+    assert all(canary not in str(e.to_dict()) for e in events)
