@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,6 +185,12 @@ class Pipeline:
         self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
         self._max_sessions = max_sessions
 
+    @staticmethod
+    def _prompt_tokens(call: _Call) -> int:
+        if call.messages is call.base_messages and call.prompt_tokens:
+            return call.prompt_tokens  # estimated once in _prepare
+        return estimate_tokens(call.messages, tools=call.tools)
+
     # -- state ---------------------------------------------------------------------------------
 
     def _state(self, session: str) -> _SessionState:
@@ -213,7 +220,8 @@ class Pipeline:
         return frozenset(name for name, b in self._breakers.items() if b.state == "open")
 
     def _validator(self, tools: Sequence[Mapping[str, Any]]) -> ToolCallValidator:
-        key = fingerprint_bytes(canonical_json(list(tools)))
+        # plain sorted JSON is canonical enough for a cache key (a miss only costs a rebuild)
+        key = fingerprint_bytes(json.dumps(list(tools), sort_keys=True, default=str).encode())
         validator = self._validators.get(key)
         if validator is None:
             validator = ToolCallValidator(tools, self.config, hooks=self.emitter.hooks)
@@ -311,7 +319,7 @@ class Pipeline:
         if self.ledger is not None:
             reservation = yield Budget(
                 "reserve",
-                (b.session, estimate_tokens(call.messages, tools=call.tools)),
+                (b.session, self._prompt_tokens(call)),
                 {"max_output_tokens": _requested_output(params), "model": tier.model},
             )
             if reservation.output_tokens:
