@@ -419,7 +419,10 @@ class ToolCallValidator:
         # 3. the tool name
         if cfg.validate_tool_names:
             match = self._names.match(name)
-            if match.name is None:
+            if match.name is not None and match.name != name and cfg.repair and match.safe:
+                repairs.append(Repair("tool_name", call_id, "$.name", name, match.name))
+                name = match.name
+            elif match.name != name:  # no match, or one that must not be applied unasked
                 errors.append(
                     ToolCallError(
                         "unknown_tool",
@@ -431,22 +434,6 @@ class ToolCallValidator:
                         match.suggestions,
                     )
                 )
-            elif match.name != name:
-                if cfg.repair and match.safe:
-                    repairs.append(Repair("tool_name", call_id, "$.name", name, match.name))
-                    name = match.name
-                else:
-                    errors.append(
-                        ToolCallError(
-                            "unknown_tool",
-                            call_id,
-                            name,
-                            "$.name",
-                            f"there is no tool named {name!r}",
-                            _short(name),
-                            match.suggestions,
-                        )
-                    )
 
         # 4 and 5. schema and plausibility
         spec = self.specs.get(name)
