@@ -50,7 +50,6 @@ def run(quick: bool) -> list[Table]:
 
     config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
     rows = []
-    overheads = {}
     for size in [30, 300] if quick else [30, 300, 1000, 3000]:
         model = ScriptedModel([reply], cycle=True)
         raw = openai.OpenAI(
@@ -71,10 +70,8 @@ def run(quick: bool) -> list[Table]:
         call_guarded()  # the session's history is seen once; later calls are incremental
         base = us(per_call(call_raw, repeat=repeat, min_time=min_time))
         mine = us(per_call(call_guarded, repeat=repeat, min_time=min_time))
-        overheads[size] = mine - base
         rows.append([size, base, mine, f"{mine / base:.3f}", mine - base])
     goal_rows = [[f"{r[0]} messages", *r[1:]] for r in rows]
-    flat = overheads[max(overheads)] / overheads[30] if overheads[30] > 0 else float("nan")
     clean = Table(
         "Guarded vs raw openai client: clean call, 10 tools",
         ["history", "raw µs/call", "guarded µs/call", "ratio", "overhead µs"],
@@ -86,10 +83,11 @@ def run(quick: bool) -> list[Table]:
         notes=[
             f"Goal: overhead ≤ 5 % of the raw client's own cost at 30 messages: "
             f"{verdict(rows[0][2] / rows[0][1], 1.05)} ({rows[0][2] / rows[0][1]:.3f}×).",
-            f"Overhead at {max(overheads)} messages vs 30: {flat:.2f}× "
-            f"(goal ≤ 1.2×: {verdict(flat, 1.2)}).",
+            "At long histories the raw client's own cost (serialising the history) is so large "
+            "that run-to-run noise exceeds the guard's overhead; the next table isolates it.",
         ],
     )
+    pipeline = _pipeline_table(config, tools, reply, repeat, min_time)
     n = itertools.count()
 
     def answer(request: Any) -> Reply:  # varied prose: degenerate text would be cut off
@@ -131,4 +129,43 @@ def run(quick: bool) -> list[Table]:
         [["raw", raw_t, "1.00"], ["guarded", guarded_t, f"{guarded_t / raw_t:.3f}"]],
         notes=[f"Goal ≤ 1.05×: {verdict(guarded_t / raw_t, 1.05)}."],
     )
-    return [clean, streaming]
+    return [clean, pipeline, streaming]
+
+
+def _pipeline_table(config: Any, tools: Any, reply: Any, repeat: int, min_time: float) -> Table:
+    pipeline_rows = []
+    own: dict[int, float] = {}
+    for size in [30, 300, 1000, 3000]:
+        model = ScriptedModel([reply], cycle=True)
+        guard = ag.Guard(model, config)
+        request = ag.transport.ModelRequest(
+            model="m", messages=_history(size), params={"tools": tools}
+        )
+        guard.complete(request)  # the history is seen once; later calls are incremental
+        bare = us(
+            per_call(
+                lambda model=model, request=request: model.send(request),
+                repeat=repeat,
+                min_time=min_time,
+            )
+        )
+        full = us(
+            per_call(
+                lambda guard=guard, request=request: guard.complete(request),
+                repeat=repeat,
+                min_time=min_time,
+            )
+        )
+        own[size] = full - bare
+        pipeline_rows.append([f"{size} messages", bare, full, full - bare])
+    flat = own[3000] / own[30]
+    return Table(
+        "The pipeline's own cost vs history length (Guard over the scripted transport, no HTTP)",
+        ["history", "transport alone µs", "guarded µs", "guard overhead µs"],
+        pipeline_rows,
+        notes=[
+            f"Overhead at 3,000 messages vs 30: {flat:.2f}× (goal ≤ 1.2×: {verdict(flat, 1.2)}). "
+            "Only messages a session has not seen are processed; what still grows is the "
+            "prompt-token estimate and the session fingerprint over the request."
+        ],
+    )
