@@ -28,6 +28,7 @@ from . import _clock
 from ._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
 from ._fingerprint import canonical_json, fingerprint_bytes
 from ._report import GuardReport
+from ._responses import ITEM
 from ._session import resolve_session
 from .budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
 from .config import GuardConfig
@@ -323,7 +324,9 @@ class Pipeline:
                 {"max_output_tokens": _requested_output(params), "model": tier.model},
             )
             if reservation.output_tokens:
-                params = clamp_output_tokens(params, reservation.output_tokens)
+                params = clamp_output_tokens(
+                    params, reservation.output_tokens, default_key=call.request.output_key
+                )
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
@@ -551,7 +554,7 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
 
 
 def _requested_output(params: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = params.get(key)
         if isinstance(value, int):
             return value
@@ -567,7 +570,9 @@ def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str
         and last.get("role") in ("tool", "user")
         and isinstance(last.get("content"), str)
     ):
-        return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{text}"}]
+        # a changed message is no longer the Responses item it came from (if it was one)
+        hinted = {k: v for k, v in last.items() if k != ITEM}
+        return [*messages[:-1], {**hinted, "content": f"{last['content']}\n\n{text}"}]
     return [*messages, {"role": "user", "content": text}]
 
 
