@@ -404,6 +404,52 @@ def test_streaming_passes_content_and_holds_tool_calls_until_valid() -> None:
     assert stream.report is not None
 
 
+def test_streaming_reask_does_not_send_text_twice() -> None:
+    """After a re-ask, the text the caller already has is not streamed again; the call is."""
+    model = ScriptedModel(
+        [
+            Reply(content="Searching now. ", tool_calls=Reply.call("zap_all", {}).tool_calls),
+            Reply(
+                content="Searching now. ",
+                tool_calls=Reply.call("search", {"query": "x"}).tool_calls,
+            ),
+        ],
+        chunk_size=5,
+    )
+    guard, _ = _guard(model)
+    stream = guard.stream(_req())
+    chunks = list(stream)
+    assert "".join(c.content or "" for c in chunks) == "Searching now. "
+    calls = [tc for c in chunks for tc in c.tool_calls]
+    assert [c["function"]["name"] for c in calls] == ["search"]
+    assert stream.report is not None and stream.report.corrections == 1
+
+
+def test_degenerate_stream_is_cut_early_with_finish_reason_length() -> None:
+    """A stream that degenerates into repetition stops early, says why, and is flagged."""
+    phrase = "I will check the logs again."
+    model = ScriptedModel([Reply.degenerate(phrase, times=400)], chunk_size=16)
+    guard, _ = _guard(model)
+    with capture_events() as events:
+        stream = guard.stream(_req(tools=False))
+        chunks = list(stream)
+    text = "".join(c.content or "" for c in chunks)
+    assert 0 < len(text) < len(" ".join([phrase] * 400)) // 4
+    assert chunks[-1].finish_reason == "length"
+    assert stream.report is not None
+    assert any("stream cut" in w for w in stream.report.warnings)
+    assert any(getattr(e, "detector", None) == "degenerate_text" for e in events)
+
+
+def test_degenerate_stream_cut_can_be_switched_off() -> None:
+    """With cut_degenerate_streams off, the whole answer streams."""
+    phrase = "I will check the logs again."
+    model = ScriptedModel([Reply.degenerate(phrase, times=60), Reply.text("fine")], chunk_size=64)
+    guard, _ = _guard(model, _cfg(loop_detection={"cut_degenerate_streams": False}))
+    chunks = list(guard.stream(_req(tools=False)))
+    assert "".join(c.content or "" for c in chunks).startswith(" ".join([phrase] * 60))
+
+
 @pytest.mark.anyio
 async def test_async_guard_runs_the_same_logic() -> None:
     """The async guard retries, escalates and reports like the sync one."""

@@ -36,6 +36,7 @@ from .escalation import Attempt, Choice, EscalationDecision, EscalationPolicy, T
 from .events import Emitter, Escalated, Hook
 from .exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
 from .loops import LoopDetector, Verdict
+from .loops._text import degenerate_repeats
 from .memory import MemoryPressureProbe
 from .resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
 from .transport import ModelRequest, ModelResponse, StreamChunk
@@ -255,6 +256,11 @@ class Pipeline:
             response = yield from self._attempt(call, stream=True)
             if response is None:
                 continue
+            if call.cut:
+                verdict = self._check_response(call.state, response.message)
+                call.b.warnings.append(f"stream cut: {verdict.message}")
+                yield Emit(StreamChunk(finish_reason=response.finish_reason, raw=None))
+                return (yield from self._report(call))
             final = yield from self._check(call, response)
             if final is not None:
                 for chunk in _tool_call_chunks(final, since=response):
@@ -388,16 +394,26 @@ class Pipeline:
         return response
 
     def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
-        """Pass content deltas through as they come; assemble tool calls, which are held back."""
+        """Pass content deltas through as they come; assemble tool calls, which are held back.
+
+        Text goes out live only until some has been sent: a re-ask's or another tier's text is
+        held, so the caller never reads the same sentence twice. Text that degenerates is cut.
+        """
         yield Open(tier, request)
         acc = _Accumulator()
+        live = not call.content_sent
+        watch = _DegenerationWatch(self.config) if live else None
         while True:
             chunk = yield Pull()
             if chunk is END:
                 break
             acc.add(chunk)
-            if chunk.content:
+            if chunk.content and live:
+                call.content_sent = True
                 yield Emit(StreamChunk(content=chunk.content, raw=chunk.raw))
+                if watch is not None and watch.degenerate(acc):
+                    call.cut = True
+                    return acc.response(cut=True)
         return acc.response()
 
     def _check(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
@@ -529,6 +545,8 @@ class _Call:
     base_messages: list[Mapping[str, Any]] = field(default_factory=list)
     transient: int = 0
     corrections: int = 0
+    content_sent: bool = False  # streaming: some text already reached the caller
+    cut: bool = False  # streaming: the answer degenerated and was cut
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""
@@ -591,6 +609,7 @@ class _Accumulator:
 
     def __init__(self) -> None:
         self.content: list[str] = []
+        self.chars = 0
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
@@ -599,6 +618,7 @@ class _Accumulator:
     def add(self, chunk: StreamChunk) -> None:
         if chunk.content:
             self.content.append(chunk.content)
+            self.chars += len(chunk.content)
         for delta in chunk.tool_calls:
             slot = self.calls.setdefault(
                 int(delta.get("index", 0)),
@@ -619,13 +639,34 @@ class _Accumulator:
         if self.id is None and isinstance(raw, Mapping):
             self.id = raw.get("id")
 
-    def response(self) -> ModelResponse:
+    def response(self, *, cut: bool = False) -> ModelResponse:
+        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.calls:
+        if self.calls and not cut:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        return ModelResponse(
-            message=message, finish_reason=self.finish, usage=self.usage, id=self.id
-        )
+        finish = "length" if cut else self.finish
+        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+class _DegenerationWatch:
+    """Judges a streaming text every few hundred characters for degenerate repetition."""
+
+    __slots__ = ("_at", "_enabled", "_limit")
+
+    STEP = 512
+
+    def __init__(self, config: GuardConfig) -> None:
+        loops = config.loop_detection
+        self._enabled = loops.enabled and loops.cut_degenerate_streams
+        self._limit = 4 * loops.degenerate_min_repeats  # the detector's BREAK level
+        self._at = self.STEP
+
+    def degenerate(self, acc: _Accumulator) -> bool:
+        """Whether the text so far degenerates (judged once per ``STEP`` new characters)."""
+        if not self._enabled or acc.chars < self._at:
+            return False
+        self._at = acc.chars + self.STEP
+        return degenerate_repeats("".join(acc.content)) >= self._limit
 
 
 def _tool_call_chunks(final: ModelResponse, *, since: ModelResponse) -> list[StreamChunk]:

@@ -268,10 +268,8 @@ class ScriptedModel:
         if req.method != "POST" or not (path.endswith("/chat/completions") or responses_api):
             return http.Response(404, json={"error": {"message": f"no route {req.url.path}"}})
         body = json.loads(req.content or b"{}")
-        if responses_api:
-            request = request_from_responses(body)
-        else:
-            request = ModelRequest.from_body(body)
+        parse = request_from_responses if responses_api else ModelRequest.from_body
+        request = parse(body)
         try:
             step = self._next(request)
         except ScriptExhausted as exc:
