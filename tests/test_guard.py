@@ -422,7 +422,8 @@ def test_streaming_reask_does_not_send_text_twice() -> None:
     assert "".join(c.content or "" for c in chunks) == "Searching now. "
     calls = [tc for c in chunks for tc in c.tool_calls]
     assert [c["function"]["name"] for c in calls] == ["search"]
-    assert stream.report is not None and stream.report.corrections == 1
+    assert stream.report is not None
+    assert stream.report.corrections == 1
 
 
 def test_degenerate_stream_is_cut_early_with_finish_reason_length() -> None:

@@ -75,9 +75,12 @@ def test_responses_create_returns_a_response_with_a_report() -> None:
         {"path": "a.txt"},
     )
     report = ag.report_of(response)
-    assert report is not None and report.tier == "fast" and report.usage.total_tokens > 0
+    assert report is not None
+    assert report.tier == "fast"
+    assert report.usage.total_tokens > 0
     sent = model.requests[0]
-    assert sent.model == "small" and sent.params["max_output_tokens"] == 512
+    assert sent.model == "small"
+    assert sent.params["max_output_tokens"] == 512
     assert "max_tokens" not in sent.params
 
 
