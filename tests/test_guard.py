@@ -17,6 +17,7 @@ from agentguard import (
     ToolValidationFailed,
 )
 from agentguard._report import report_of
+from agentguard.budget import estimate_tokens
 from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.events import Escalated, GuardInternalError
 from agentguard.guard import AsyncGuard, Guard
@@ -272,11 +273,41 @@ def test_transcript_is_processed_incrementally() -> None:
     history = _looping_history(2)
     guard.complete(_req(model="gpt-x", tools=False, messages=history))
     state = next(iter(guard.pipeline._sessions.values()))
-    seen = len(state.seen)
+    seen = len(state.marks)
     guard.complete(
         _req(model="gpt-x", tools=False, messages=[*history, {"role": "user", "content": "and?"}])
     )
-    assert len(state.seen) == seen + 2  # the new user message and the new answer
+    assert len(state.marks) == seen + 2  # the new user message and the new answer
+
+
+def test_incremental_prompt_estimate_matches_a_full_estimate() -> None:
+    """Over an append-only conversation the running estimate equals estimating it all again."""
+    model = ScriptedModel([Reply.call("search", {"query": f"q{i}"}) for i in range(6)])
+    guard, _ = _guard(model)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the install guide"}]
+    for i in range(6):
+        request = _req(messages=list(messages))
+        response = guard.complete(request, session="s")
+        call = guard.pipeline._sessions["s"]
+        assert call.last is not None
+        expected = estimate_tokens(messages) - 3 + estimate_tokens([response.message]) - 3
+        assert call.last[2] == expected
+        messages.append(dict(response.message))
+        tool_id = response.message["tool_calls"][0]["id"]
+        messages.append({"role": "tool", "tool_call_id": tool_id, "content": f"result {i}"})
+
+
+def test_a_repeated_message_with_a_reused_call_id_is_still_judged() -> None:
+    """Local models reuse call ids: the same call and result again is new, and a loop."""
+    same = Reply.call("search", {"query": "status"}, id="call_0")
+    model = ScriptedModel([same] * 12)
+    guard, _ = _guard(model)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "wait for the build"}]
+    with pytest.raises((LoopDetected, TiersExhausted)):
+        for _ in range(12):
+            response = guard.complete(_req(messages=list(messages)), session="s")
+            messages.append(dict(response.message))
+            messages.append({"role": "tool", "tool_call_id": "call_0", "content": "pending"})
 
 
 def test_confirm_mode_without_callback_raises_with_options() -> None:
