@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from agentguard._report import GuardReport, attach_report, report_of
 from agentguard._responses import (
@@ -29,6 +29,8 @@ from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from ._lazy import require
 
 __all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client", "wrap"]
+
+T = TypeVar("T")
 
 
 def is_async_client(client: Any) -> bool:
@@ -382,10 +384,24 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
 
     guard: Guard | AsyncGuard
     if is_async_client(client):
-        guard = AsyncGuard(lambda tier: AsyncOpenAITransport(client_for(tier)), config, **options)
+        guard = AsyncGuard(_per_client(client_for, AsyncOpenAITransport), config, **options)
     else:
-        guard = Guard(lambda tier: OpenAITransport(client_for(tier)), config, **options)
+        guard = Guard(_per_client(client_for, OpenAITransport), config, **options)
     return _install(client.with_options(), guard)
+
+
+def _per_client(client_for: Callable[[Tier], Any], make: Callable[[Any], T]) -> Callable[[Tier], T]:
+    """A tier's transport, made once per distinct client (copying a client is not free)."""
+    made: dict[int, T] = {}
+
+    def transport_for(tier: Tier) -> T:
+        client = client_for(tier)
+        transport = made.get(id(client))
+        if transport is None:
+            transport = made[id(client)] = make(client)
+        return transport
+
+    return transport_for
 
 
 def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
