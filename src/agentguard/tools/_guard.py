@@ -485,7 +485,6 @@ class ToolGuard:
             verdict = self._detector.check_tool_call(name, arguments)
         if verdict.severity is Severity.BREAK:
             return self._refuse(turn, name, arguments, start, ("loop_detected", verdict.message))
-        hint = verdict.message if verdict.severity >= Severity.WARNING else ""
         if tool.high_risk:
             approved = None
             if self.on_hand_off is not None:
@@ -511,10 +510,9 @@ class ToolGuard:
                 outcome.value if outcome.ok else (outcome.error.kind if outcome.error else ""),
                 error=not outcome.ok,
             )
-        if after.severity >= Severity.WARNING and after.severity > verdict.severity:
-            hint = after.message
-        if hint:
-            outcome = replace(outcome, hint=hint)
+        # the verdict after the result is the one that knows whether the call made progress
+        if after.severity >= Severity.WARNING:
+            outcome = replace(outcome, hint=after.message)
         return self._finish(turn, arguments, outcome, start)
 
     def _unguarded(
