@@ -9,12 +9,14 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 
+from _stores import RedisServer, run_tool_workers
 from agentguard import GuardConfig
 from agentguard.events import (
     BreakerStateChanged,
@@ -31,7 +33,7 @@ from agentguard.events import (
 )
 from agentguard.exceptions import ModelError
 from agentguard.resilience import Classification, ErrorClass, RetryPolicy
-from agentguard.storage import MemoryStore, Store
+from agentguard.storage import MemoryStore, RedisStore, Store
 from agentguard.testing import CapturedEvents, FakeClock, capture_events
 from agentguard.tools import Default, HandOff, ToolGuard, ToolOutcome
 
@@ -752,3 +754,25 @@ def test_failed_call_emits_a_failure_event_with_its_numbers(
     (failed,) = events.of_type(ToolCallFailed)
     assert (failed.error, failed.attempts, failed.retryable) == ("transient", 2, True)
     assert all("sk-abc" not in str(e.to_dict()) for e in events)
+
+
+@pytest.mark.redis
+def test_a_breaker_is_shared_by_two_processes_through_redis(redis_server: RedisServer) -> None:
+    """Two worker processes, 3 failures each: only together do they reach min_calls (6) and trip
+    the breaker, which then refuses every further call, in both and in this third process."""
+    prefix = f"fleet{uuid.uuid4().hex[:8]}"
+    reports = run_tool_workers(redis_server.url, prefix, workers=2, calls=3)
+    assert sum(r["ran"] for r in reports) == 6  # every failing call ran exactly once
+    tools = ToolGuard(
+        GuardConfig.from_dict({"tools": {"breaker": {"min_calls": 6}}}, env={}),
+        store=RedisStore(redis_server.url, key_prefix=prefix),
+        hooks=(),
+    )
+    ran: list[int] = []
+    tools.register(lambda n: ran.append(n), name="inventory")
+    outcome = tools.call("inventory", {"n": 99})
+    assert outcome.error is not None
+    assert (outcome.error.kind, outcome.error.breaker) == ("breaker_open", "open")
+    assert ran == []
+    snapshot = tools.breaker("inventory").snapshot()
+    assert (snapshot.state.value, snapshot.failures) == ("open", 6)
