@@ -769,7 +769,11 @@ def test_a_breaker_is_shared_by_two_processes_through_redis(redis_server: RedisS
         hooks=(),
     )
     ran: list[int] = []
-    tools.register(lambda n: ran.append(n), name="inventory")
+
+    def inventory(n: int) -> None:
+        ran.append(n)
+
+    tools.register(inventory)
     outcome = tools.call("inventory", {"n": 99})
     assert outcome.error is not None
     assert (outcome.error.kind, outcome.error.breaker) == ("breaker_open", "open")
