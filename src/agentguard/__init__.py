@@ -30,6 +30,7 @@ from .exceptions import (
 from .guard import AsyncGuard, Guard
 from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
+from .tools import DeadLetter, HandOff, ToolError, ToolGuard, ToolOutcome
 from .types import Severity, ToolCall, Usage
 from .validation import ToolCallValidator, ValidationReport
 
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncGuard",
     "BudgetExceeded",
     "ConfigError",
+    "DeadLetter",
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
@@ -47,6 +49,7 @@ __all__ = [
     "Guard",
     "GuardConfig",
     "GuardReport",
+    "HandOff",
     "LoopDetected",
     "LoopDetector",
     "MemoryPressureProbe",
@@ -61,7 +64,10 @@ __all__ = [
     "TiersExhausted",
     "ToolCall",
     "ToolCallValidator",
+    "ToolError",
+    "ToolGuard",
     "ToolLoopPolicy",
+    "ToolOutcome",
     "ToolSchemaError",
     "ToolValidationFailed",
     "Usage",

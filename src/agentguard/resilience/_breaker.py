@@ -28,7 +28,7 @@ from agentguard.storage._breaker import (
     BreakerSpec,
     BreakerView,
     breaker_allow,
-    breaker_record,
+    breaker_count,
     breaker_view,
 )
 
@@ -150,7 +150,19 @@ class CircuitBreaker:
             elif op == "view":
                 view = breaker_view(spec, self._record, now)
             else:
-                view = breaker_record(spec, self._record, _outcome(op), now)
+                changes = breaker_count(spec, self._record, _outcome(op), now)
+                if not changes:  # the common case: nothing to report, no view to build
+                    return _UNCHANGED
+                view = breaker_view(spec, self._record, now)
+                view = BreakerView(
+                    view.state,
+                    False,
+                    False,
+                    view.retry_at,
+                    view.calls,
+                    view.failures,
+                    tuple(changes),
+                )
         elif op == "allow":
             view = store.breaker_allow(spec, now)
         elif op == "view":
@@ -235,6 +247,7 @@ class CircuitBreaker:
 
 
 _ALLOWED = BreakerDecision(True, BreakerState.CLOSED)
+_UNCHANGED = BreakerView("closed", False, False, None, 0, 0)
 
 
 def _outcome(op: str) -> BreakerOutcome:

@@ -29,6 +29,7 @@ __all__ = [
     "BreakerSpec",
     "BreakerView",
     "breaker_allow",
+    "breaker_count",
     "breaker_record",
     "breaker_view",
 ]
@@ -252,10 +253,10 @@ def breaker_allow(spec: BreakerSpec, record: BreakerRecord, now: float) -> Break
     return _view(spec, record, now, changes)
 
 
-def breaker_record(
+def breaker_count(
     spec: BreakerSpec, record: BreakerRecord, outcome: BreakerOutcome, now: float
-) -> BreakerView:
-    """Count a call's ``outcome`` at ``now``, moving the breaker if it must."""
+) -> list[tuple[str, str]]:
+    """Count a call's ``outcome`` at ``now``, moving the breaker if it must; the transitions."""
     changes: list[tuple[str, str]] = []
     _advance(spec, record, now, changes)
     if record.state == HALF_OPEN:
@@ -266,9 +267,9 @@ def breaker_record(
             record.probe_successes += 1
             if record.probe_successes >= spec.close_after:
                 _move(spec, record, CLOSED, now, changes)
-        return _view(spec, record, now, changes)
+        return changes
     if record.state == OPEN or outcome == "ignored":
-        return _view(spec, record, now, changes)
+        return changes
     index = _bucket_index(spec, now)
     _prune(spec, record, now)
     window = record.window
@@ -286,7 +287,14 @@ def breaker_record(
         and record.failures >= spec.failure_rate * record.calls
     ):
         _move(spec, record, OPEN, now, changes)
-    return _view(spec, record, now, changes)
+    return changes
+
+
+def breaker_record(
+    spec: BreakerSpec, record: BreakerRecord, outcome: BreakerOutcome, now: float
+) -> BreakerView:
+    """Count a call's ``outcome`` at ``now``, moving the breaker if it must."""
+    return _view(spec, record, now, breaker_count(spec, record, outcome, now))
 
 
 def breaker_view(spec: BreakerSpec, record: BreakerRecord, now: float) -> BreakerView:

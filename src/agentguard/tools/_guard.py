@@ -19,7 +19,7 @@ import random
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from agentguard import _clock, _engine
@@ -213,6 +213,18 @@ class ToolGuard:
         self._turn: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
             f"agentguard_turn_{id(self)}", default=None
         )
+        self._handlers: dict[type, _engine.Handler] = {
+            Invoke: self._invoke,
+            _engine.Sleep: lambda a: self._sleep(a.seconds),
+            _Op: lambda a: getattr(a.target, a.name)(*a.args),
+            _Consult: self._consult,
+        }
+        self._ahandlers: dict[type, _engine.Handler] = {
+            Invoke: self._ainvoke,
+            _engine.Sleep: self._asleep_for,
+            _Op: lambda a: getattr(a.target, "a" + a.name)(*a.args),
+            _Consult: self._consult,
+        }
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -408,13 +420,7 @@ class ToolGuard:
             idempotency_key: the key of this logical operation (side-effecting tools); default:
                 a fingerprint of the session, the tool and the arguments.
         """
-        handlers: dict[type, _engine.Handler] = {
-            Invoke: self._invoke,
-            _engine.Sleep: lambda a: self._sleep(a.seconds),
-            _Op: lambda a: getattr(a.target, a.name)(*a.args),
-            _Consult: self._consult,
-        }
-        return _engine.run(self._plan(name, arguments, idempotency_key), handlers)
+        return _engine.run(self._plan(name, arguments, idempotency_key), self._handlers)
 
     async def acall(
         self,
@@ -424,13 +430,7 @@ class ToolGuard:
         idempotency_key: str | None = None,
     ) -> ToolOutcome:
         """Async twin of :meth:`call` (async tools are awaited; sync ones run on a thread)."""
-        handlers: dict[type, _engine.Handler] = {
-            Invoke: self._ainvoke,
-            _engine.Sleep: self._asleep_for,
-            _Op: lambda a: getattr(a.target, "a" + a.name)(*a.args),
-            _Consult: self._consult,
-        }
-        return await _engine.arun(self._plan(name, arguments, idempotency_key), handlers)
+        return await _engine.arun(self._plan(name, arguments, idempotency_key), self._ahandlers)
 
     def _invoke(self, action: Invoke) -> Any:
         return invoke(action, self._pool if self.config.sync_timeouts else None)
@@ -481,8 +481,11 @@ class ToolGuard:
             return self._refuse(turn, name, arguments, start, self._unknown(name))
         if not self.config.enabled:
             return (yield from self._unguarded(turn, tool, arguments, start))
+        # JSON text: the detector memoises its fingerprint, so check and record compute it once
+        checking = self._detector.config.enabled
+        seen = raw if isinstance(raw, str) or not checking else _text(arguments)
         with self._detector_lock:
-            verdict = self._detector.check_tool_call(name, arguments)
+            verdict = self._detector.check_tool_call(name, seen)
         if verdict.severity is Severity.BREAK:
             return self._refuse(turn, name, arguments, start, ("loop_detected", verdict.message))
         if tool.high_risk:
@@ -506,14 +509,13 @@ class ToolGuard:
         with self._detector_lock:
             after = self._detector.record_tool_result(
                 name,
-                arguments,
+                seen,
                 outcome.value if outcome.ok else (outcome.error.kind if outcome.error else ""),
                 error=not outcome.ok,
             )
         # the verdict after the result is the one that knows whether the call made progress
-        if after.severity >= Severity.WARNING:
-            outcome = replace(outcome, hint=after.message)
-        return self._finish(turn, arguments, outcome, start)
+        hint = after.message if after.severity >= Severity.WARNING else ""
+        return self._finish(turn, arguments, outcome, start, hint)
 
     def _unguarded(
         self, turn: Turn, tool: GuardedTool, arguments: dict[str, Any], start: float
@@ -952,10 +954,25 @@ class ToolGuard:
         return self._finish(turn, arguments, ToolOutcome(name, False, error=error), start)
 
     def _finish(
-        self, turn: Turn, arguments: Mapping[str, Any], outcome: ToolOutcome, start: float
+        self,
+        turn: Turn,
+        arguments: Mapping[str, Any],
+        done: ToolOutcome,
+        start: float,
+        hint: str = "",
     ) -> ToolOutcome:
         elapsed = self._clock() - start
-        outcome = replace(outcome, elapsed=elapsed)
+        outcome = ToolOutcome(
+            done.tool,
+            done.ok,
+            done.value,
+            done.error,
+            done.attempts,
+            elapsed,
+            done.fallback,
+            done.replayed,
+            hint,
+        )
         error = outcome.error
         turn.trace.append(
             TraceEntry(
@@ -1008,6 +1025,13 @@ class ToolGuard:
 
     def __repr__(self) -> str:
         return f"ToolGuard(tools={sorted(self._tools)!r}, store={self.store.name})"
+
+
+def _text(arguments: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(arguments, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON data: the detector copes with the dict itself
+        return json.dumps(arguments, ensure_ascii=False, default=repr)
 
 
 def _section(model: type[T], base: Any, override: Any) -> T:
