@@ -24,7 +24,6 @@ from typing import Any, Literal, TypeVar, overload
 
 from agentguard import _clock, _engine
 from agentguard._fingerprint import canonical_json, fingerprint_bytes
-from agentguard._redact import redact
 from agentguard.config import GuardConfig, ToolBreakerConfig, ToolRetryConfig, ToolsConfig
 from agentguard.events import (
     Emitter,
@@ -59,6 +58,7 @@ from agentguard.resilience import (
 from agentguard.storage import Store, store_from_config
 from agentguard.types import Severity
 
+from ._errors import checked, classify_failure, describe
 from ._model import (
     Criticality,
     DeadLetter,
@@ -72,7 +72,7 @@ from ._model import (
     decode_arguments,
     schema_validator,
 )
-from ._run import Invoke, ToolTimeout, ainvoke, invoke
+from ._run import Invoke, ainvoke, invoke
 
 __all__ = ["ToolGuard", "Turn"]
 
@@ -142,7 +142,7 @@ class ToolGuard:
 
     Register tools with :meth:`tool` (a decorator) or :meth:`register`, then run each call the
     model makes through :meth:`call` (or :meth:`acall`) and give the model
-    ``outcome.to_message(tool_call_id)``: a value, or a structured error saying what failed and
+    ``outcome.todescribe(tool_call_id)``: a value, or a structured error saying what failed and
     whether retrying can help. Wrap each agent turn in :meth:`turn` (or call :meth:`new_turn`) so
     the retry budget and the hand-off trace are per turn.
 
@@ -524,7 +524,7 @@ class ToolGuard:
             value = yield Invoke(tool, arguments, None, None)
         except Exception as exc:
             c = classify(exc, classifiers=tool.classifiers + self._classifiers)
-            error = ToolError(c.error_class.value, tool.name, _message(tool, c, 1), c.retryable)
+            error = ToolError(c.error_class.value, tool.name, describe(tool, c, 1), c.retryable)
             return self._finish(
                 turn, arguments, ToolOutcome(tool.name, False, error=error, attempts=1), start
             )
@@ -607,9 +607,9 @@ class ToolGuard:
             try:
                 value = yield Invoke(tool, arguments, key, tool.timeout)
                 if tool.validate_result is not None:
-                    value = _checked(tool, value)
+                    value = checked(tool, value)
             except Exception as exc:
-                c = _classify(tool, exc, self._classifiers)
+                c = classify_failure(tool, exc, self._classifiers)
                 result.errors.append(c)
                 yield from self._breaker_record(breaker, c)
                 retry = policy.decide(result.attempts - 1, c, elapsed=self._clock() - first)
@@ -640,7 +640,7 @@ class ToolGuard:
                 result.error = ToolError(
                     c.error_class.value,
                     tool.name,
-                    _message(
+                    describe(
                         tool,
                         c,
                         result.attempts,
@@ -900,7 +900,7 @@ class ToolGuard:
         error = ToolError(
             c.error_class.value,
             tool.name,
-            _message(tool, c, 0, exhausted=True),
+            describe(tool, c, 0, exhausted=True),
             c.retryable,
             budget_exhausted=True,
         )
@@ -1040,63 +1040,3 @@ def _section(model: type[T], base: Any, override: Any) -> T:
     if isinstance(override, model):
         return override
     return model.model_validate({**base.model_dump(), **dict(override)})  # type: ignore[attr-defined,no-any-return]
-
-
-def _checked(tool: GuardedTool, value: Any) -> Any:
-    assert tool.validate_result is not None
-    try:
-        return tool.validate_result(value)
-    except Exception as exc:
-        raise _SchemaDrift(str(exc)) from exc
-
-
-class _SchemaDrift(Exception):
-    """A tool's result no longer matches its schema."""
-
-
-def _classify(
-    tool: GuardedTool, exc: BaseException, classifiers: tuple[Classifier, ...]
-) -> Classification:
-    if isinstance(exc, _SchemaDrift):
-        return Classification.of(ErrorClass.SCHEMA, reason=redact(str(exc))[:200])
-    if isinstance(exc, ToolTimeout):
-        return Classification.of(ErrorClass.TIMEOUT, reason=f"no answer within {exc.seconds:g}s")
-    return classify(exc, classifiers=tool.classifiers + classifiers)
-
-
-def _message(
-    tool: GuardedTool,
-    c: Classification,
-    attempts: int,
-    decision: RetryDecision | None = None,
-    *,
-    exhausted: bool = False,
-    alternatives: tuple[str, ...] = (),
-) -> str:
-    """The error, written for the model: what failed, and whether trying again can help."""
-    name, kind = f"`{tool.name}`", c.error_class
-    if kind is ErrorClass.RATE_LIMITED:
-        what = f"{name} is rate-limited ({c.reason})"
-    elif kind is ErrorClass.CLIENT_ERROR:
-        what = f"{name} rejected the call ({c.reason})"
-    elif kind is ErrorClass.SCHEMA:
-        what = f"{name} returned a result that no longer matches its schema ({c.reason})"
-    else:
-        what = f"{name} failed with a {kind.value.replace('_', ' ')} error ({c.reason})"
-    parts = [what + (f" after {attempts} attempts." if attempts > 1 else ".")]
-    wait = decision.retry_after if decision is not None else None
-    if kind is ErrorClass.CLIENT_ERROR:
-        parts.append("Retrying the same call will not help: fix the arguments first.")
-    elif kind is ErrorClass.SCHEMA:
-        parts.append("Do not rely on this tool's output for now.")
-    elif wait is not None:
-        parts.append(f"The service asked to wait {wait:g}s before trying again.")
-    elif c.retryable:
-        parts.append("Trying again later may help.")
-    else:
-        parts.append("Retrying will not help.")
-    if exhausted:
-        parts.append("The retry budget of this turn is spent: no more automatic retries.")
-    if alternatives:
-        parts.append(f"Alternatives: {', '.join(alternatives)}.")
-    return " ".join(parts)
