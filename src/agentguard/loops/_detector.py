@@ -230,6 +230,11 @@ class LoopDetector:
         # a stale name only costs the full check)
         self._suspects: set[str] = set()
 
+    def declare(self, policy: ToolLoopPolicy) -> None:
+        """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
+        self._policies[policy.name] = policy
+        self._fp_memo.clear()  # identities computed under the old policy
+
     # -- tool calls ------------------------------------------------------------------------
 
     def check_tool_call(self, name: str, arguments: Any) -> Verdict:
