@@ -7,10 +7,14 @@ the two tests that prove a real timeout fires (10 ms each).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import random
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,6 +40,7 @@ from agentguard.resilience import Classification, ErrorClass, RetryPolicy
 from agentguard.storage import MemoryStore, RedisStore, Store
 from agentguard.testing import CapturedEvents, FakeClock, capture_events
 from agentguard.tools import Default, HandOff, ToolGuard, ToolOutcome
+from agentguard.tools._run import DaemonPool
 
 
 def _error(status: int, **headers: str) -> ModelError:
@@ -780,3 +785,42 @@ def test_a_breaker_is_shared_by_two_processes_through_redis(redis_server: RedisS
     assert ran == []
     snapshot = tools.breaker("inventory").snapshot()
     assert (snapshot.state.value, snapshot.failures) == ("open", 6)
+
+
+def test_a_hung_sync_tool_does_not_hold_up_interpreter_exit(tmp_path: Path) -> None:
+    """A timed-out sync tool is abandoned on a daemon thread: the process still exits."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import threading, agentguard as ag\n"
+        "cfg = ag.GuardConfig.from_dict({'tools': {'timeouts': {'optional': 0.05}}}, env={})\n"
+        "tools = ag.ToolGuard(cfg)\n"
+        "@tools.tool(criticality='optional')\n"
+        "def stuck() -> str:\n"
+        "    threading.Event().wait()\n"
+        "    return 'never'\n"
+        "print(tools.call('stuck', {}).error.kind)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timeout"
+
+
+def test_daemon_pool_runs_reuses_and_shuts_down() -> None:
+    """The pool returns results and errors, reuses idle workers, and refuses work once closed."""
+    pool = DaemonPool("test")
+    assert pool.submit(lambda x: x * 2, 21).result() == 42
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result()
+    names = {pool.submit(lambda: threading.current_thread().name).result() for _ in range(5)}
+    assert len(names) == 1
+    pool.shutdown()
+    with pytest.raises(RuntimeError):
+        pool.submit(lambda: None)

@@ -72,7 +72,7 @@ from ._model import (
     decode_arguments,
     schema_validator,
 )
-from ._run import Invoke, ainvoke, invoke
+from ._run import DaemonPool, Invoke, ainvoke, invoke
 
 __all__ = ["ToolGuard", "Turn"]
 
@@ -203,7 +203,7 @@ class ToolGuard:
         self._asleep = asleep
         self._rng = rng or random.Random()
         self._executor = executor
-        self._own_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._own_executor: DaemonPool | None = None
         self.session = session
         self.scope = scope
         self._tools: dict[str, GuardedTool] = {}
@@ -452,9 +452,7 @@ class ToolGuard:
         if self._executor is not None:
             return self._executor
         if self._own_executor is None:
-            self._own_executor = concurrent.futures.ThreadPoolExecutor(
-                thread_name_prefix="agentguard-tool"
-            )
+            self._own_executor = DaemonPool("agentguard-tool")
         return self._own_executor
 
     def close(self) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,83 @@ import anyio.to_thread
 
 from ._model import GuardedTool
 
-__all__ = ["Invoke", "ToolTimeout", "ainvoke", "invoke"]
+__all__ = ["DaemonPool", "Invoke", "ToolTimeout", "ainvoke", "invoke"]
+
+
+class DaemonPool(concurrent.futures.Executor):
+    """Worker threads for timed sync tools that never hold up interpreter exit.
+
+    ``ThreadPoolExecutor`` joins its workers when the interpreter exits, so one hung tool would
+    hang the agent's exit too. These workers are daemon threads: an abandoned tool is left
+    behind, not waited for. A worker is started only when none is idle (an abandoned tool keeps
+    its worker busy), and idle workers are reused.
+    """
+
+    def __init__(self, name: str = "agentguard-tool") -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[
+            tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None
+        ] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._workers = 0
+        self._closed = False
+        self._ids = itertools.count(1)
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on a worker thread."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a closed DaemonPool")
+            spawn = self._idle == 0
+            if spawn:
+                self._workers += 1
+            else:
+                self._idle -= 1
+        self._queue.put((future, functools.partial(fn, *args, **kwargs)))
+        if spawn:
+            name = f"{self._name}-{next(self._ids)}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                with self._lock:
+                    self._idle += 1
+                continue
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the waiting caller
+                self._done()
+                future.set_exception(exc)
+            else:
+                self._done()  # idle before the caller hears back: its next call reuses us
+                future.set_result(result)
+
+    def _done(self) -> None:
+        with self._lock:
+            self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop the idle workers; busy (abandoned) ones end when their tool returns."""
+        with self._lock:
+            self._closed = True
+            workers = self._workers
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in range(workers):
+            self._queue.put(None)
 
 
 class ToolTimeout(TimeoutError):
