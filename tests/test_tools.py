@@ -824,3 +824,17 @@ def test_daemon_pool_runs_reuses_and_shuts_down() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError):
         pool.submit(lambda: None)
+
+
+@pytest.mark.anyio
+async def test_sync_call_of_an_async_tool_inside_a_running_loop_is_refused_clearly() -> None:
+    """Inside an event loop, call() of an async tool raises and names acall(), not a tool error."""
+    tools = ToolGuard()
+
+    @tools.tool
+    async def fetch() -> str:
+        return "x"
+
+    with pytest.raises(RuntimeError, match="acall"):
+        tools.call("fetch", {})
+    assert (await tools.acall("fetch", {})).value == "x"

@@ -10,6 +10,7 @@ operation, ask a person) and a sync and an async driver carry it out.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
@@ -419,7 +420,17 @@ class ToolGuard:
             arguments: its arguments.
             idempotency_key: the key of this logical operation (side-effecting tools); default:
                 a fingerprint of the session, the tool and the arguments.
+
+        Raises:
+            RuntimeError: ``name`` is an async tool and an event loop is running in this
+                thread (use ``await acall(...)`` there).
         """
+        tool = self._tools.get(name)
+        if tool is not None and tool.is_async and _loop_running():
+            raise RuntimeError(
+                f"tool {name!r} is async and an event loop is running in this thread: "
+                f"use `await tools.acall({name!r}, ...)`"
+            )
         return _engine.run(self._plan(name, arguments, idempotency_key), self._handlers)
 
     async def acall(
@@ -1038,3 +1049,11 @@ def _section(model: type[T], base: Any, override: Any) -> T:
     if isinstance(override, model):
         return override
     return model.model_validate({**base.model_dump(), **dict(override)})  # type: ignore[attr-defined,no-any-return]
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
