@@ -407,9 +407,9 @@ class LoopDetector:
             last = self._fp_last
             if last is not None and last[0] is arguments and last[1] == name:
                 return last[2]
-            fp = call_fingerprint(name, arguments, policy)
-            self._fp_last = (arguments, name, fp)
-            return fp
+            identity = call_fingerprint(name, arguments, policy)
+            self._fp_last = (arguments, name, identity)
+            return identity
         memo = self._fp_memo
         fp = memo.get((name, arguments))
         if fp is None:
