@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import time
 import timeit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,35 @@ def per_call(fn: Callable[[], object], *, repeat: int = 7, min_time: float = 0.2
         if gc_was:
             gc.enable()
     return statistics.median(rounds)
+
+
+def side_by_side(
+    baseline: Callable[[], object],
+    candidate: Callable[[], object],
+    *,
+    repeat: int = 7,
+    min_time: float = 0.2,
+) -> tuple[float, float]:
+    """Median CPU seconds per call of two functions, measured in alternating rounds.
+
+    CPU time of this process (not wall time) and interleaved rounds: load from other processes
+    on a shared machine then shifts both sides alike, and the ratio holds.
+    """
+    timers = [timeit.Timer(f, timer=time.process_time) for f in (baseline, candidate)]
+    number = 1
+    while timers[0].timeit(number) < min_time:
+        number *= 2
+    gc_was = gc.isenabled()
+    gc.disable()
+    rounds: tuple[list[float], list[float]] = ([], [])
+    try:
+        for _ in range(repeat):
+            for timer, out in zip(timers, rounds, strict=True):
+                out.append(timer.timeit(number) / number)
+    finally:
+        if gc_was:
+            gc.enable()
+    return statistics.median(rounds[0]), statistics.median(rounds[1])
 
 
 def us(seconds: float) -> float:

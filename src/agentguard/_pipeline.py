@@ -329,7 +329,10 @@ class Pipeline:
 
         # 3. the transcript, incrementally: only messages this session has not seen
         verdict = self._check_transcript(state, new)
-        messages = list(request.messages)
+        # never mutated (a hint or a re-ask builds a new list): no copy of a long history
+        messages = (
+            request.messages if isinstance(request.messages, list) else list(request.messages)
+        )
         if verdict.severity >= Severity.BREAK:
             error = LoopDetected(
                 verdict.message,
