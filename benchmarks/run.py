@@ -81,7 +81,8 @@ def main() -> int:
     for name in modules:
         print(f"running {name} ...", flush=True)
         module = importlib.import_module(name)
-        tables = [table.to_markdown() for table in module.run(quick=args.quick)]
+        images = Path(args.output).parent / "img"
+        tables = [table.to_markdown(images) for table in module.run(quick=args.quick)]
         for table in tables:
             print(table, flush=True)
         sections[name] = "\n".join(tables)
