@@ -276,13 +276,15 @@ class Pipeline:
             if call.cut:
                 verdict = self._check_response(call, response.message)
                 call.b.warnings.append(f"stream cut: {verdict.message}")
-                yield Emit(StreamChunk(finish_reason=response.finish_reason, raw=None))
-                return (yield from self._report(call))
-            final = yield from self._check(call, response)
+                final: ModelResponse | None = response
+            else:
+                final = yield from self._check(call, response)
             if final is not None:
                 for chunk in _tool_call_chunks(final, since=response):
                     yield Emit(chunk)
                 yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                if call.usage_chunk is not None:  # asked for with stream_options.include_usage
+                    yield Emit(call.usage_chunk)
                 return (yield from self._report(call))
 
     # -- steps ---------------------------------------------------------------------------------
@@ -431,6 +433,7 @@ class Pipeline:
         held, so the caller never reads the same sentence twice. Text that degenerates is cut.
         """
         yield Open(tier, request)
+        call.usage_chunk = None
         acc = _Accumulator()
         live = not call.content_sent
         watch = _DegenerationWatch(self.config) if live else None
@@ -439,6 +442,8 @@ class Pipeline:
             if chunk is END:
                 break
             acc.add(chunk)
+            if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
+                call.usage_chunk = chunk  # passed on at the end, after the finish chunk
             if chunk.content and live:
                 call.content_sent = True
                 yield Emit(StreamChunk(content=chunk.content, raw=chunk.raw))
@@ -641,6 +646,7 @@ class _Call:
     corrections: int = 0
     history: tuple[int, int] = (0, 0)  # the request's message count and their tokens
     content_sent: bool = False  # streaming: some text already reached the caller
+    usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
 
     def reset(self) -> None:
