@@ -362,7 +362,7 @@ class Pipeline:
                 )
             )
             decision = self.retry.decide(call.transient, classification)
-            if decision.retry:
+            if decision.retry and breaker.state != "open":  # a just-opened breaker: move on now
                 call.transient += 1
                 b.retries += 1
                 yield Sleep(decision.delay)
@@ -465,7 +465,7 @@ class Pipeline:
             prompt = self.policy.prompt(
                 decision,
                 current,
-                message=decision.message,
+                message=_what_failed(error, decision),
                 tokens_spent=b.usage.total_tokens,
                 cost_spent=b.cost,
                 attempts=len(b.attempts),
@@ -494,21 +494,21 @@ class Pipeline:
         self, state: _SessionState, messages: Sequence[Mapping[str, Any]]
     ) -> Verdict:
         """Feed the messages this session has not seen yet; O(new messages), not O(history)."""
-        new: list[Mapping[str, Any]] = []
+        new: list[tuple[str, Mapping[str, Any]]] = []
         for message in reversed(messages):
-            key = fingerprint_bytes(canonical_json(message))
+            key = _seen_key(message)
             if key in state.seen:
                 break
-            new.append(message)
+            new.append((key, message))
         worst = Verdict()
-        for message in reversed(new):
-            state.remember(fingerprint_bytes(canonical_json(message)))
+        for key, message in reversed(new):
+            state.remember(key)
             if message.get("role") in ("assistant", "tool"):
                 worst = _worst([worst, *state.detector.observe(message)])
         return worst
 
     def _check_response(self, state: _SessionState, message: Mapping[str, Any]) -> Verdict:
-        state.remember(fingerprint_bytes(canonical_json(message)))
+        state.remember(_seen_key(message))
         return _worst(state.detector.observe(message))
 
 
@@ -532,6 +532,45 @@ class _Call:
         self.transient = 0
         self.corrections = 0
         self.messages = self.base_messages
+
+
+def _what_failed(error: BaseException | None, decision: EscalationDecision) -> str:
+    """What went wrong, briefly, for the confirm-mode question (redacted by ``classify``)."""
+    if error is None:
+        return decision.reason.replace("_", " ")
+    classification = classify(error)
+    if classification.status_code is not None:
+        return f"HTTP {classification.status_code} ({classification.error_class.value})"
+    return classification.reason
+
+
+def _seen_key(message: Mapping[str, Any]) -> str:
+    """What a message says, not how it is spelt: the key for "this session has seen it".
+
+    An SDK's dump of an answer carries null fields (``refusal``, ``audio`` ...) and ``type``
+    keys that an agent may drop when it appends the answer to its history; keyed on the whole
+    dict, the answer would be judged twice and every repeat counted double.
+    """
+    calls = [
+        (
+            c.get("id"),
+            (c.get("function") or {}).get("name"),
+            (c.get("function") or {}).get("arguments"),
+        )
+        for c in message.get("tool_calls") or ()
+        if isinstance(c, Mapping)
+    ]
+    return fingerprint_bytes(
+        canonical_json(
+            [
+                message.get("role"),
+                message.get("content") or "",
+                calls,
+                message.get("tool_call_id"),
+                message.get("name"),
+            ]
+        )
+    )
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:
