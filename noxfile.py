@@ -61,6 +61,10 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job on its embedded default: scan the bundled looping-agent transcript."""
-    session.install(".")
-    session.run("agentguard", "scan", "examples/looping_agent.jsonl", *session.posargs)
+    """The main job on its embedded default: ``agentguard demo`` (offline, no API key).
+
+    A small agent runs through the real openai client wrapped by agentguard, against a scripted
+    model that injects every failure mode; pass demo options after ``--``.
+    """
+    session.install(".[openai]")
+    session.run("agentguard", "demo", *session.posargs)

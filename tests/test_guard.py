@@ -18,7 +18,7 @@ from agentguard import (
 )
 from agentguard._report import report_of
 from agentguard.escalation import Choice, EscalationPrompt
-from agentguard.events import Escalated, GuardInternalError
+from agentguard.events import Escalated, GuardInternalError, LoopFlagged
 from agentguard.guard import AsyncGuard, Guard
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 from agentguard.transport import ModelRequest
@@ -279,6 +279,31 @@ def test_transcript_is_processed_incrementally() -> None:
     assert len(state.seen) == seen + 2  # the new user message and the new answer
 
 
+def test_answers_appended_in_another_shape_are_not_judged_twice() -> None:
+    """An answer appended in another shape (an SDK dump's null fields) counts once, not twice."""
+    model = ScriptedModel([Reply.text("Let me check.")], cycle=True)
+    guard, _ = _guard(model)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    with capture_events() as events:
+        for _ in range(3):
+            response = guard.complete(_req(tools=False, messages=history), session="s")
+            dumped = {**response.message, "refusal": None, "audio": None}  # an SDK's dump
+            history.append(dumped)
+            history.append({"role": "user", "content": "continue"})
+    counts = [e.count for e in events.of_type(LoopFlagged) if e.detector == "response_repeat"]
+    assert counts == [3]  # the third identical answer, judged once
+
+
+def test_opening_breaker_moves_on_without_waiting() -> None:
+    """When a failure opens the tier's breaker, the guard escalates at once instead of waiting."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 9, "medium": [Reply.text("ok")]})
+    guard, clock = _guard(model, _cfg(escalation={"max_retries_before_escalate": 8}))
+    response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "ok"
+    assert len([r for r in model.requests if r.model == "small"]) == 5  # the breaker's min_calls
+    assert len(clock.sleeps) == 4  # no wait after the failure that opened it
+
+
 def test_confirm_mode_without_callback_raises_with_options() -> None:
     """No silent failover: confirm mode asks, and without a callback raises the question."""
     model = ScriptedModel({"small": [Fault.server_error(503)] * 3, "medium": [Reply.text("ok")]})
@@ -290,6 +315,7 @@ def test_confirm_mode_without_callback_raises_with_options() -> None:
     assert prompt.proposed.name == "standard"
     assert [o.value for o in prompt.options] == ["retry", "use_backup", "cancel"]
     assert prompt.attempts == 3
+    assert prompt.message == "HTTP 503 (transient)"  # what failed, not the trigger's name
 
 
 def test_confirm_mode_callback_chooses_backup() -> None:
