@@ -117,6 +117,7 @@ class SessionAudit:
     def feed(self, message: Mapping[str, Any], tokens: int | None = None, retry: int = 0) -> None:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it."""
         index = self.scanner.messages_seen
+        issues_before = len(self.issues)
         found = self.scanner.feed(message)
         severity = self.scanner.last_severity
         for f in found:
@@ -126,7 +127,7 @@ class SessionAudit:
         role = message.get("role")
         size = _size(message)
         code = ROLE_OTHER
-        issues_before = len(self.issues)
+        calls_before = len(self.issues)
         self.retry_tokens += retry
         if role == "assistant":
             if tokens is None:
@@ -138,9 +139,7 @@ class SessionAudit:
             calls = message.get("tool_calls") or ()
             code = ROLE_CALL if calls else ROLE_TEXT
             self._check_calls(index, calls, message.get("content"))
-            if len(self.issues) > issues_before and any(
-                i.category == "tool_call" for i in self.issues[issues_before:]
-            ):
+            if len(self.issues) > calls_before:
                 self.retry_tokens += tokens  # an invalid call: the turn must be redone
         elif role == "tool":
             code = ROLE_TOOL

@@ -142,6 +142,7 @@ def _timeline(audit: SessionAudit) -> str:
                 f"<title>finding at {label}</title></circle>"
             )
     return (
-        f"<svg viewBox='0 0 {_WIDTH} 42' width='100%' height='42' role='img' "
+        f"<svg viewBox='0 0 {_WIDTH} 42' width='100%' height='42' preserveAspectRatio='none' "
+        "role='img' "
         f"aria-label='timeline of {html.escape(audit.id)}'>{''.join(rects)}</svg>"
     )
