@@ -1,4 +1,5 @@
-"""The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``.
+"""The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
+``docs``.
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
 Python (and ``pip install nox``) can run all of them.
@@ -68,3 +69,12 @@ def demo(session: nox.Session) -> None:
     """
     session.install(".[openai]")
     session.run("agentguard", "demo", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (MkDocs, Material, mkdocstrings) with warnings as errors."""
+    session.install("-e", ".[docs]")
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    site = session.posargs[0] if session.posargs else "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", site)
