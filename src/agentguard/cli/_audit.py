@@ -125,7 +125,8 @@ class SessionAudit:
                 Issue(f.index, f.severity, "loop", f.detector, f.tool, f.count, f.message)
             )
         role = message.get("role")
-        size = _size(message)
+        content = message.get("content")
+        size = len(content) + 8 if isinstance(content, str) else 8
         code = ROLE_OTHER
         calls_before = len(self.issues)
         self.retry_tokens += retry
@@ -138,7 +139,7 @@ class SessionAudit:
             self._turn_in_loop = False
             calls = message.get("tool_calls") or ()
             code = ROLE_CALL if calls else ROLE_TEXT
-            self._check_calls(index, calls, message.get("content"))
+            size += self._check_calls(index, calls, content)
             if len(self.issues) > calls_before:
                 self.retry_tokens += tokens  # an invalid call: the turn must be redone
         elif role == "tool":
@@ -175,7 +176,9 @@ class SessionAudit:
 
     # -- tool calls ------------------------------------------------------------------------
 
-    def _check_calls(self, index: int, calls: Any, content: Any) -> None:
+    def _check_calls(self, index: int, calls: Any, content: Any) -> int:
+        """Check an answer's tool calls (or its text for calls); returns their size in chars."""
+        size = 0
         if not calls:
             if isinstance(content, str) and any(m in content for m in _TEXT_CALL_MARKERS):
                 extracted = extract_calls(content)
@@ -189,7 +192,7 @@ class SessionAudit:
                         f"tool call written as text ({extracted.style}) instead of tool_calls: "
                         f"{names}",
                     )
-            return
+            return 0
         for call in calls:
             if not isinstance(call, Mapping):
                 continue
@@ -197,8 +200,9 @@ class SessionAudit:
             name = str(fn.get("name") or "") if isinstance(fn, Mapping) else ""
             arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
             if isinstance(arguments, str):
+                size += len(arguments) + len(name)
                 try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
+                    arguments = _arguments(arguments)
                 except ValueError:
                     self._issue(
                         index,
@@ -232,6 +236,7 @@ class SessionAudit:
                 self._pending[str(call_id)] = name
                 if len(self._pending) > 256:
                     self._pending.popitem(last=False)
+        return size
 
     def _result(self, message: Mapping[str, Any]) -> None:
         name = self._pending.pop(str(message.get("tool_call_id")), None) or message.get("name")
@@ -254,15 +259,19 @@ class SessionAudit:
         }
 
 
-def _size(message: Mapping[str, Any]) -> int:
-    content = message.get("content")
-    n = len(content) if isinstance(content, str) else (len(str(content)) if content else 0)
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, Mapping):
-            fn = call.get("function")
-            if isinstance(fn, Mapping):
-                n += len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
-    return n + 8
+_decoded: dict[str, Any] = {}
+
+
+def _arguments(text: str) -> Any:
+    """``text`` decoded (``{}`` when blank); raises ValueError. Loops repeat their arguments,
+    so recent texts are remembered (a bounded cache, cleared when full)."""
+    value = _decoded.get(text)
+    if value is None:
+        value = json.loads(text) if text.strip() else {}
+        if len(_decoded) >= 4096:
+            _decoded.clear()
+        _decoded[text] = value
+    return value
 
 
 def _failed(content: Any) -> bool:

@@ -105,7 +105,8 @@ def scan_file(
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
     with stream:
-        for record in _with_progress(records(stream, path), counter, path, progress):
+        found = records(stream, path)
+        for record in _with_progress(found, counter, path) if progress else found:
             audit = audits.get(record.session)
             if audit is None:
                 audit = SessionAudit(record.session, config, bytearray() if timeline else None)
@@ -122,12 +123,7 @@ def scan_file(
     return list(audits.values())
 
 
-def _with_progress(
-    items: Iterator[Record], counter: Any, path: str, enabled: bool
-) -> Iterator[Record]:
-    if not enabled:
-        yield from items
-        return
+def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
     size = os.path.getsize(path)
     columns = (
         TextColumn("scanning {task.description}"),

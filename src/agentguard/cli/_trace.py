@@ -19,8 +19,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 __all__ = ["InputError", "Record", "open_counted", "records"]
 
@@ -31,8 +30,7 @@ class InputError(Exception):
     """The input cannot be scanned; the message names the file and line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One message of one session, with what the trace says about it.
 
     Attributes:
