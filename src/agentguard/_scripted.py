@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, TypeAlias
 
+from ._responses import request_from_responses
 from .exceptions import ModelError, ModelTimeout
 from .transport import ModelRequest, ModelResponse, StreamChunk
 from .types import Usage
@@ -262,10 +263,13 @@ class ScriptedModel:
         return http.MockTransport(handler)
 
     def _handle_http(self, http: ModuleType, req: Any) -> Any:
-        if req.method != "POST" or not str(req.url.path).endswith("/chat/completions"):
+        path = str(req.url.path)
+        responses_api = path.endswith("/responses")
+        if req.method != "POST" or not (path.endswith("/chat/completions") or responses_api):
             return http.Response(404, json={"error": {"message": f"no route {req.url.path}"}})
         body = json.loads(req.content or b"{}")
-        request = ModelRequest.from_body(body)
+        parse = request_from_responses if responses_api else ModelRequest.from_body
+        request = parse(body)
         try:
             step = self._next(request)
         except ScriptExhausted as exc:
@@ -281,6 +285,12 @@ class ScriptedModel:
                 json={"error": {"message": step.message, "type": "scripted", "code": step.status}},
             )
         rid = f"chatcmpl-scripted-{next(self._ids)}"
+        if responses_api:
+            if body.get("stream"):
+                return http.Response(
+                    400, json={"error": {"message": "scripted: Responses streaming not served"}}
+                )
+            return http.Response(200, json=self._response_object(request, step, rid))
         if body.get("stream"):
             sse = "".join(f"data: {json.dumps(c)}\n\n" for c in self._chunks(request, step, rid))
             return http.Response(
@@ -327,6 +337,55 @@ class ScriptedModel:
         usage = self._usage(request, reply)
         if usage is not None:
             body["usage"] = usage
+        return body
+
+    def _response_object(self, request: ModelRequest, reply: Reply, rid: str) -> dict[str, Any]:
+        """``reply`` as a Responses API ``response`` object."""
+        output: list[dict[str, Any]] = []
+        if reply.content is not None:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{rid}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+                }
+            )
+        for i, call in enumerate(reply.tool_calls):
+            fn = call.get("function", {})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{rid}_{i}",
+                    "call_id": call.get("id") or f"call_{i}",
+                    "name": fn.get("name", ""),
+                    "arguments": str(fn.get("arguments", "")),
+                    "status": "completed",
+                }
+            )
+        length = reply.finish() == "length"
+        body: dict[str, Any] = {
+            "id": rid.replace("chatcmpl", "resp"),
+            "object": "response",
+            "created_at": 1_700_000_000,
+            "model": request.model,
+            "status": "incomplete" if length else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if length else None,
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": request.params.get("tool_choice", "auto"),
+            "tools": list(request.params.get("tools") or []),
+        }
+        usage = self._usage(request, reply)
+        if usage is not None:
+            body["usage"] = {
+                "input_tokens": usage["prompt_tokens"],
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": usage["completion_tokens"],
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage["total_tokens"],
+            }
         return body
 
     def _chunks(self, request: ModelRequest, reply: Reply, rid: str) -> Iterator[dict[str, Any]]:

@@ -161,6 +161,11 @@ class LoopDetectionConfig(Section):
         description="Repeats of one line or chunk inside one output before WARNING "
         "(x2 CRITICAL, x4 BREAK).",
     )
+    cut_degenerate_streams: bool = Field(
+        True,
+        description="Stop a streamed answer as soon as its text degenerates to BREAK level "
+        "(finish reason 'length', a warning in the report) instead of paying for the rest.",
+    )
 
     @model_validator(mode="after")
     def _ladder_is_ordered(self) -> LoopDetectionConfig:
