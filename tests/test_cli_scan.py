@@ -288,3 +288,35 @@ def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
     assert "get_weather_forecast" in dom
     assert dom.count("<svg") == 3
     assert "no loops or bad tool calls found" in dom
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal, stderr shows a progress bar; piped (the other tests), it shows nothing."""
+    import pty
+
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"messages": polling(5)}) + "\n" for _ in range(500)))
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": SRC, "TERM": "xterm-256color", "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentguard", "scan", str(path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    out, _ = proc.communicate(timeout=120)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(out)["summary"]["messages"] == 5_000  # stdout stays clean JSON
+    assert "scanning big.jsonl" in b"".join(chunks).decode("utf-8", "replace")

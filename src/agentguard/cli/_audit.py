@@ -27,7 +27,6 @@ from agentguard.validation import extract_calls
 __all__ = ["Issue", "SessionAudit"]
 
 _CHARS_PER_TOKEN = 4
-_TEXT_CALL_MARKERS = ("<tool_call>", "<function=", "<|python_tag|>", "[TOOL_CALLS]", "```", "{")
 #: Timeline codes: the message's role in the low bits, its severity above.
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
@@ -116,20 +115,21 @@ class SessionAudit:
 
     def feed(self, message: Mapping[str, Any], tokens: int | None = None, retry: int = 0) -> None:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it."""
-        index = self.scanner.messages_seen
-        issues_before = len(self.issues)
-        found = self.scanner.feed(message)
-        severity = self.scanner.last_severity
-        for f in found:
-            self.issues.append(
+        scanner = self.scanner
+        issues = self.issues
+        index = scanner.messages_seen
+        before = len(issues)
+        for f in scanner.feed(message):
+            issues.append(
                 Issue(f.index, f.severity, "loop", f.detector, f.tool, f.count, f.message)
             )
+        severity = scanner.last_severity
         role = message.get("role")
         content = message.get("content")
-        size = len(content) + 8 if isinstance(content, str) else 8
+        size = len(content) + 8 if content.__class__ is str else 8
         code = ROLE_OTHER
-        calls_before = len(self.issues)
-        self.retry_tokens += retry
+        if retry:
+            self.retry_tokens += retry
         if role == "assistant":
             if tokens is None:
                 tokens = (self._history_chars + size) // _CHARS_PER_TOKEN
@@ -137,23 +137,24 @@ class SessionAudit:
             self.tokens += tokens
             self._turn_tokens = tokens
             self._turn_in_loop = False
-            calls = message.get("tool_calls") or ()
+            calls = message.get("tool_calls")
             code = ROLE_CALL if calls else ROLE_TEXT
+            checked = len(issues)
             size += self._check_calls(index, calls, content)
-            if len(self.issues) > calls_before:
+            if len(issues) > checked:
                 self.retry_tokens += tokens  # an invalid call: the turn must be redone
         elif role == "tool":
             code = ROLE_TOOL
             self._result(message)
         elif tokens:
             self.tokens += tokens
-        if severity >= Severity.WARNING and not self._turn_in_loop:
+        if severity and not self._turn_in_loop:  # WARNING or worse: this turn is in a loop
             self._turn_in_loop = True
             self.loop_tokens += self._turn_tokens
         self._history_chars += size
         if self.timeline is not None:
-            flag = ISSUE_BIT if len(self.issues) > issues_before else 0
-            self.timeline.append(code | (int(severity) << 2) | flag)
+            flag = ISSUE_BIT if len(issues) > before else 0
+            self.timeline.append(code | (severity << 2) | flag)
 
     def finish(self) -> None:
         """End of the trace: names that never worked are hallucinated tools."""
@@ -180,7 +181,7 @@ class SessionAudit:
         """Check an answer's tool calls (or its text for calls); returns their size in chars."""
         size = 0
         if not calls:
-            if isinstance(content, str) and any(m in content for m in _TEXT_CALL_MARKERS):
+            if content.__class__ is str:  # extract_calls returns at once on text without calls
                 extracted = extract_calls(content)
                 if extracted is not None:
                     names = ", ".join(str(name) for name, _ in extracted.calls)

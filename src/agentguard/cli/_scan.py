@@ -36,6 +36,8 @@ _COLOURS = {
     Severity.BREAK: "bold white on red",
 }
 _PROGRESS_EVERY = 2048
+#: Sessions shown in the readable output; a large trace is summed up below them.
+_MAX_SHOWN = 50
 
 
 def register(sub: Any) -> None:
@@ -87,7 +89,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"agentguard scan: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps(_report(args.file, audits), indent=2))
+        # indented for people; a large report compact, which the C encoder writes much faster
+        indent = 2 if len(audits) <= _MAX_SHOWN else None
+        print(json.dumps(_report(args.file, audits), indent=indent))
     else:
         _print_tables(args.file, audits)
         if args.html:
@@ -163,7 +167,16 @@ def _report(path: str, audits: list[SessionAudit]) -> dict[str, Any]:
 
 def _print_tables(path: str, audits: list[SessionAudit]) -> None:
     console = Console(highlight=False)
+    shown = 0
     for a in audits:
+        if shown == _MAX_SHOWN:
+            rest = len(audits) - _MAX_SHOWN
+            console.print(
+                f"[dim]… and {rest:,} more session(s): every one is in the --json and --html "
+                "output.[/]"
+            )
+            break
+        shown += 1
         n = a.messages
         tokens = (
             f"{a.tokens:,} tokens{' (est.)' if a.estimated else ''}, {a.loop_tokens:,} burnt "
