@@ -33,6 +33,7 @@ from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcri
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
 from .resilience import CircuitBreaker, RetryPolicy
 from .storage import MemoryStore, RedisStore, SQLiteStore
+from .tools import DeadLetter, HandOff, ToolError, ToolGuard, ToolOutcome
 from .types import Severity, ToolCall, Usage
 from .validation import ToolCallValidator, ValidationReport
 
@@ -44,6 +45,7 @@ __all__ = [
     "BudgetExceeded",
     "CircuitBreaker",
     "ConfigError",
+    "DeadLetter",
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
@@ -51,6 +53,7 @@ __all__ = [
     "Guard",
     "GuardConfig",
     "GuardReport",
+    "HandOff",
     "LoopDetected",
     "LoopDetector",
     "MemoryPressureProbe",
@@ -71,7 +74,10 @@ __all__ = [
     "TokenLedger",
     "ToolCall",
     "ToolCallValidator",
+    "ToolError",
+    "ToolGuard",
     "ToolLoopPolicy",
+    "ToolOutcome",
     "ToolSchemaError",
     "ToolValidationFailed",
     "Usage",

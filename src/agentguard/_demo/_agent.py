@@ -8,6 +8,7 @@ decision of the guard (its events, delivered through a hook).
 from __future__ import annotations
 
 import json
+import logging
 import random
 import tempfile
 from collections.abc import Callable, Mapping
@@ -25,10 +26,13 @@ from agentguard.events import (
     Escalated,
     Event,
     LoopFlagged,
+    ToolCallFailed,
+    ToolCallRefused,
     ToolCallRejected,
     ToolCallRepaired,
+    ToolCallRetried,
+    ToolDeadLettered,
 )
-from agentguard.resilience import CircuitBreaker, RetryPolicy, classify, retry_call
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, Step
 
 from ._scenarios import Scenario, base_config
@@ -37,7 +41,7 @@ from ._workspace import TASK, TOOLS, TicketService, Workspace
 __all__ = ["DemoEvent", "RunResult", "run_scenario"]
 
 Source = Literal["agent", "model", "http", "tool", "guard", "fault", "user"]
-Level = Literal["info", "ok", "warn", "error"]
+Level = Literal["debug", "info", "ok", "warn", "error"]
 MAX_STEPS = 20
 _SYSTEM = "You are a careful assistant. Use the tools to do the task, then say when it is done."
 _NUDGE = "summary.md does not exist yet: use the tools to finish the task."
@@ -54,7 +58,7 @@ class DemoEvent:
             the user answering a prompt).
         kind: a short, stable name (``model_call``, ``loop_flagged`` ...).
         text: the line for people.
-        level: how to colour it.
+        level: how to colour it (``debug``: routine, left out of the timeline).
         data: the details, for ``--json``.
     """
 
@@ -186,6 +190,24 @@ def _guard_line(event: Event) -> tuple[str, Level, str | None]:
             "error",
             None,
         )
+    if isinstance(event, ToolCallRetried):
+        return (
+            f"tool {event.tool}: attempt {event.attempt} failed ({event.error}), retry in "
+            f"{event.delay:.1f} s",
+            "warn",
+            "retry",
+        )
+    if isinstance(event, ToolCallFailed):
+        return (
+            f"tool {event.tool} failed for good ({event.error}, {event.attempts} attempts): "
+            "the model is told",
+            "error",
+            None,
+        )
+    if isinstance(event, ToolDeadLettered):
+        return f"tool {event.tool}: the failed call is kept as a dead letter", "info", None
+    if isinstance(event, ToolCallRefused):
+        return f"tool {event.tool} not run ({event.reason}): the model is told", "warn", None
     if isinstance(event, BreakerStateChanged):
         return (
             f"breaker {event.name}: {event.previous} → {event.state}",
@@ -193,48 +215,6 @@ def _guard_line(event: Event) -> tuple[str, Level, str | None]:
             ("breaker" if event.state == "open" else None),
         )
     return event.kind.replace("_", " "), "info", None
-
-
-def call_tool_resilient(
-    fn: Callable[[], str],
-    *,
-    breaker: CircuitBreaker,
-    policy: RetryPolicy,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
-    on_failure: Callable[[BaseException], None],
-) -> tuple[str, bool]:
-    """Run a flaky tool: bounded retries, behind a circuit breaker.
-
-    Returns:
-        The result for the model and whether the tool succeeded. A failure is turned into an
-        error message the model can act on, never an exception out of the agent.
-    """
-
-    class _Open(Exception):
-        pass
-
-    def attempt() -> str:
-        if not breaker.allow().allowed:
-            raise _Open
-        try:
-            value = fn()
-        except Exception as exc:
-            breaker.record_failure(classify(exc))
-            on_failure(exc)
-            raise
-        breaker.record_success()
-        return value
-
-    try:
-        return retry_call(attempt, policy, sleep=sleep, clock=clock), True
-    except _Open:
-        return (
-            f"error: {breaker.name} is unavailable (circuit open); carry on without it",
-            False,
-        )
-    except Exception as exc:
-        return f"error: {type(exc).__name__}: {exc}", False
 
 
 class _Run:
@@ -288,6 +268,8 @@ class _Run:
 
     def on_guard_event(self, event: Event) -> None:
         text, level, label = _guard_line(event)
+        if event.level <= logging.DEBUG:
+            level = "debug"  # routine (a tool call started, succeeded): the JSON log only
         if label is not None:
             self.result.used(label)
         self.emit("guard", event.kind, text, level, event=event.to_dict())
@@ -404,10 +386,7 @@ def _agent_loop(run: _Run, client: Any, workspace: Workspace) -> None:
     import openai  # noqa: PLC0415 - optional dependency
 
     result = run.result
-    breaker = CircuitBreaker(
-        "tool:fetch_ticket", min_calls=4, open_for=60.0, clock=run.clock, hooks=[run.on_guard_event]
-    )
-    tool_retry = RetryPolicy(max_attempts=3, base=0.2, cap=1.0, rng=random.Random(11))
+    tools = _tool_guard(run, workspace)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": TASK},
@@ -416,6 +395,7 @@ def _agent_loop(run: _Run, client: Any, workspace: Workspace) -> None:
     per_step: list[int] = []
     for step in range(1, MAX_STEPS + 1):
         run.step = result.steps = step
+        tools.new_turn()
         try:
             completion = client.chat.completions.create(
                 model=run.model,
@@ -434,7 +414,7 @@ def _agent_loop(run: _Run, client: Any, workspace: Workspace) -> None:
             entry["tool_calls"] = [c.model_dump(mode="json", exclude_none=True) for c in calls]
         messages.append(entry)
         for call in calls:
-            content = _run_tool(run, workspace, call, breaker, tool_retry)
+            content = _run_tool(run, workspace, call, tools)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         if calls:
             continue
@@ -506,42 +486,38 @@ def _model_line(run: _Run, report: ag.GuardReport, message: Any, tokens: int) ->
     )
 
 
-def _run_tool(
-    run: _Run,
-    workspace: Workspace,
-    call: Any,
-    breaker: CircuitBreaker,
-    policy: RetryPolicy,
-) -> str:
+def _tool_guard(run: _Run, workspace: Workspace) -> ag.ToolGuard:
+    """The flaky network tool runs through ToolGuard: bounded retries, its own breaker."""
+    config = ag.GuardConfig.from_dict(
+        {
+            "tools": {
+                "breaker": {"min_calls": 4, "open_seconds": 60},
+                "retry": {"max_attempts": 3, "base_seconds": 0.2, "cap_seconds": 1.0},
+                "sync_timeouts": False,  # the stand-in tracker times out by itself
+            }
+        },
+        env={},
+    )
+    tools = ag.ToolGuard(
+        config,
+        clock=run.clock,
+        sleep=run.sleep,
+        rng=random.Random(11),
+        hooks=[run.on_guard_event],
+        session=f"demo-{run.scenario.name}",
+    )
+    tools.register(workspace.tickets.fetch, name="fetch_ticket", criticality="optional")
+    return tools
+
+
+def _run_tool(run: _Run, workspace: Workspace, call: Any, tools: ag.ToolGuard) -> str:
     name = call.function.name
-    try:
-        arguments = json.loads(call.function.arguments or "{}")
-    except ValueError:
-        arguments = None
-    fn = workspace.functions.get(name)
-    if fn is None or not isinstance(arguments, dict):
-        content, ok = f"error: cannot run {name} with {call.function.arguments!r}", False
-    elif name == "fetch_ticket":
-
-        def failed(exc: BaseException) -> None:
-            run.emit("tool", "tool_error", f"{name} failed: {exc}", "warn")
-
+    if name in tools.tools:
         run.why_wait = "tool retry backoff"
-        content, ok = call_tool_resilient(
-            lambda: fn(**arguments),
-            breaker=breaker,
-            policy=policy,
-            sleep=run.sleep,
-            clock=run.clock,
-            on_failure=failed,
-        )
+        outcome = tools.call(name, call.function.arguments)
+        content, ok = outcome.content, outcome.ok
     else:
-        try:
-            content, ok = fn(**arguments), True
-        except Exception as exc:  # a tool error goes back to the model, as agents do
-            content, ok = f"error: {type(exc).__name__}: {exc}", False
-    if ok and content.startswith("error:"):
-        ok = False
+        content, ok = _run_plain(workspace, name, call.function.arguments)
     first = content.splitlines()[0] if content else ""
     lines = content.count("\n") + 1
     summary = first if lines == 1 else f"{first} … ({lines} lines)"
@@ -554,3 +530,19 @@ def _run_tool(
         ok=ok,
     )
     return content
+
+
+def _run_plain(workspace: Workspace, name: str, raw: str | None) -> tuple[str, bool]:
+    """The file tools run directly; a tool error goes back to the model, as agents do."""
+    try:
+        arguments = json.loads(raw or "{}")
+    except ValueError:
+        arguments = None
+    fn = workspace.functions.get(name)
+    if fn is None or not isinstance(arguments, dict):
+        return f"error: cannot run {name} with {raw!r}", False
+    try:
+        content = fn(**arguments)
+    except Exception as exc:
+        return f"error: {type(exc).__name__}: {exc}", False
+    return content, not content.startswith("error:")

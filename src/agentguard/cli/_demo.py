@@ -27,7 +27,7 @@ from agentguard.escalation import Choice, EscalationPrompt
 
 #: Waits longer than this get a progress indicator.
 PROGRESS_AFTER = 3.0
-_STYLE = {"info": "", "ok": "green", "warn": "yellow", "error": "bold red"}
+_STYLE = {"debug": "dim", "info": "", "ok": "green", "warn": "yellow", "error": "bold red"}
 _SOURCE_STYLE = {
     "agent": "cyan",
     "model": "blue",
@@ -154,8 +154,8 @@ class _Timeline:
         if self.json_lines:
             print(json.dumps(event.to_dict(), default=str), flush=True)
             return
-        if event.kind == "http" and event.level == "info":
-            return  # successful requests: the model line says it
+        if event.level == "debug" or (event.kind == "http" and event.level == "info"):
+            return  # routine steps, successful requests (the model line says it): --json only
         line = Text(f"{event.t:6.1f}s  ", style="dim")
         line.append(f"{event.source:<6} ", style=_SOURCE_STYLE.get(event.source, ""))
         line.append(event.text, style=_STYLE[event.level])

@@ -464,7 +464,8 @@ class ToolCallValidator:
         try:
             value = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            if finish_reason == "length":
+            if finish_reason == "length" or _ends_inside_a_string(arguments):
+                # cut off mid-value: a repair would invent the rest of it
                 return None, "truncated", None
             if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
                 return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
@@ -642,3 +643,16 @@ def _coerce(
             out[key] = new
             changed.append((key, value, new))
     return out, changed
+
+
+def _ends_inside_a_string(text: str) -> bool:
+    """Whether JSON text stops inside an open double-quoted string (``{"path": "set``)."""
+    inside = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = inside
+        elif char == '"':
+            inside = not inside
+    return inside
