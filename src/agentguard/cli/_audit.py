@@ -106,9 +106,9 @@ class SessionAudit:
         """The tools the trace declares for this session (OpenAI ``tools`` format)."""
         names = set(self.declared or ())
         for tool in tools:
-            if isinstance(tool, Mapping):
+            if isinstance(tool, dict):
                 fn = tool.get("function")
-                name = (fn if isinstance(fn, Mapping) else tool).get("name")
+                name = (fn if isinstance(fn, dict) else tool).get("name")
                 if isinstance(name, str):
                     names.add(name)
         self.declared = frozenset(names)
@@ -195,11 +195,11 @@ class SessionAudit:
                     )
             return 0
         for call in calls:
-            if not isinstance(call, Mapping):
+            if not isinstance(call, dict):
                 continue
             fn = call.get("function")
-            name = str(fn.get("name") or "") if isinstance(fn, Mapping) else ""
-            arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
+            name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
+            arguments = fn.get("arguments") if isinstance(fn, dict) else None
             if isinstance(arguments, str):
                 size += len(arguments) + len(name)
                 try:
@@ -213,7 +213,7 @@ class SessionAudit:
                         f"arguments of {name} are not valid JSON",
                     )
                     arguments = {}
-            if not isinstance(arguments, Mapping):
+            if not isinstance(arguments, dict):
                 self._issue(
                     index,
                     Severity.WARNING,

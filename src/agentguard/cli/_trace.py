@@ -109,7 +109,7 @@ def _records_of(item: Any, where: str, state: _Sessions) -> Iterator[Record]:
         name = _unique(state, f"line {where.rsplit(':', 1)[1]}")
         for message in item:
             yield Record(name, _message(message, where), where)
-    elif not isinstance(item, Mapping):
+    elif not isinstance(item, dict):
         raise InputError(f"{where}: expected a JSON object or array, got {type(item).__name__}")
     elif "action" in item or "observation" in item:
         yield from _openhands(item, where, state)
@@ -136,11 +136,11 @@ def _records_of(item: Any, where: str, state: _Sessions) -> Iterator[Record]:
 
 def _obj(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a JSON object, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
 
 def _message(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise InputError(f"{where}: expected a message object, got {type(value).__name__}")
     return value
 
@@ -155,7 +155,7 @@ def _unique(state: _Sessions, name: str) -> str:
 
 
 def _is_request_log(item: Mapping[str, Any]) -> bool:
-    if isinstance(item.get("request"), Mapping) and "response" in item:
+    if isinstance(item.get("request"), dict) and "response" in item:
         return True
     return isinstance(item.get("messages"), list) and (
         "response" in item or "call_type" in item or "standard_logging_object" in item
@@ -180,9 +180,9 @@ def _request_log(item: Mapping[str, Any], where: str, state: _Sessions) -> Itera
     if not isinstance(messages, list):
         raise InputError(f"{where}: 'messages' must be an array")
     response = item.get("response")
-    usage = response.get("usage") if isinstance(response, Mapping) else None
+    usage = response.get("usage") if isinstance(response, dict) else None
     tokens = item.get("total_tokens")
-    if not isinstance(tokens, int) and isinstance(usage, Mapping):
+    if not isinstance(tokens, int) and isinstance(usage, dict):
         tokens = usage.get("total_tokens")
     tokens = tokens if isinstance(tokens, int) else None
     fed = state.fed.get(session, 0)
@@ -213,12 +213,12 @@ def _choice_message(response: Any) -> Mapping[str, Any] | None:
             response = json.loads(response)
         except ValueError:
             return None
-    if not isinstance(response, Mapping):
+    if not isinstance(response, dict):
         return None
     choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")
-        if isinstance(message, Mapping):
+        if isinstance(message, dict):
             return message
     return None
 
@@ -255,13 +255,13 @@ def _openhands(event: Mapping[str, Any], where: str, state: _Sessions) -> Iterat
         return
     response = meta.get("model_response")
     reply = _choice_message(response)
-    rid = str(response.get("id")) if isinstance(response, Mapping) else None
+    rid = str(response.get("id")) if isinstance(response, dict) else None
     if reply is not None and rid is not None:
         if state.response_id.get(session) == rid:
             return  # one response, several actions: its message is fed once
         state.response_id[session] = rid
-        usage = response.get("usage") if isinstance(response, Mapping) else None
-        tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
+        usage = response.get("usage") if isinstance(response, dict) else None
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
         yield Record(session, reply, where, tokens=tokens if isinstance(tokens, int) else None)
         return
     arguments = {k: v for k, v in args.items() if k not in ("thought", "security_risk")}
@@ -296,14 +296,12 @@ def _items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
             yield from _array_items(first, stream, path, line_no)
             return
         raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-    messages = isinstance(value, list) and all(
-        isinstance(v, Mapping) and "role" in v for v in value
-    )
+    messages = isinstance(value, list) and all(isinstance(v, dict) and "role" in v for v in value)
     if (
         isinstance(value, list)
         and value
         and not messages
-        and all(isinstance(v, (list, Mapping)) for v in value)
+        and all(isinstance(v, (list, dict)) for v in value)
     ):
         yield from ((line_no, v) for v in value)  # one line holding transcripts or events
     else:
@@ -352,7 +350,7 @@ def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterato
             buf += chunk
             continue
         if as_messages is None:
-            as_messages = isinstance(item, Mapping) and "role" in item
+            as_messages = isinstance(item, dict) and "role" in item
         if as_messages:
             pending.append(item)  # one transcript: feed messages in bounded batches
             if len(pending) >= 256:
