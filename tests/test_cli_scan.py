@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -306,16 +307,22 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
         env=env,
     )
     os.close(follower)
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # read the terminal while the scan runs, so it never blocks on it
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
     out, _ = proc.communicate(timeout=120)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
+    reader.join(timeout=30)
     os.close(leader)
     assert proc.returncode == 0
     assert json.loads(out)["summary"]["messages"] == 5_000  # stdout stays clean JSON
