@@ -104,9 +104,7 @@ class CrewAITransport:
         current = _CALL.get(None)
         kwargs = dict(current[1]) if current else {}
         before = self.llm.get_token_usage_summary()
-        answer = self._call(
-            list(request.messages), tools=request.params.get("tools"), **kwargs
-        )
+        answer = self._call(list(request.messages), tools=request.params.get("tools"), **kwargs)
         after = self.llm.get_token_usage_summary()
         prompt = after.prompt_tokens - before.prompt_tokens
         completion = after.completion_tokens - before.completion_tokens
@@ -198,7 +196,7 @@ class GuardedLLM(BaseLLM):
     def _transport(self, tier: Tier) -> CrewAITransport:
         return self._tiers.get(tier.name) or self._tiers[""]
 
-    def call(
+    def call(  # noqa: PLR0917 - crewai's BaseLLM.call signature
         self,
         messages: str | list[Any],
         tools: list[dict[str, Any]] | None = None,
@@ -251,7 +249,8 @@ class GuardedLLM(BaseLLM):
 
     def supports_function_calling(self) -> bool:
         """Whether the wrapped LLM calls tools natively."""
-        return bool(self._inner.supports_function_calling())
+        supports = getattr(self._inner, "supports_function_calling", None)
+        return bool(supports()) if callable(supports) else False
 
     def supports_stop_words(self) -> bool:
         """Whether the wrapped LLM honours stop words."""
@@ -365,7 +364,7 @@ def instrument(
     originals = [agent.llm for agent in agents]
     guarded: list[GuardedLLM] = []
     try:
-        for agent, llm in zip(agents, originals):
+        for agent, llm in zip(agents, originals, strict=True):
             if not isinstance(llm, GuardedLLM):
                 shared = guarded[0].guard if guarded else None
                 llm = GuardedLLM(llm, config, tiers=tiers, guard=shared, **options)  # noqa: PLW2901
@@ -375,5 +374,7 @@ def instrument(
         with hooks.installed():
             yield guarded
     finally:
-        for agent, llm in zip(agents, originals):
+        for agent, llm in zip(agents, originals, strict=True):
             agent.llm = llm
+        for llm in guarded:
+            llm._turns = None
