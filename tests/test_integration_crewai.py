@@ -247,6 +247,25 @@ def test_tool_hooks_alone_guard_a_crews_tool_calls(workdir: Path) -> None:
     }
 
 
+def test_the_docs_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The docs page's example runs as written, scripted LLMs in place of the real ones."""
+    page = Path(__file__).parent.parent / "docs" / "integrations" / "crewai.md"
+    example = page.read_text().split("```python\n# example: crewai\n")[1].split("```")[0]
+    scripts = {
+        "openai/gpt-4o-mini": [call("read_file", {"path": "README.md"}, f"r{i}") for i in range(9)],
+        "openai/gpt-4o": ["It promises fewer loops."],
+    }
+    monkeypatch.setattr(crewai, "LLM", lambda model: ScriptedLLM(model, scripts[model]))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("fewer loops")
+    exec(compile(example, str(page), "exec"), {})
+    out = capsys.readouterr().out
+    assert "It promises fewer loops." in out  # the cheap LLM looped; the strong one answered
+    assert "tier='strong'" in out
+
+
 def test_the_adapter_names_the_extra_when_crewai_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
