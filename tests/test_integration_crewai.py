@@ -210,6 +210,17 @@ def test_a_persistent_rate_limit_surfaces_after_the_guards_retries_only() -> Non
     assert len(llm.calls) == 3
 
 
+def test_acall_runs_the_guarded_call() -> None:
+    """The async entry point gives the same guarded answer."""
+    import anyio
+
+    llm = ScriptedLLM("weak", [ModelError("rate limited", status_code=429), "ok"])
+    clock = FakeClock()
+    guarded = GuardedLLM(llm, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    assert anyio.run(guarded.acall, "hi") == "ok"
+    assert len(llm.calls) == 2
+
+
 def test_without_retries_turns_off_the_sdk_retries_of_a_real_llm() -> None:
     """crewai's own OpenAI LLM is copied with max_retries=0; the user's keeps its setting."""
     llm = crewai.LLM(model="openai/gpt-4o-mini", api_key="sk-test-not-a-real-key")

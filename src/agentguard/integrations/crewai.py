@@ -1,15 +1,10 @@
-"""CrewAI: a guarded ``BaseLLM`` and tool hooks, or both at once for one crew.
+"""CrewAI: :class:`GuardedLLM` (a guarded ``BaseLLM``), :class:`ToolHooks` (tool calls through a
+ToolGuard) and :func:`instrument` (both, for every agent of a crew, for one kickoff).
 
-* :class:`GuardedLLM` wraps the user's crewai LLM: every call runs through a
-  :class:`~agentguard.Guard` (budgets, loop checks, tool-call validation with corrective
-  re-asks, escalation to a stronger crewai LLM). CrewAI's ``after_llm_call`` hook never sees
-  native tool-call answers and a malformed tool call fires no tool hook, so the LLM wrapper is
-  where those are caught. The wrapped LLM's own retries are off (its SDK's ``max_retries`` and
-  CrewAI's rate-limit retry around ``call``): the guard is the only retry layer.
-* :class:`ToolHooks` runs each tool call a crew makes through a :class:`~agentguard.ToolGuard`
-  from CrewAI's ``before_tool_call`` / ``after_tool_call`` hooks: loop checks, circuit
-  breakers, retries within the turn's retry budget, fallbacks.
-* :func:`instrument` applies both to every agent of a crew for one kickoff.
+CrewAI's ``after_llm_call`` hook never sees a native tool-call answer and a malformed tool call
+fires no tool hook: the LLM wrapper is where those are caught. The wrapped LLM's own retries
+(its SDK's ``max_retries``, CrewAI's rate-limit retry around ``call``) are off: the guard is the
+only retry layer. See ``docs/integrations/crewai.md``.
 """
 
 from __future__ import annotations
@@ -81,9 +76,8 @@ def _tool_calls(answer: Any) -> list[dict[str, Any]] | None:
             return None
         call_id, name, arguments = info
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        calls.append(
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
-        )
+        function = {"name": name, "arguments": text}
+        calls.append({"id": call_id, "type": "function", "function": function})
     return calls
 
 
@@ -187,11 +181,6 @@ class GuardedLLM(BaseLLM):
     def last_report(self) -> GuardReport | None:
         """What the guard did for the latest call (crewai's answers cannot carry a report)."""
         return self._report
-
-    @property
-    def inner(self) -> BaseLLM:
-        """The wrapped LLM, as given."""
-        return self._inner
 
     def _transport(self, tier: Tier) -> CrewAITransport:
         return self._tiers.get(tier.name) or self._tiers[""]
@@ -358,8 +347,9 @@ def instrument(
     Yields:
         The guarded LLMs, one per agent (``llm.guard``, ``llm.last_report``).
     """
-    tools = tools or ToolGuard(config, hooks=options.get("hooks"))
-    hooks = ToolHooks(tools, crew=crew, hints=False)
+    hooks = ToolHooks(
+        tools or ToolGuard(config, hooks=options.get("hooks")), crew=crew, hints=False
+    )
     agents: Sequence[Any] = list(crew.agents)
     originals = [agent.llm for agent in agents]
     guarded: list[GuardedLLM] = []
@@ -378,3 +368,5 @@ def instrument(
             agent.llm = llm
         for llm in guarded:
             llm._turns = None
+        if tools is None:
+            hooks.tools.close()  # the worker threads of the ToolGuard made here
