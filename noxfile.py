@@ -1,5 +1,5 @@
 """The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
-``docs``.
+``docs``, and one session per framework integration (``crewai``, ``litellm``, ``openhands``).
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
 Python (and ``pip install nox``) can run all of them.
@@ -36,6 +36,25 @@ def tests_openai2(session: nox.Session) -> None:
     _install_for_tests(session)
     session.install("openai>=2,<3")
     session.run("pytest", *session.posargs)
+
+
+# The newest crewai in the package index; it installs as is (its certifi floor is met there).
+CREWAI = "crewai==1.15.30"
+
+
+@nox.session(python="3.11")
+def crewai(session: nox.Session) -> None:
+    """The CrewAI adapter through a real ``Crew.kickoff()`` (offline: scripted LLMs)."""
+    session.install("-e", ".[dev]", CREWAI)
+    session.env.update(
+        {
+            "CREWAI_DISABLE_TELEMETRY": "true",
+            "CREWAI_DISABLE_TRACKING": "true",
+            "CREWAI_TRACING_ENABLED": "false",
+            "OTEL_SDK_DISABLED": "true",
+        }
+    )
+    session.run("pytest", "tests/test_integration_crewai.py", *session.posargs)
 
 
 @nox.session
