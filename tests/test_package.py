@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agentguard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +67,27 @@ def test_import_loads_no_optional_sdk() -> None:
 def test_package_is_typed() -> None:
     """The py.typed marker ships with the package."""
     assert (Path(agentguard.__file__).parent / "py.typed").is_file()
+
+
+def test_litellm_adapter_imports_litellm_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The litellm adapter loads without litellm; using it then names the extra to install."""
+    code = (
+        "import json, sys\n"
+        "from agentguard.integrations import litellm\n"
+        "litellm.GuardedLLM()\n"
+        "print(json.dumps('litellm' in sys.modules))\n"
+    )
+    src = str(Path(agentguard.__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": src},
+    ).stdout
+    assert json.loads(out) is False
+    from agentguard.integrations.litellm import register
+
+    monkeypatch.setitem(sys.modules, "litellm", None)  # as if not installed
+    with pytest.raises(ImportError, match=re.escape('pip install "agentguard[litellm]"')):
+        register()

@@ -95,14 +95,9 @@ class LiteLLMTransport:
 
     def _kwargs(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         if request.model.startswith(f"{PROVIDER}/"):
+            allowed = "a litellm model of a real provider, not agentguard/ itself"
             raise ConfigError(
-                [
-                    {
-                        "path": "reliability.tiers.*.model",
-                        "value": request.model,
-                        "allowed": "a litellm model of a real provider, not agentguard/ itself",
-                    }
-                ]
+                [{"path": "tiers.*.model", "value": request.model, "allowed": allowed}]
             )
         kwargs = request.to_body(stream=stream)
         # agentguard's retry layer is the only one: retries never multiply
@@ -197,11 +192,7 @@ def _result(response: ModelResponse, report: GuardReport | None) -> Any:
 
 
 def _usage(usage: Any) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
+    return {k: getattr(usage, k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 def _generic(chunk: StreamChunk) -> Iterator[dict[str, Any]]:
@@ -215,25 +206,21 @@ def _generic(chunk: StreamChunk) -> Iterator[dict[str, Any]]:
 
 def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
     """The closing chunk: finish reason, the usage of every attempt, the report's headers."""
-    return {
-        "text": "",
-        "tool_use": None,
-        "is_finished": True,
-        "finish_reason": finish or "stop",
-        "usage": _usage(report.usage) if report is not None else None,
-        "index": 0,
-        "provider_specific_fields": (
-            {"agentguard": report.headers()} if report is not None else None
-        ),
-    }
+    last: dict[str, Any] = {"text": "", "tool_use": None, "is_finished": True, "index": 0}
+    last.update(finish_reason=finish or "stop", usage=None, provider_specific_fields=None)
+    if report is not None:  # litellm sets these fields on the chunk: the proxy sends them along
+        last.update(
+            usage=_usage(report.usage), provider_specific_fields={"agentguard": report.headers()}
+        )
+    return last
 
 
 def _translate(exc: AgentGuardError) -> Exception:
     """A guard decision as the litellm exception its status maps to."""
-    from litellm.llms.custom_llm import CustomLLMError  # noqa: PLC0415 - litellm is optional
-
+    error = require("litellm.llms.custom_llm", "litellm").CustomLLMError
     status, kind = next((v for cls, v in _STATUS.items() if isinstance(exc, cls)), (500, "error"))
-    return CustomLLMError(status_code=status, message=f"agentguard {kind}: {exc}")
+    translated: Exception = error(status_code=status, message=f"agentguard {kind}: {exc}")
+    return translated
 
 
 class GuardedLLM:
