@@ -7,7 +7,6 @@ Runs in the ``litellm`` nox session; skipped where litellm is not installed.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -15,12 +14,10 @@ from typing import Any
 import pytest
 
 import agentguard as ag
+from _litellm_kit import TOOLS, polling_history  # sets litellm's offline flags first
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 from agentguard.transport import ModelRequest
 
-# litellm reads these at import: no price list, blog posts or header list from the network
-for _flag in ("MODEL_COST_MAP", "BLOG_POSTS", "ANTHROPIC_BETA_HEADERS", "POLICY_TEMPLATES"):
-    os.environ.setdefault(f"LITELLM_LOCAL_{_flag}", "True")
 litellm = pytest.importorskip("litellm", reason="needs litellm: nox -s litellm")
 from agentguard.integrations.litellm import (  # noqa: E402
     GuardedLLM,
@@ -32,19 +29,6 @@ from agentguard.integrations.litellm import (  # noqa: E402
 # litellm's own types trip a pydantic warning on first use; it is theirs, not ours
 pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
 KEY_ENV = "AGENTGUARD_TEST_UPSTREAM_KEY"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        },
-    }
-]
 ASK = [{"role": "user", "content": "find the install docs"}]
 
 
@@ -194,13 +178,7 @@ async def test_async_streaming_escalates_a_dead_tier() -> None:
 
 def test_guard_decisions_become_litellm_errors_with_a_status() -> None:
     """A loop the guard refuses is a 400; a spent hard_stop budget is a 429."""
-    history: list[dict[str, Any]] = [ASK[0]]
-    for i in range(8):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "poll", "arguments": "{}"}}
-        history += [
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"c{i}", "content": "still running"},
-        ]
+    history = polling_history(8)
     model = ScriptedModel([Reply.text(" ".join(f"fact{i}" for i in range(80)))], cycle=True)
     budget = {"per_session": 200, "policy": "hard_stop", "max_output_tokens": 100}
     with model.serve() as url:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from _litellm_kit import OFFLINE_FLAGS, TOOLS, polling_history
 from agentguard.testing import Fault, Reply, ScriptedModel
 from agentguard.transport import ModelRequest
 
@@ -31,19 +32,6 @@ pytest.importorskip("litellm.proxy.proxy_server", reason="needs litellm[proxy]: 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        },
-    }
-]
 PROXY_CONFIG = {
     "model_list": [
         {"model_name": "agent", "litellm_params": {"model": "agentguard/fast"}},
@@ -126,7 +114,7 @@ def proxy(
         "UPSTREAM_API_KEY": "sk-test-upstream-not-real",
         "LITELLM_MASTER_KEY": master_key,
         "NO_PROXY": "127.0.0.1,localhost",
-        **{f"LITELLM_LOCAL_{flag}": "True" for flag in _OFFLINE_FLAGS},
+        **OFFLINE_FLAGS,
     }
     port = _free_port()
     litellm_cli = Path(sys.executable).with_name("litellm")
@@ -153,10 +141,6 @@ def proxy(
             process.kill()
             process.wait()
         log.close()
-
-
-# no price list, blog posts, header list or templates fetched from the network at start-up
-_OFFLINE_FLAGS = ("MODEL_COST_MAP", "BLOG_POSTS", "ANTHROPIC_BETA_HEADERS", "POLICY_TEMPLATES")
 
 
 def _wait_until_ready(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
@@ -230,26 +214,17 @@ def test_dead_tier_escalates_to_the_next_model(proxy: Any, upstream: Any) -> Non
     assert up.models_since(start) == ["fast-model", "strong-model"]
 
 
-def _polling_history(times: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "is the build done?"}]
-    for i in range(times):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "poll", "arguments": "{}"}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "running, 40%"})
-    return messages
-
-
 def test_loop_in_the_transcript_escalates_then_is_refused(proxy: Any, upstream: Any) -> None:
     """A stuck polling loop moves the call up a tier; at the top tier it is refused (400)."""
     up, _ = upstream
     start = up.script(strong_model=[Reply.text("the build is stuck; stopping")])
-    raw = _ask(proxy, "loop-1", messages=_polling_history(8))
+    raw = _ask(proxy, "loop-1", messages=polling_history(8))
     headers = _guard_headers(raw)
     assert headers["x-agentguard-escalation-reason"] == "loop_detected"
     assert headers["x-agentguard-tier"] == "strong"
     assert up.models_since(start) == ["strong-model"]  # the looping tier is not asked again
     with pytest.raises(openai.BadRequestError, match="agentguard loop_detected"):
-        _ask(proxy, "loop-2", model="agent-strong", messages=_polling_history(8))
+        _ask(proxy, "loop-2", model="agent-strong", messages=polling_history(8))
     assert up.models_since(start) == ["strong-model"]
 
 
