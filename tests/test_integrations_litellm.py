@@ -15,7 +15,7 @@ import pytest
 
 import agentguard as ag
 from _litellm_kit import TOOLS, polling_history  # sets litellm's offline flags first
-from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 from agentguard.transport import ModelRequest
 
 litellm = pytest.importorskip("litellm", reason="needs litellm: nox -s litellm")
@@ -194,21 +194,26 @@ def test_guard_decisions_become_litellm_errors_with_a_status() -> None:
                 )
 
 
-def test_session_header_is_not_sent_upstream_and_call_params_pass_through() -> None:
-    """Our session header stays with us; temperature, api_base and other headers go upstream."""
+def test_call_params_pass_through_and_the_key_never_leaks() -> None:
+    """temperature and api_base reach upstream; the call's key shows in no event or report."""
+    canary = "sk-canary-litellm-0123456789abcdef"
     model = ScriptedModel([Reply.text("ok")])
-    with model.serve() as url:
+    with model.serve() as url, capture_events() as events:
         register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
-        litellm.completion(
+        response = litellm.completion(
             model="agentguard/openai/plain-model",
             messages=ASK,
             temperature=0.25,
             api_base=url,
-            api_key="sk-test-call-key",
-            extra_headers={"x-agentguard-session": "s9", "x-trace": "t1"},
+            api_key=canary,
+            extra_headers={"x-agentguard-session": "s9"},
         )
     sent = model.requests[0]
     assert (sent.model, sent.params["temperature"]) == ("plain-model", 0.25)
+    report = ag.report_of(response)
+    assert report is not None
+    assert report.session == "s9"
+    assert canary not in repr(report) + repr(list(events))
 
 
 def test_transport_refuses_to_call_itself() -> None:
