@@ -80,7 +80,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Run every benchmark and rewrite docs/benchmarks.md (``-- --quick`` for a smoke run)."""
-    session.install("-e", ".[dev]")
+    session.install("-e", ".[dev]", "matplotlib")  # matplotlib: the report's plots
     session.run("python", "benchmarks/run.py", *session.posargs)
 
 

@@ -7,6 +7,7 @@ import random
 from _harness import Table, per_call, us
 from agentguard.exceptions import ModelError
 from agentguard.resilience import CircuitBreaker, RetryPolicy, classify
+from agentguard.storage import MemoryStore
 from agentguard.testing import FakeClock
 
 
@@ -20,8 +21,15 @@ def run(quick: bool) -> list[Table]:
         if breaker.allow().allowed:
             breaker.record_success()
 
+    shared = CircuitBreaker("tool:x", clock=clock, hooks=(), min_calls=5, store=MemoryStore())
+
+    def ours_in_store() -> None:
+        if shared.allow().allowed:
+            shared.record_success()
+
     rows: list[list[object]] = []
     mine = us(per_call(ours, repeat=repeat, min_time=min_time))
+    in_store = us(per_call(ours_in_store, repeat=repeat, min_time=min_time))
     try:
         import pybreaker
     except ImportError:
@@ -42,6 +50,13 @@ def run(quick: bool) -> list[Table]:
         base = us(per_call(bare, repeat=repeat, min_time=min_time))
         rows.append(
             ["agentguard CircuitBreaker allow + record_success", mine, f"{mine / peer:.2f}"]
+        )
+        rows.append(
+            [
+                "agentguard CircuitBreaker in a MemoryStore (ToolGuard's shared form)",
+                in_store,
+                f"{in_store / peer:.2f}",
+            ]
         )
         rows.append(["pybreaker CircuitBreaker.call(noop)", peer, "1.00"])
         rows.append(["bare noop() call", base, f"{base / peer:.2f}"])

@@ -156,3 +156,61 @@ def run_workers(
         assert proc.returncode == 0, err
         reports.append(json.loads(out))
     return reports
+
+
+TOOL_WORKER = """
+import json, sys
+sys.path.insert(0, {src!r})
+from agentguard import GuardConfig
+from agentguard.exceptions import ModelError
+from agentguard.storage import RedisStore
+from agentguard.tools import ToolGuard
+
+url, prefix, calls = sys.argv[1:4]
+config = GuardConfig.from_dict(
+    {{"tools": {{"sync_timeouts": False, "retry": {{"max_attempts": 1}},
+                 "breaker": {{"min_calls": 6, "failure_rate": 0.5, "open_seconds": 600}}}}}},
+    env={{}},
+)
+tools = ToolGuard(config, store=RedisStore(url, key_prefix=prefix), hooks=())
+ran = []
+
+@tools.tool(name="inventory")
+def inventory(n: int) -> str:
+    ran.append(n)
+    raise ModelError("upstream down", status_code=503)
+
+# both workers start together: each waits for the test to say go
+sys.stdin.readline()
+outcomes = [tools.call("inventory", {{"n": i}}) for i in range(int(calls))]
+kinds = [o.error.kind if o.error else "ok" for o in outcomes]
+print(json.dumps({{"ran": len(ran), "kinds": kinds}}))
+"""
+
+
+def run_tool_workers(url: str, prefix: str, *, workers: int, calls: int) -> list[dict[str, Any]]:
+    """Run ``workers`` processes sharing a tool breaker on Redis, each calling a failing tool
+    ``calls`` times, released together; their reports (calls that ran, error kinds)."""
+    import json
+
+    code = TOOL_WORKER.format(src=SRC)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url, prefix, str(calls)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+    reports = []
+    for proc in procs:  # release them all, then collect
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+    return reports

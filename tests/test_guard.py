@@ -17,6 +17,7 @@ from agentguard import (
     ToolValidationFailed,
 )
 from agentguard._report import report_of
+from agentguard.budget import estimate_tokens
 from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.events import Escalated, GuardInternalError
 from agentguard.guard import AsyncGuard, Guard
@@ -287,11 +288,46 @@ def test_transcript_is_processed_incrementally() -> None:
     history = _looping_history(2)
     guard.complete(_req(model="gpt-x", tools=False, messages=history))
     state = next(iter(guard.pipeline._sessions.values()))
-    seen = len(state.seen)
+    seen = len(state.marks)
     guard.complete(
         _req(model="gpt-x", tools=False, messages=[*history, {"role": "user", "content": "and?"}])
     )
-    assert len(state.seen) == seen + 2  # the new user message and the new answer
+    assert len(state.marks) == seen + 2  # the new user message and the new answer
+
+
+def test_incremental_prompt_estimate_matches_a_full_estimate() -> None:
+    """Over an append-only conversation the running estimate equals estimating it all again."""
+    model = ScriptedModel([Reply.call("search", {"query": f"q{i}"}) for i in range(6)])
+    guard, _ = _guard(model)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the install guide"}]
+    for i in range(6):
+        request = _req(messages=list(messages))
+        response = guard.complete(request, session="s")
+        call = guard.pipeline._sessions["s"]
+        assert call.last is not None
+        expected = estimate_tokens(messages) - 3 + estimate_tokens([response.message]) - 3
+        assert call.last[2] == expected
+        messages.append(dict(response.message))
+        tool_id = response.message["tool_calls"][0]["id"]
+        messages.append({"role": "tool", "tool_call_id": tool_id, "content": f"result {i}"})
+
+
+def test_a_repeated_message_with_a_reused_call_id_is_still_judged() -> None:
+    """Local models reuse call ids: the same call and result again is new, and a loop."""
+    same = Reply.call("search", {"query": "status"}, id="call_0")
+    model = ScriptedModel([same] * 12)
+    guard, _ = _guard(model)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "wait for the build"}]
+
+    def turns(n: int) -> None:
+        for _ in range(n):
+            response = guard.complete(_req(messages=list(messages)), session="s")
+            messages.append(dict(response.message))
+            messages.append({"role": "tool", "tool_call_id": "call_0", "content": "pending"})
+
+    turns(3)
+    with pytest.raises((LoopDetected, TiersExhausted)):
+        turns(9)
 
 
 def test_confirm_mode_without_callback_raises_with_options() -> None:
@@ -417,6 +453,53 @@ def test_streaming_passes_content_and_holds_tool_calls_until_valid() -> None:
     assert calls[0]["function"]["arguments"] == '{"query": "x"}'
     assert chunks[-1].finish_reason == "tool_calls"
     assert stream.report is not None
+
+
+def test_streaming_reask_does_not_send_text_twice() -> None:
+    """After a re-ask, the text the caller already has is not streamed again; the call is."""
+    model = ScriptedModel(
+        [
+            Reply(content="Searching now. ", tool_calls=Reply.call("zap_all", {}).tool_calls),
+            Reply(
+                content="Searching now. ",
+                tool_calls=Reply.call("search", {"query": "x"}).tool_calls,
+            ),
+        ],
+        chunk_size=5,
+    )
+    guard, _ = _guard(model)
+    stream = guard.stream(_req())
+    chunks = list(stream)
+    assert "".join(c.content or "" for c in chunks) == "Searching now. "
+    calls = [tc for c in chunks for tc in c.tool_calls]
+    assert [c["function"]["name"] for c in calls] == ["search"]
+    assert stream.report is not None
+    assert stream.report.corrections == 1
+
+
+def test_degenerate_stream_is_cut_early_with_finish_reason_length() -> None:
+    """A stream that degenerates into repetition stops early, says why, and is flagged."""
+    phrase = "I will check the logs again."
+    model = ScriptedModel([Reply.degenerate(phrase, times=400)], chunk_size=16)
+    guard, _ = _guard(model)
+    with capture_events() as events:
+        stream = guard.stream(_req(tools=False))
+        chunks = list(stream)
+    text = "".join(c.content or "" for c in chunks)
+    assert 0 < len(text) < len(" ".join([phrase] * 400)) // 4
+    assert chunks[-1].finish_reason == "length"
+    assert stream.report is not None
+    assert any("stream cut" in w for w in stream.report.warnings)
+    assert any(getattr(e, "detector", None) == "degenerate_text" for e in events)
+
+
+def test_degenerate_stream_cut_can_be_switched_off() -> None:
+    """With cut_degenerate_streams off, the whole answer streams."""
+    phrase = "I will check the logs again."
+    model = ScriptedModel([Reply.degenerate(phrase, times=60), Reply.text("fine")], chunk_size=64)
+    guard, _ = _guard(model, _cfg(loop_detection={"cut_degenerate_streams": False}))
+    chunks = list(guard.stream(_req(tools=False)))
+    assert "".join(c.content or "" for c in chunks).startswith(" ".join([phrase] * 60))
 
 
 @pytest.mark.anyio

@@ -149,6 +149,10 @@ class BreakerMachine(RuleBasedStateMachine):
                 assert self.breaker.state == BreakerState.CLOSED
         else:
             self.breaker.record_failure(SERVER)
+            snap = self.breaker.snapshot()
+            if before == BreakerState.CLOSED and snap.calls >= 3 and snap.failure_rate >= 0.5:
+                # The rate is judged when a failure is recorded: one that crosses it trips.
+                assert snap.state == BreakerState.OPEN
         if self.breaker.state != BreakerState.HALF_OPEN or before != BreakerState.HALF_OPEN:
             self.probes = 0
         else:
@@ -161,10 +165,11 @@ class BreakerMachine(RuleBasedStateMachine):
             self.probes = 0
 
     @invariant()
-    def closed_below_min_calls(self) -> None:
+    def open_has_a_probe_time(self) -> None:
         snap = self.breaker.snapshot()
-        if snap.state == BreakerState.CLOSED:
-            assert snap.calls < 3 or snap.failure_rate < 0.5 or snap.calls == 0
+        assert (snap.state == BreakerState.OPEN) == (snap.retry_at is not None) or (
+            snap.state == BreakerState.HALF_OPEN
+        )
 
 
 TestBreakerMachine = BreakerMachine.TestCase

@@ -1,19 +1,29 @@
-"""The store contract: MemoryStore, SQLiteStore and RedisStore (a real server) behave alike."""
+"""The store contract: MemoryStore, SQLiteStore and RedisStore (a real server) behave alike.
+
+Budgets, circuit breakers (also as a state machine against the in-process breaker) and records
+(idempotency keys, dead letters).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from _stores import RedisServer, run_workers
 from agentguard import BudgetExceeded
 from agentguard._clock import wall
 from agentguard.budget import TokenLedger
 from agentguard.config import StorageConfig, TokenBudgetConfig
+from agentguard.resilience import CircuitBreaker, Classification, ErrorClass
 from agentguard.storage import (
+    BreakerSpec,
     BudgetSpec,
     Charge,
     Hold,
@@ -264,3 +274,187 @@ def test_eight_processes_never_pass_the_cap_and_count_duplicates_once(
     assert snap.session_tokens <= limit
     assert snap.session_held == 0  # every hold settled: duplicates released theirs too
     assert sum(r["refused"] for r in reports) > 0  # the cap was actually reached
+
+
+# -- circuit breakers in the store -----------------------------------------------------------
+
+BREAKER = BreakerSpec("tool:search", min_calls=4, window=60, open_for=30, probe_lease=30)
+
+
+def test_breaker_opens_on_the_failure_rate_and_answers_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    """Four failures out of four open it; an open breaker refuses with the probe time."""
+    for _ in range(3):
+        assert store.breaker_record(BREAKER, "failure", clock()).state == "closed"
+    view = store.breaker_record(BREAKER, "failure", clock())
+    assert (view.state, view.changes) == ("open", (("closed", "open"),))
+    refused = store.breaker_allow(BREAKER, clock())
+    assert not refused.allowed
+    assert refused.retry_at == clock() + 30
+
+
+def test_breaker_probes_after_open_for_and_closes_on_success(
+    store: Store, clock: FakeClock
+) -> None:
+    """Open -> half-open after open_for: one probe at a time; its success closes the breaker."""
+    for _ in range(4):
+        store.breaker_record(BREAKER, "failure", clock())
+    clock.advance(30)
+    probe = store.breaker_allow(BREAKER, clock())
+    assert (probe.allowed, probe.probe, probe.changes) == (True, True, (("open", "half_open"),))
+    assert not store.breaker_allow(BREAKER, clock()).allowed  # one probe in flight
+    closed = store.breaker_record(BREAKER, "success", clock())
+    assert (closed.state, closed.calls, closed.changes) == ("closed", 0, (("half_open", "closed"),))
+
+
+def test_breaker_probe_failure_reopens_and_ignored_outcomes_do_not_count(
+    store: Store, clock: FakeClock
+) -> None:
+    """Ignored outcomes count neither way; a failed probe opens the breaker again."""
+    for _ in range(10):
+        store.breaker_record(BREAKER, "ignored", clock())
+    assert store.breaker_view(BREAKER, clock()).calls == 0
+    for _ in range(4):
+        store.breaker_record(BREAKER, "failure", clock())
+    clock.advance(31)
+    store.breaker_allow(BREAKER, clock())
+    view = store.breaker_record(BREAKER, "failure", clock())
+    assert (view.state, view.retry_at) == ("open", clock() + 30)
+
+
+def test_breaker_probe_that_never_reports_lapses(store: Store, clock: FakeClock) -> None:
+    """A probe whose worker died stops counting after probe_lease: the next one is let through."""
+    for _ in range(4):
+        store.breaker_record(BREAKER, "failure", clock())
+    clock.advance(30)
+    assert store.breaker_allow(BREAKER, clock()).probe
+    clock.advance(29)
+    assert not store.breaker_allow(BREAKER, clock()).allowed
+    clock.advance(1)
+    assert store.breaker_allow(BREAKER, clock()).probe
+
+
+def test_breakers_are_kept_apart_by_name(store: Store, clock: FakeClock) -> None:
+    """Two names, two breakers."""
+    for _ in range(4):
+        store.breaker_record(BREAKER, "failure", clock())
+    other = BreakerSpec("tool:other", min_calls=4)
+    assert store.breaker_allow(other, clock()).allowed
+
+
+# -- records: idempotency keys and dead letters ----------------------------------------------
+
+
+def test_claim_stores_once_and_returns_the_holder(store: Store, clock: FakeClock) -> None:
+    """The first claim wins (None); a second sees the first's value until it is replaced."""
+    assert store.claim("idem", "k", "first", clock(), 60) is None
+    assert store.claim("idem", "k", "second", clock(), 60) == "first"
+    store.put("idem", "k", "done", clock(), 60)
+    assert store.claim("idem", "k", "third", clock(), 60) == "done"
+    assert store.get("idem", "k", clock()) == "done"
+    assert store.get("other", "k", clock()) is None
+
+
+def test_records_list_sorted_and_delete(store: Store, clock: FakeClock) -> None:
+    """items lists a namespace's live records by key; delete drops one once."""
+    store.put("dead", "b", "2", clock(), 60)
+    store.put("dead", "a", "1", clock(), 60)
+    store.put("elsewhere", "c", "3", clock(), 60)
+    assert store.items("dead", clock()) == [("a", "1"), ("b", "2")]
+    assert store.delete("dead", "a", clock())
+    assert not store.delete("dead", "a", clock())
+    assert store.items("dead", clock()) == [("b", "2")]
+
+
+def test_records_expire_after_their_ttl(store: Store, clock: FakeClock) -> None:
+    """A record lives for its TTL; then a claim succeeds anew."""
+    if isinstance(store, RedisStore):
+        pytest.skip("Redis expires keys on its own clock: test_every_tool_key_has_a_ttl")
+    store.claim("idem", "k", "v", clock(), 10)
+    clock.advance(9)
+    assert store.get("idem", "k", clock()) == "v"
+    clock.advance(1)
+    assert store.get("idem", "k", clock()) is None
+    assert store.items("idem", clock()) == []
+    assert store.claim("idem", "k", "w", clock(), 10) is None
+
+
+@pytest.mark.anyio
+async def test_async_breaker_and_record_twins(store: Store, clock: FakeClock) -> None:
+    """The a* twins of the breaker and record operations share state with the sync ones."""
+    for _ in range(4):
+        await store.abreaker_record(BREAKER, "failure", clock())
+    assert not store.breaker_allow(BREAKER, clock()).allowed
+    assert (await store.abreaker_view(BREAKER, clock())).state == "open"
+    assert not (await store.abreaker_allow(BREAKER, clock())).allowed
+    assert await store.aclaim("idem", "k", "v", clock(), 60) is None
+    await store.aput("idem", "j", "w", clock(), 60)
+    assert await store.aget("idem", "k", clock()) == "v"
+    assert await store.aitems("idem", clock()) == [("j", "w"), ("k", "v")]
+    assert await store.adelete("idem", "k", clock())
+    aclose = getattr(store, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+@pytest.mark.redis
+def test_every_tool_key_has_a_ttl(redis_server: RedisServer, clock: FakeClock) -> None:
+    """Breaker and record keys the Redis store writes all carry an expiry."""
+    import redis
+
+    store = RedisStore(redis_server.url, key_prefix="tooltll")
+    store.breaker_record(BREAKER, "failure", clock())
+    store.claim("idem", "k", "v", clock(), 60)
+    store.put("dead", "x", "y", clock(), 60)
+    client = redis.Redis(unix_socket_path=redis_server.socket)
+    keys = list(client.scan_iter("tooltll*"))
+    assert len(keys) == 5  # a breaker, two records, two indexes
+    assert all(client.pttl(k) > 0 for k in keys), {k: client.pttl(k) for k in keys}
+    client.close()
+    store.close()
+
+
+class BreakerAgreement(RuleBasedStateMachine):
+    """Random calls, outcomes and time: a store-backed breaker moves exactly like a local one."""
+
+    store: Store
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        options: dict[str, Any] = {
+            "min_calls": 3, "window": 10, "buckets": 5, "open_for": 5, "half_open_probes": 2,
+            "probe_lease": 4, "clock": self.clock, "hooks": (),
+        }  # fmt: skip
+        name = f"m{uuid.uuid4().hex[:8]}"
+        self.local = CircuitBreaker(name, **options)
+        self.shared = CircuitBreaker(name, store=self.store, **options)
+
+    @rule(op=st.sampled_from(["allow", "success", "failure", "client_error"]))
+    def act(self, op: str) -> None:
+        for breaker in (self.local, self.shared):
+            if op == "allow":
+                breaker.allow()
+            elif op == "success":
+                breaker.record_success()
+            else:
+                kind = ErrorClass.CLIENT_ERROR if op == "client_error" else ErrorClass.TRANSIENT
+                breaker.record_failure(Classification.of(kind))
+
+    @rule(quarters=st.integers(min_value=0, max_value=40))
+    def wait(self, quarters: int) -> None:
+        self.clock.advance(quarters / 4)  # exact binary fractions: no rounding anywhere
+
+    @invariant()
+    def agree(self) -> None:
+        assert self.local.allow() == self.shared.allow()
+        assert self.local.snapshot() == self.shared.snapshot()
+
+
+def test_store_breakers_follow_the_local_state_machine(store: Store) -> None:
+    """Hypothesis state machine: each store's breaker (Redis: the Lua script) agrees with memory."""
+    machine = type("Machine", (BreakerAgreement,), {"store": store})
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+    )

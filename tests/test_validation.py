@@ -401,3 +401,24 @@ def test_repairs_never_pass_invalid_calls_silently(args: dict[str, Any], breakag
         parsed = json.loads(report.tool_calls[0].arguments)
         assert isinstance(parsed, dict)
         assert isinstance(parsed.get("query"), str)
+
+
+def test_arguments_cut_off_inside_a_string_are_truncated_not_repaired() -> None:
+    """`{"path": "setu` is a cut-off value: reported as truncated even without finish=length."""
+    validator = ToolCallValidator(
+        [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    )
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "setu'},
+            }
+        ],
+    }
+    report = validator.validate(message, finish_reason="tool_calls")
+    assert not report.ok
+    assert [e.kind for e in report.errors] == ["truncated"]
+    assert not report.repairs

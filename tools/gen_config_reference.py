@@ -64,24 +64,37 @@ def reference() -> str:
         if model is None:
             continue
         is_map = typing.get_origin(field.annotation) is dict
-        title = f"`{name}.<name>`" if is_map else f"`{name}`"
-        doc = (field.description if is_map else None) or (model.__doc__ or "").strip().splitlines()[
-            0
-        ]
-        lines += [f"### {title}", "", doc, ""]
-        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
-        for key, sub in model.model_fields.items():
-            default = (
-                "required"
-                if sub.is_required()
-                else _default(sub.get_default(call_default_factory=True))
-            )
-            lines.append(
-                f"| `{key}` | {_type_name(sub.annotation)} | {default} "
-                f"| {_describe(key, sub.description)} |"
-            )
-        lines.append("")
+        title = f"{name}.<name>" if is_map else name
+        doc = (field.description if is_map else None) or _first_line(model)
+        _section(lines, title, doc, model)
     return "\n".join(lines)
+
+
+def _first_line(model: type[BaseModel]) -> str:
+    return (model.__doc__ or "").strip().splitlines()[0]
+
+
+def _section(lines: list[str], title: str, doc: str, model: type[BaseModel]) -> None:
+    """One section's table, then its nested sections (``tools.breaker`` ...)."""
+    lines += [f"### `{title}`", "", doc, ""]
+    lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+    nested = []
+    for key, sub in model.model_fields.items():
+        default = (
+            "required"
+            if sub.is_required()
+            else _default(sub.get_default(call_default_factory=True))
+        )
+        inner = sub.annotation if typing.get_origin(sub.annotation) is not dict else None
+        inner = _section_of(inner)
+        meaning = _describe(key, sub.description)
+        if inner is not None:
+            nested.append((key, inner))
+            meaning = f"{meaning} See `{title}.{key}` below."
+        lines.append(f"| `{key}` | {_type_name(sub.annotation)} | {default} | {meaning} |")
+    lines.append("")
+    for key, inner in nested:
+        _section(lines, f"{title}.{key}", _first_line(inner), inner)
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._report import GuardReport, report_of
 from ._session import session
 from ._wrap import wrap
+from .budget import PriceTable, TokenLedger
 from .config import GuardConfig
 from .escalation import EscalationPolicy, Tier
 from .events import Event, add_hook, remove_hook
@@ -30,6 +31,9 @@ from .exceptions import (
 from .guard import AsyncGuard, Guard
 from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
 from .memory import MemoryPressureProbe, PressureLevel, PressureReading
+from .resilience import CircuitBreaker, RetryPolicy
+from .storage import MemoryStore, RedisStore, SQLiteStore
+from .tools import DeadLetter, HandOff, ToolError, ToolGuard, ToolOutcome
 from .types import Severity, ToolCall, Usage
 from .validation import ToolCallValidator, ValidationReport
 
@@ -39,7 +43,9 @@ __all__ = [
     "AgentGuardError",
     "AsyncGuard",
     "BudgetExceeded",
+    "CircuitBreaker",
     "ConfigError",
+    "DeadLetter",
     "EscalationPolicy",
     "EscalationRequired",
     "Event",
@@ -47,21 +53,31 @@ __all__ = [
     "Guard",
     "GuardConfig",
     "GuardReport",
+    "HandOff",
     "LoopDetected",
     "LoopDetector",
     "MemoryPressureProbe",
+    "MemoryStore",
     "ModelError",
     "ModelTimeout",
     "PressureLevel",
     "PressureReading",
+    "PriceTable",
+    "RedisStore",
+    "RetryPolicy",
+    "SQLiteStore",
     "Severity",
     "StoreError",
     "StoreUnavailable",
     "Tier",
     "TiersExhausted",
+    "TokenLedger",
     "ToolCall",
     "ToolCallValidator",
+    "ToolError",
+    "ToolGuard",
     "ToolLoopPolicy",
+    "ToolOutcome",
     "ToolSchemaError",
     "ToolValidationFailed",
     "Usage",

@@ -17,6 +17,11 @@ from blake3 import blake3
 __all__ = ["canonical_json", "fingerprint", "fingerprint_bytes", "normalise"]
 
 DIGEST_SIZE = 16
+# Built once: json.dumps/loads with options build a new encoder/decoder on every call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_STRICT = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def normalise(value: Any) -> Any:
@@ -40,9 +45,40 @@ def normalise(value: Any) -> Any:
 
 def canonical_json(value: Any) -> bytes:
     """The canonical JSON encoding of ``value`` (sorted keys, no whitespace, UTF-8)."""
-    return json.dumps(
-        normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8", "surrogatepass")
+    try:
+        # Fast path: plain JSON data is already canonical unless it holds an integral float
+        # (1.0 must encode as 1). The C encoder and, only when a "." or an exponent appears,
+        # the C decoder's float hook find out without a Python walk over the value.
+        text = _STRICT.encode(value)
+    except (TypeError, ValueError):  # sets, mixed key types, NaN, other objects
+        text = None
+    if text is None or _has_integral_float(text):
+        text = _ENCODER.encode(normalise(value))
+    return text.encode("utf-8", "surrogatepass")
+
+
+class _Found(Exception):
+    pass
+
+
+def _integral(token: str) -> float:
+    number = float(token)
+    if number.is_integer():
+        raise _Found
+    return number
+
+
+_FLOAT_FINDER = json.JSONDecoder(parse_float=_integral)
+
+
+def _has_integral_float(text: str) -> bool:
+    if "." not in text and "e" not in text and "E" not in text:
+        return False  # every float's repr has a "." or an exponent
+    try:
+        _FLOAT_FINDER.decode(text)
+    except _Found:
+        return True
+    return False
 
 
 def fingerprint_bytes(data: bytes) -> str:
@@ -75,7 +111,6 @@ def fingerprint(value: Any) -> str:
                 decoded = _decode(stripped)
             except (ValueError, RecursionError):
                 return fingerprint_bytes(canonical_json(text))
-            data = json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            return fingerprint_bytes(data.encode("utf-8", "surrogatepass"))
+            return fingerprint_bytes(_ENCODER.encode(decoded).encode("utf-8", "surrogatepass"))
         value = text
     return fingerprint_bytes(canonical_json(value))

@@ -26,15 +26,18 @@ from typing import Any, NoReturn
 
 from . import _clock
 from ._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
-from ._fingerprint import canonical_json, fingerprint_bytes
+from ._fingerprint import fingerprint, fingerprint_bytes
 from ._report import GuardReport
+from ._responses import ITEM
 from ._session import resolve_session
 from .budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from .budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
 from .config import GuardConfig
 from .escalation import Attempt, Choice, EscalationDecision, EscalationPolicy, Tier
 from .events import Emitter, Escalated, Hook
 from .exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
 from .loops import LoopDetector, Verdict
+from .loops._text import degenerate_repeats
 from .memory import MemoryPressureProbe
 from .resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
 from .transport import ModelRequest, ModelResponse, StreamChunk
@@ -63,19 +66,31 @@ class Budget:
 class _SessionState:
     """What the guard remembers about one session: its loop detector and what it has seen."""
 
-    __slots__ = ("detector", "forced_tier", "seen", "seen_order")
+    __slots__ = ("detector", "forced_tier", "last", "marks", "memory")
 
     def __init__(self, detector: LoopDetector, memory: int) -> None:
         self.detector = detector
-        self.seen: set[str] = set()
-        self.seen_order: collections.deque[str] = collections.deque(maxlen=memory)
+        #: message key -> (its index in the conversation, tokens of the conversation up to it),
+        #: least recently seen first
+        self.marks: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        self.memory = memory
         self.forced_tier: Tier | None = None
+        #: the latest message remembered: (index, key, tokens up to it)
+        self.last: tuple[int, str, int] | None = None
 
-    def remember(self, key: str) -> None:
-        if len(self.seen_order) == self.seen_order.maxlen:
-            self.seen.discard(self.seen_order[0])
-        self.seen_order.append(key)
-        self.seen.add(key)
+    def remember(self, key: str, index: int, tokens: int) -> None:
+        self.last = (index, key, tokens)
+        self.marks[key] = (index, tokens)
+        self.marks.move_to_end(key)
+        if len(self.marks) > self.memory:
+            self.marks.popitem(last=False)
+
+    def recall(self, key: str) -> tuple[int, int] | None:
+        """The mark of a message seen before (kept fresh: it is in use), or ``None``."""
+        mark = self.marks.get(key)
+        if mark is not None:
+            self.marks.move_to_end(key)
+        return mark
 
 
 class _Builder:
@@ -179,7 +194,7 @@ class Pipeline:
             rng=rng or random.Random(),
         )
         self._breakers: dict[str, CircuitBreaker] = {}
-        self._validators: collections.OrderedDict[str, ToolCallValidator] = (
+        self._validators: collections.OrderedDict[str, tuple[ToolCallValidator, int]] = (
             collections.OrderedDict()
         )
         self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
@@ -187,9 +202,24 @@ class Pipeline:
 
     @staticmethod
     def _prompt_tokens(call: _Call) -> int:
-        if call.messages is call.base_messages and call.prompt_tokens:
-            return call.prompt_tokens  # estimated once in _prepare
-        return estimate_tokens(call.messages, tools=call.tools)
+        """The prompt estimate of the call's current messages: the base, plus any re-ask."""
+        extra = call.messages[len(call.base_messages) :]
+        if not extra:
+            return call.prompt_tokens
+        return call.prompt_tokens + estimate_tokens(extra) - REPLY_PRIMING
+
+    def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[ToolCallValidator, int]:
+        """The validator of a tool set and the tokens its schemas add to a prompt (cached)."""
+        # plain sorted JSON is canonical enough for a cache key (a miss only costs a rebuild)
+        key = fingerprint_bytes(json.dumps(list(tools), sort_keys=True, default=str).encode())
+        entry = self._validators.get(key)
+        if entry is None:
+            validator = ToolCallValidator(tools, self.config, hooks=self.emitter.hooks)
+            entry = (validator, estimate_tokens([], tools=tools) - REPLY_PRIMING)
+            self._validators[key] = entry
+            if len(self._validators) > 256:
+                self._validators.popitem(last=False)
+        return entry
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -219,17 +249,6 @@ class Pipeline:
         """Tiers whose breaker is open."""
         return frozenset(name for name, b in self._breakers.items() if b.state == "open")
 
-    def _validator(self, tools: Sequence[Mapping[str, Any]]) -> ToolCallValidator:
-        # plain sorted JSON is canonical enough for a cache key (a miss only costs a rebuild)
-        key = fingerprint_bytes(json.dumps(list(tools), sort_keys=True, default=str).encode())
-        validator = self._validators.get(key)
-        if validator is None:
-            validator = ToolCallValidator(tools, self.config, hooks=self.emitter.hooks)
-            self._validators[key] = validator
-            if len(self._validators) > 256:
-                self._validators.popitem(last=False)
-        return validator
-
     # -- the plan ------------------------------------------------------------------------------
 
     def plan(
@@ -254,11 +273,18 @@ class Pipeline:
             response = yield from self._attempt(call, stream=True)
             if response is None:
                 continue
-            final = yield from self._check(call, response)
+            if call.cut:
+                verdict = self._check_response(call, response.message)
+                call.b.warnings.append(f"stream cut: {verdict.message}")
+                final: ModelResponse | None = response
+            else:
+                final = yield from self._check(call, response)
             if final is not None:
                 for chunk in _tool_call_chunks(final, since=response):
                     yield Emit(chunk)
                 yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                if call.usage_chunk is not None:  # asked for with stream_options.include_usage
+                    yield Emit(call.usage_chunk)
                 return (yield from self._report(call))
 
     # -- steps ---------------------------------------------------------------------------------
@@ -268,7 +294,9 @@ class Pipeline:
         b = _Builder(sid, source)
         state = self._state(sid)
         tools = request.tools
-        prompt_tokens = estimate_tokens(request.messages, tools=tools)
+        new, message_tokens = _new_messages(state, request.messages)
+        validator, tool_tokens = self._tools(tools) if tools else (None, 0)
+        prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
         requested_output = _requested_output(request.params)
 
         # 2. memory pressure picks the starting tier
@@ -287,7 +315,14 @@ class Pipeline:
             complex_request=complex_request,
             degraded=self.degraded(),
         )
-        call = _Call(request=request, state=state, b=b, tools=tools, prompt_tokens=prompt_tokens)
+        call = _Call(
+            request=request,
+            state=state,
+            b=b,
+            tools=tools,
+            prompt_tokens=prompt_tokens,
+            validator=validator,
+        )
         if decision.action != "stay":
             call.tier = yield from self._move(call, home, decision, error=None)
         else:
@@ -295,8 +330,11 @@ class Pipeline:
         b.tier = call.tier
 
         # 3. the transcript, incrementally: only messages this session has not seen
-        verdict = self._check_transcript(state, request.messages)
-        messages = list(request.messages)
+        verdict = self._check_transcript(state, new)
+        # never mutated (a hint or a re-ask builds a new list): no copy of a long history
+        messages = (
+            request.messages if isinstance(request.messages, list) else list(request.messages)
+        )
         if verdict.severity >= Severity.BREAK:
             error = LoopDetected(
                 verdict.message,
@@ -308,7 +346,9 @@ class Pipeline:
         elif verdict.severity >= Severity.WARNING:
             b.warnings.append(verdict.message)
             messages = _with_hint(messages, verdict.message)
+            call.prompt_tokens += estimate_tokens(verdict.message) + MESSAGE_OVERHEAD
         call.base_messages = call.messages = messages
+        call.history = (len(request.messages), message_tokens)
         return call
 
     def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
@@ -323,7 +363,9 @@ class Pipeline:
                 {"max_output_tokens": _requested_output(params), "model": tier.model},
             )
             if reservation.output_tokens:
-                params = clamp_output_tokens(params, reservation.output_tokens)
+                params = clamp_output_tokens(
+                    params, reservation.output_tokens, default_key=call.request.output_key
+                )
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
@@ -385,23 +427,36 @@ class Pipeline:
         return response
 
     def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
-        """Pass content deltas through as they come; assemble tool calls, which are held back."""
+        """Pass content deltas through as they come; assemble tool calls, which are held back.
+
+        Text goes out live only until some has been sent: a re-ask's or another tier's text is
+        held, so the caller never reads the same sentence twice. Text that degenerates is cut.
+        """
         yield Open(tier, request)
+        call.usage_chunk = None
         acc = _Accumulator()
+        live = not call.content_sent
+        watch = _DegenerationWatch(self.config) if live else None
         while True:
             chunk = yield Pull()
             if chunk is END:
                 break
             acc.add(chunk)
-            if chunk.content:
+            if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
+                call.usage_chunk = chunk  # passed on at the end, after the finish chunk
+            if chunk.content and live:
+                call.content_sent = True
                 yield Emit(StreamChunk(content=chunk.content, raw=chunk.raw))
+                if watch is not None and watch.degenerate(acc):
+                    call.cut = True
+                    return acc.response(cut=True)
         return acc.response()
 
     def _check(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
         """Validation and the response loop check; ``None`` means re-ask or move on."""
         b = call.b
-        if call.tools and self.config.tool_validation.enabled:
-            report: ValidationReport = self._validator(call.tools).validate(
+        if call.validator is not None and self.config.tool_validation.enabled:
+            report: ValidationReport = call.validator.validate(
                 response.message, finish_reason=response.finish_reason
             )
             if report.repairs:
@@ -419,7 +474,7 @@ class Pipeline:
                     call, "tool_validation_failure", error
                 )
                 return None
-        verdict = self._check_response(call.state, response.message)
+        verdict = self._check_response(call, response.message)
         if verdict.severity >= Severity.BREAK:
             loop_error = LoopDetected(
                 verdict.message,
@@ -490,26 +545,88 @@ class Pipeline:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def _check_transcript(
-        self, state: _SessionState, messages: Sequence[Mapping[str, Any]]
-    ) -> Verdict:
-        """Feed the messages this session has not seen yet; O(new messages), not O(history)."""
-        new: list[Mapping[str, Any]] = []
-        for message in reversed(messages):
-            key = fingerprint_bytes(canonical_json(message))
-            if key in state.seen:
-                break
-            new.append(message)
+    def _check_transcript(self, state: _SessionState, new: Sequence[_New]) -> Verdict:
+        """Remember and judge the messages this session had not seen (see :func:`_new_messages`)."""
         worst = Verdict()
-        for message in reversed(new):
-            state.remember(fingerprint_bytes(canonical_json(message)))
+        for index, key, tokens, message in new:
+            state.remember(key, index, tokens)
             if message.get("role") in ("assistant", "tool"):
                 worst = _worst([worst, *state.detector.observe(message)])
         return worst
 
-    def _check_response(self, state: _SessionState, message: Mapping[str, Any]) -> Verdict:
-        state.remember(fingerprint_bytes(canonical_json(message)))
-        return _worst(state.detector.observe(message))
+    def _check_response(self, call: _Call, message: Mapping[str, Any]) -> Verdict:
+        """Remember and judge the answer, which the next request will carry after the history."""
+        index, tokens = call.history
+        tokens += estimate_tokens([message]) - REPLY_PRIMING
+        call.state.remember(_message_key(message), index, tokens)
+        return _worst(call.state.detector.observe(message))
+
+
+#: A message not seen before: its index, key, the history's tokens up to it, the message.
+_New = tuple[int, str, int, Mapping[str, Any]]
+
+
+def _message_key(message: Mapping[str, Any]) -> str:
+    """What identifies a message across calls: role, text, calls, call id — not the SDK's extra
+    null fields (``refusal``, ``audio`` ...) an agent adds when it echoes an answer back, nor
+    the spacing of re-serialised call arguments."""
+    calls = [
+        (c.get("id"), fn.get("name"), fingerprint(fn.get("arguments") or ""))
+        for c in message.get("tool_calls") or ()
+        for fn in (c.get("function") or {},)
+    ]
+    parts = [
+        message.get("role"),
+        message.get("content") or "",
+        message.get("tool_call_id"),
+        calls,
+        message.get(ITEM),
+    ]
+    return fingerprint_bytes(json.dumps(parts, default=str).encode("utf-8", "surrogatepass"))
+
+
+def _message_tokens(message: Mapping[str, Any]) -> int:
+    return estimate_tokens([message]) - REPLY_PRIMING
+
+
+def _new_messages(
+    state: _SessionState, messages: Sequence[Mapping[str, Any]]
+) -> tuple[list[_New], int]:
+    """The messages this session has not seen, and the token estimate of all of them.
+
+    An append-only conversation (the usual case) carries the last message the session saw — the
+    previous answer — at the index it had: everything after it is new, even a message repeating
+    an older one word for word (a poll returning the same result is a loop signal, not something
+    seen), and the tokens up to it are known. Both the loop check and the estimate then cost
+    O(new messages). An edited or trimmed history falls back to walking back to the last message
+    seen anywhere — at most as far as the session remembers: older messages are taken as seen,
+    never judged twice — and to an estimate over the whole history.
+    """
+    start = len(messages)
+    base: int | None = None
+    keys: list[str] = []
+    last = state.last
+    if last is not None and last[0] < start and _message_key(messages[last[0]]) == last[1]:
+        start, base = last[0] + 1, last[2]
+        keys = [_message_key(m) for m in reversed(messages[start:])]
+    else:
+        floor = max(0, start - state.memory)
+        while start > floor:
+            key = _message_key(messages[start - 1])
+            mark = state.recall(key)
+            if mark is not None:
+                if mark[0] == start - 1:  # e.g. the same request again: its tokens are known
+                    base = mark[1]
+                break
+            keys.append(key)
+            start -= 1
+    tokens = base if base is not None else sum(_message_tokens(m) for m in messages[:start])
+    new: list[_New] = []
+    for offset, key in enumerate(reversed(keys)):
+        message = messages[start + offset]
+        tokens += _message_tokens(message)
+        new.append((start + offset, key, tokens, message))
+    return new, tokens
 
 
 @dataclass
@@ -521,11 +638,16 @@ class _Call:
     b: _Builder
     tools: list[Mapping[str, Any]]
     prompt_tokens: int
+    validator: ToolCallValidator | None = None
     tier: Tier = field(default_factory=lambda: Tier("", ""))
     messages: list[Mapping[str, Any]] = field(default_factory=list)
     base_messages: list[Mapping[str, Any]] = field(default_factory=list)
     transient: int = 0
     corrections: int = 0
+    history: tuple[int, int] = (0, 0)  # the request's message count and their tokens
+    content_sent: bool = False  # streaming: some text already reached the caller
+    usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
+    cut: bool = False  # streaming: the answer degenerated and was cut
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""
@@ -551,7 +673,7 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
 
 
 def _requested_output(params: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = params.get(key)
         if isinstance(value, int):
             return value
@@ -567,7 +689,9 @@ def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str
         and last.get("role") in ("tool", "user")
         and isinstance(last.get("content"), str)
     ):
-        return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{text}"}]
+        # a changed message is no longer the Responses item it came from (if it was one)
+        hinted = {k: v for k, v in last.items() if k != ITEM}
+        return [*messages[:-1], {**hinted, "content": f"{last['content']}\n\n{text}"}]
     return [*messages, {"role": "user", "content": text}]
 
 
@@ -586,6 +710,7 @@ class _Accumulator:
 
     def __init__(self) -> None:
         self.content: list[str] = []
+        self.chars = 0
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
@@ -594,6 +719,7 @@ class _Accumulator:
     def add(self, chunk: StreamChunk) -> None:
         if chunk.content:
             self.content.append(chunk.content)
+            self.chars += len(chunk.content)
         for delta in chunk.tool_calls:
             slot = self.calls.setdefault(
                 int(delta.get("index", 0)),
@@ -614,13 +740,34 @@ class _Accumulator:
         if self.id is None and isinstance(raw, Mapping):
             self.id = raw.get("id")
 
-    def response(self) -> ModelResponse:
+    def response(self, *, cut: bool = False) -> ModelResponse:
+        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.calls:
+        if self.calls and not cut:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        return ModelResponse(
-            message=message, finish_reason=self.finish, usage=self.usage, id=self.id
-        )
+        finish = "length" if cut else self.finish
+        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+class _DegenerationWatch:
+    """Judges a streaming text every few hundred characters for degenerate repetition."""
+
+    __slots__ = ("_at", "_enabled", "_limit")
+
+    STEP = 512
+
+    def __init__(self, config: GuardConfig) -> None:
+        loops = config.loop_detection
+        self._enabled = loops.enabled and loops.cut_degenerate_streams
+        self._limit = 4 * loops.degenerate_min_repeats  # the detector's BREAK level
+        self._at = self.STEP
+
+    def degenerate(self, acc: _Accumulator) -> bool:
+        """Whether the text so far degenerates (judged once per ``STEP`` new characters)."""
+        if not self._enabled or acc.chars < self._at:
+            return False
+        self._at = acc.chars + self.STEP
+        return degenerate_repeats("".join(acc.content)) >= self._limit
 
 
 def _tool_call_chunks(final: ModelResponse, *, since: ModelResponse) -> list[StreamChunk]:

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, Literal, TypeAlias
 
+from ._responses import request_from_responses
 from .exceptions import ModelError, ModelTimeout
 from .transport import ModelRequest, ModelResponse, StreamChunk
 from .types import Usage
@@ -276,10 +277,12 @@ class ScriptedModel:
         self, method: str, path: str, content: bytes | None
     ) -> tuple[int, dict[str, str], bytes] | None:
         """Status, headers and body for one HTTP request; ``None`` for a scripted timeout."""
-        if method != "POST" or not path.endswith("/chat/completions"):
+        responses_api = path.endswith("/responses")
+        if method != "POST" or not (path.endswith("/chat/completions") or responses_api):
             return _json_answer(404, {"error": {"message": f"no route {path}"}})
         body = json.loads(content or b"{}")
-        request = ModelRequest.from_body(body)
+        parse = request_from_responses if responses_api else ModelRequest.from_body
+        request = parse(body)
         try:
             step = self._next(request)
         except ScriptExhausted as exc:
@@ -290,6 +293,11 @@ class ScriptedModel:
             error = {"message": step.message, "type": "scripted", "code": step.status}
             return _json_answer(step.status, {"error": error}, step.headers)
         rid = f"chatcmpl-scripted-{next(self._ids)}"
+        if responses_api:
+            if body.get("stream"):
+                error = {"message": "scripted: Responses streaming not served"}
+                return _json_answer(400, {"error": error})
+            return _json_answer(200, self._response_object(request, step, rid))
         if body.get("stream"):
             sse = "".join(f"data: {json.dumps(c)}\n\n" for c in self._chunks(request, step, rid))
             return 200, {"content-type": "text/event-stream"}, (sse + "data: [DONE]\n\n").encode()
@@ -385,6 +393,55 @@ class ScriptedModel:
         usage = self._usage(request, reply)
         if usage is not None:
             body["usage"] = usage
+        return body
+
+    def _response_object(self, request: ModelRequest, reply: Reply, rid: str) -> dict[str, Any]:
+        """``reply`` as a Responses API ``response`` object."""
+        output: list[dict[str, Any]] = []
+        if reply.content is not None:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{rid}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+                }
+            )
+        for i, call in enumerate(reply.tool_calls):
+            fn = call.get("function", {})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{rid}_{i}",
+                    "call_id": call.get("id") or f"call_{i}",
+                    "name": fn.get("name", ""),
+                    "arguments": str(fn.get("arguments", "")),
+                    "status": "completed",
+                }
+            )
+        length = reply.finish() == "length"
+        body: dict[str, Any] = {
+            "id": rid.replace("chatcmpl", "resp"),
+            "object": "response",
+            "created_at": 1_700_000_000,
+            "model": request.model,
+            "status": "incomplete" if length else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if length else None,
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": request.params.get("tool_choice", "auto"),
+            "tools": list(request.params.get("tools") or []),
+        }
+        usage = self._usage(request, reply)
+        if usage is not None:
+            body["usage"] = {
+                "input_tokens": usage["prompt_tokens"],
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": usage["completion_tokens"],
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage["total_tokens"],
+            }
         return body
 
     def _chunks(self, request: ModelRequest, reply: Reply, rid: str) -> Iterator[dict[str, Any]]:

@@ -25,13 +25,23 @@ __all__ = [
     "Escalated",
     "Event",
     "GuardInternalError",
+    "HandOffRequested",
     "Hook",
     "LoopFlagged",
     "MemoryPressureChanged",
+    "RetryBudgetExhausted",
     "StoreFallback",
     "StoreRecovered",
+    "ToolCallFailed",
+    "ToolCallRefused",
     "ToolCallRejected",
     "ToolCallRepaired",
+    "ToolCallReplayed",
+    "ToolCallRetried",
+    "ToolCallStarted",
+    "ToolCallSucceeded",
+    "ToolDeadLettered",
+    "ToolFallbackUsed",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -366,3 +376,199 @@ class StoreRecovered(Event):
     store: str
     outage_seconds: float
     resynced: int
+
+
+# -- ToolGuard -------------------------------------------------------------------------------
+# Tool events never carry arguments or results (they may hold secrets or personal data): the
+# tool's name, the decision and its numbers only.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallStarted(Event):
+    """ToolGuard took a tool call.
+
+    Attributes:
+        tool: the tool's name.
+        turn: the agent turn the call belongs to.
+    """
+
+    kind: ClassVar[str] = "tool_call_started"
+    level: ClassVar[int] = logging.DEBUG
+
+    tool: str
+    turn: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallSucceeded(Event):
+    """A guarded tool call returned a value (perhaps through a fallback).
+
+    Attributes:
+        tool: the tool called.
+        attempts: attempts made, every tool of the fallback chain counted.
+        elapsed: seconds spent, waits included.
+        fallback: the fallback that answered (a tool name or ``"default"``), else ``None``.
+    """
+
+    kind: ClassVar[str] = "tool_call_succeeded"
+    level: ClassVar[int] = logging.DEBUG
+
+    tool: str
+    attempts: int
+    elapsed: float
+    fallback: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallFailed(Event):
+    """A guarded tool call failed for good; the model gets a structured error.
+
+    Attributes:
+        tool: the tool called.
+        error: the error kind (``timeout``, ``rate_limited``, ``breaker_open`` ...).
+        retryable: whether calling again later can help.
+        attempts: attempts made.
+        elapsed: seconds spent.
+    """
+
+    kind: ClassVar[str] = "tool_call_failed"
+    level: ClassVar[int] = logging.WARNING
+
+    tool: str
+    error: str
+    retryable: bool
+    attempts: int
+    elapsed: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRetried(Event):
+    """An attempt failed and the call is tried again after a wait.
+
+    Attributes:
+        tool: the tool called.
+        attempt: the attempt that failed (1 for the first).
+        error: its error class.
+        delay: seconds waited before the next attempt.
+        retry_after: the server's requested delay, when it asked for one.
+    """
+
+    kind: ClassVar[str] = "tool_call_retried"
+    level: ClassVar[int] = logging.INFO
+
+    tool: str
+    attempt: int
+    error: str
+    delay: float
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRefused(Event):
+    """A tool was not run at all.
+
+    Attributes:
+        tool: the tool named.
+        reason: ``breaker_open``, ``loop_detected``, ``not_approved``, ``duplicate_in_flight``,
+            ``idempotency_conflict`` or ``unknown_tool``.
+        message: the explanation given to the model.
+    """
+
+    kind: ClassVar[str] = "tool_call_refused"
+    level: ClassVar[int] = logging.WARNING
+
+    tool: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFallbackUsed(Event):
+    """A tool failed and a fallback answered instead.
+
+    Attributes:
+        tool: the tool that failed.
+        fallback: the tool that answered, or ``"default"`` for a default value.
+        error: why the tool itself failed.
+    """
+
+    kind: ClassVar[str] = "tool_fallback_used"
+    level: ClassVar[int] = logging.WARNING
+
+    tool: str
+    fallback: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallReplayed(Event):
+    """A side-effecting call with an idempotency key already done: its stored outcome is returned.
+
+    Attributes:
+        tool: the tool called.
+        key: the idempotency key (a fingerprint or the caller's key).
+    """
+
+    kind: ClassVar[str] = "tool_call_replayed"
+    level: ClassVar[int] = logging.INFO
+
+    tool: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDeadLettered(Event):
+    """A call that failed for good was recorded for inspection and manual replay.
+
+    Attributes:
+        tool: the tool called.
+        letter: the dead letter's id.
+        error: the final error kind.
+        attempts: attempts made.
+    """
+
+    kind: ClassVar[str] = "tool_dead_lettered"
+    level: ClassVar[int] = logging.ERROR
+
+    tool: str
+    letter: str
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryBudgetExhausted(Event):
+    """The turn's retry budget is spent: failures go back to the agent as they are.
+
+    Emitted once per turn, by the failure that found the budget empty.
+
+    Attributes:
+        turn: the agent turn.
+        total: retries the turn allowed.
+        tool: the tool whose failure found the budget empty.
+    """
+
+    kind: ClassVar[str] = "retry_budget_exhausted"
+    level: ClassVar[int] = logging.WARNING
+
+    turn: str
+    total: int
+    tool: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandOffRequested(Event):
+    """ToolGuard handed a decision to a person (the ``on_hand_off`` callback).
+
+    Attributes:
+        reason: ``retry_budget_exhausted``, ``breaker_open`` (a blocking tool) or ``high_risk``.
+        tool: the tool concerned.
+        turn: the agent turn.
+    """
+
+    kind: ClassVar[str] = "hand_off_requested"
+    level: ClassVar[int] = logging.WARNING
+
+    reason: str
+    tool: str
+    turn: str

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .types import Message, Usage
 
@@ -40,6 +40,9 @@ class ModelRequest:
             ``temperature``, ``stream_options`` ...), passed through untouched.
         headers: extra HTTP headers for this request (never logged or reported).
         timeout: per-attempt timeout in seconds, or ``None`` for the transport's default.
+        api: ``"chat"`` (chat completions) or ``"responses"`` (the Responses API: ``messages``
+            are its input items in chat form, ``params`` its other arguments, tools included,
+            in Responses format).
     """
 
     model: str
@@ -47,12 +50,22 @@ class ModelRequest:
     params: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = None
+    api: Literal["chat", "responses"] = "chat"
 
     @property
     def tools(self) -> list[Mapping[str, Any]]:
-        """The request's tool definitions (OpenAI ``tools`` format), or an empty list."""
+        """The request's function tools in chat ``tools`` format, or an empty list."""
         tools = self.params.get("tools")
+        if self.api == "responses":
+            from ._responses import chat_tools  # noqa: PLC0415 - avoids an import cycle
+
+            return chat_tools(tools)
         return list(tools) if isinstance(tools, Sequence) else []
+
+    @property
+    def output_key(self) -> str:
+        """The parameter that caps this request's output tokens when it sets none."""
+        return "max_output_tokens" if self.api == "responses" else "max_tokens"
 
     def to_body(self, *, stream: bool = False) -> dict[str, Any]:
         """The OpenAI JSON body for this request."""

@@ -47,7 +47,7 @@ __all__ = [
 Decision = Literal["ok", "warn", "escalate"]
 _RANK = {"ok": 0, "warn": 1, "escalate": 2}
 _SPAN = 3600
-_OUTPUT_KEYS = ("max_tokens", "max_completion_tokens")
+_OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +181,9 @@ def clamp_output_tokens(
 ) -> dict[str, Any]:
     """A copy of a chat request whose output limit is at most ``cap``.
 
-    ``max_tokens`` and ``max_completion_tokens`` are each lowered to ``cap`` when present and
-    larger. When neither is present, ``default_key`` (if not ``None``) is set to ``cap``, so a
-    model cannot run past the cap by default.
+    ``max_tokens``, ``max_completion_tokens`` and (Responses API) ``max_output_tokens`` are each
+    lowered to ``cap`` when present and larger. When none is present, ``default_key`` (if not
+    ``None``) is set to ``cap``, so a model cannot run past the cap by default.
 
     Args:
         request: the request's keyword arguments (OpenAI chat format).

@@ -7,10 +7,17 @@ multiply. Upstream errors are the SDK's own exceptions, passed through untouched
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from agentguard._report import GuardReport, attach_report, report_of
+from agentguard._responses import (
+    request_from_responses,
+    response_from_responses,
+    responses_body,
+    responses_output,
+)
 from agentguard._session import SESSION_HEADER
 from agentguard.config import GuardConfig
 from agentguard.escalation import Tier
@@ -22,6 +29,8 @@ from ._tiers import tier_api_key
 
 __all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client", "wrap"]
 
+T = TypeVar("T")
+
 
 def is_async_client(client: Any) -> bool:
     """Whether ``client`` is an ``openai.AsyncOpenAI`` (or a subclass such as Azure's)."""
@@ -30,7 +39,10 @@ def is_async_client(client: Any) -> bool:
 
 
 def _call_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    kwargs = request.to_body(stream=stream)
+    if request.api == "responses":
+        kwargs = responses_body(request, stream=stream)
+    else:
+        kwargs = request.to_body(stream=stream)
     if request.headers:
         kwargs["extra_headers"] = dict(request.headers)
     if request.timeout is not None:
@@ -41,6 +53,16 @@ def _call_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
 def _dump(obj: Any) -> Mapping[str, Any]:
     data: Mapping[str, Any] = obj.model_dump(mode="json")
     return data
+
+
+def _response(request: ModelRequest, raw: Any) -> ModelResponse:
+    if request.api == "responses":
+        return response_from_responses(_dump(raw), raw=raw)
+    return ModelResponse.from_body(_dump(raw), raw=raw)
+
+
+def _endpoint(client: Any, request: ModelRequest) -> Any:
+    return client.responses if request.api == "responses" else client.chat.completions
 
 
 class OpenAITransport:
@@ -60,9 +82,9 @@ class OpenAITransport:
         return self._client
 
     def send(self, request: ModelRequest) -> ModelResponse:
-        """One ``chat.completions.create`` call."""
-        raw = self._client.chat.completions.create(**_call_kwargs(request, stream=False))
-        return ModelResponse.from_body(_dump(raw), raw=raw)
+        """One ``chat.completions.create`` (or ``responses.create``) call."""
+        raw = _endpoint(self._client, request).create(**_call_kwargs(request, stream=False))
+        return _response(request, raw)
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
@@ -88,9 +110,9 @@ class AsyncOpenAITransport:
         return self._client
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
-        """One ``chat.completions.create`` call."""
-        raw = await self._client.chat.completions.create(**_call_kwargs(request, stream=False))
-        return ModelResponse.from_body(_dump(raw), raw=raw)
+        """One ``chat.completions.create`` (or ``responses.create``) call."""
+        raw = await _endpoint(self._client, request).create(**_call_kwargs(request, stream=False))
+        return _response(request, raw)
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
@@ -105,12 +127,9 @@ class AsyncOpenAITransport:
 _OWN_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
-def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
-    """The neutral request of a ``chat.completions.create`` call, and its explicit session."""
+def _request(kwargs: Mapping[str, Any], api: str = "chat") -> tuple[ModelRequest, str | None]:
+    """The neutral request of a ``create`` call, and its explicit session."""
     params = dict(kwargs)
-    params.pop("stream", None)
-    model = params.pop("model")
-    messages = list(params.pop("messages"))
     headers = dict(params.pop("extra_headers", None) or {})
     timeout = params.pop("timeout", None)
     session = None
@@ -120,16 +139,39 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
     for key in ("extra_query", "extra_body"):
         if params.get(key) is None:
             params.pop(key, None)
-    return (
-        ModelRequest(
-            model=str(model),
-            messages=messages,
-            params=params,
-            headers=headers,
-            timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
-        ),
-        session,
-    )
+    if api == "responses":
+        base = request_from_responses(params)
+    else:
+        params.pop("stream", None)
+        model = params.pop("model")
+        base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
+    seconds = float(timeout) if isinstance(timeout, (int, float)) else None
+    return dataclasses.replace(base, headers=headers, timeout=seconds), session
+
+
+def _rebuild(raw: Any, data: Mapping[str, Any]) -> Any:
+    """An SDK object of ``raw``'s type from changed data, built as leniently as the SDK parses
+    (servers other than OpenAI's omit fields its types call required)."""
+    return type(raw).construct(**data)
+
+
+def _responses_result(response: ModelResponse, report: GuardReport | None) -> Any:
+    """The Responses SDK object to hand back, rebuilt if the guard changed the answer."""
+    raw = response.raw
+    if raw is None or not hasattr(raw, "output"):
+        return raw
+    original = response_from_responses(_dump(raw))
+    if _same_message(
+        original.message, response.message, original.finish_reason, response.finish_reason
+    ):
+        out = raw
+    else:
+        data = dict(_dump(raw))
+        data["output"] = responses_output(data, response.message)
+        out = _rebuild(raw, data)
+    if report is not None:
+        attach_report(out, report)
+    return out
 
 
 def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
@@ -151,7 +193,7 @@ def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
                 "finish_reason": response.finish_reason,
             }
         ]
-        out = type(raw).model_validate(data)
+        out = _rebuild(raw, data)
     if report is not None:
         attach_report(out, report)
     return out
@@ -266,6 +308,42 @@ class _AsyncCompletions:
         return getattr(self._inner, name)
 
 
+class _Responses:
+    """``client.responses`` of a sync client: ``create`` is guarded (not yet when streaming)."""
+
+    def __init__(self, inner: Any, guard: Guard) -> None:
+        self._inner = inner
+        self._guard = guard
+
+    def create(self, **kwargs: Any) -> Any:
+        if kwargs.get("stream"):
+            return self._inner.create(**kwargs)
+        request, session = _request(kwargs, "responses")
+        response = self._guard.complete(request, session=session)
+        return _responses_result(response, report_of(response))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _AsyncResponses:
+    """``client.responses`` of an async client: ``create`` is guarded (not yet when streaming)."""
+
+    def __init__(self, inner: Any, guard: AsyncGuard) -> None:
+        self._inner = inner
+        self._guard = guard
+
+    async def create(self, **kwargs: Any) -> Any:
+        if kwargs.get("stream"):
+            return await self._inner.create(**kwargs)
+        request, session = _request(kwargs, "responses")
+        response = await self._guard.acomplete(request, session=session)
+        return _responses_result(response, report_of(response))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class _Chat:
     def __init__(self, inner: Any, completions: Any) -> None:
         self._inner = inner
@@ -294,20 +372,38 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
 
     guard: Guard | AsyncGuard
     if is_async_client(client):
-        guard = AsyncGuard(lambda tier: AsyncOpenAITransport(client_for(tier)), config, **options)
+        guard = AsyncGuard(_per_client(client_for, AsyncOpenAITransport), config, **options)
     else:
-        guard = Guard(lambda tier: OpenAITransport(client_for(tier)), config, **options)
+        guard = Guard(_per_client(client_for, OpenAITransport), config, **options)
     return _install(client.with_options(), guard)
+
+
+def _per_client(client_for: Callable[[Tier], Any], make: Callable[[Any], T]) -> Callable[[Tier], T]:
+    """A tier's transport, made once per distinct client (copying a client is not free)."""
+    made: dict[int, T] = {}
+
+    def transport_for(tier: Tier) -> T:
+        client = client_for(tier)
+        transport = made.get(id(client))
+        if transport is None:
+            transport = made[id(client)] = make(client)
+        return transport
+
+    return transport_for
 
 
 def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
     """Guard ``client`` in place (a fresh copy of the user's client) and keep it guarded on copy."""
     inner_chat = client.chat
+    responses: Any
     if isinstance(guard, AsyncGuard):
         completions: Any = _AsyncCompletions(inner_chat.completions, guard)
+        responses = _AsyncResponses(client.responses, guard)
     else:
         completions = _Completions(inner_chat.completions, guard)
+        responses = _Responses(client.responses, guard)
     client.__dict__["chat"] = _Chat(inner_chat, completions)
+    client.__dict__["responses"] = responses
     original_copy = client.copy
 
     def copy(*args: Any, **kwargs: Any) -> Any:

@@ -226,9 +226,16 @@ class LoopDetector:
         self._response_level = OK
         self._pending_calls: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._fp_memo: dict[tuple[str, str], str] = {}
+        self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         # tools with a near-duplicate group big enough to flag the next variant (may be stale:
         # a stale name only costs the full check)
         self._suspects: set[str] = set()
+
+    def declare(self, policy: ToolLoopPolicy) -> None:
+        """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
+        self._policies[policy.name] = policy
+        self._fp_memo.clear()  # identities computed under the old policy
+        self._fp_last = None
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -396,7 +403,13 @@ class LoopDetector:
         :meth:`check_tool_call` is reused by :meth:`record_tool_result` and by a looping call.
         """
         if not isinstance(arguments, str):
-            return call_fingerprint(name, arguments, policy)
+            # the same arguments object checked and then recorded (ToolGuard): one fingerprint
+            last = self._fp_last
+            if last is not None and last[0] is arguments and last[1] == name:
+                return last[2]
+            identity = call_fingerprint(name, arguments, policy)
+            self._fp_last = (arguments, name, identity)
+            return identity
         memo = self._fp_memo
         fp = memo.get((name, arguments))
         if fp is None:

@@ -7,21 +7,35 @@ probe calls; enough successes close it, one failure opens it again. Client error
 cancellations count as neither success nor failure: a bad request says nothing about the
 health of what it was sent to.
 
-The breaker is a pure state machine on an injected clock. It keeps its state in memory; a
-breaker shared by a fleet (ToolGuard's, through a ``Store``) keeps the same transitions.
+The breaker is a state machine on an injected clock (the one in ``storage/_breaker.py``). It
+keeps its state in memory, or, given a ``store=``, in a :class:`~agentguard.storage.Store`, so
+that every worker sharing the store shares the breaker (ToolGuard's breakers behind a
+``RedisStore`` serve a whole fleet). Both run the same transitions.
 """
 
 from __future__ import annotations
 
-import collections
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentguard import _clock
 from agentguard.events import BreakerStateChanged, Emitter, Hook
+from agentguard.storage._breaker import (
+    BreakerOutcome,
+    BreakerRecord,
+    BreakerSpec,
+    BreakerView,
+    breaker_allow,
+    breaker_count,
+    breaker_view,
+)
 
 from ._classify import Classification, ErrorClass
+
+if TYPE_CHECKING:
+    from agentguard.storage import Store
 
 __all__ = ["BreakerDecision", "BreakerSnapshot", "BreakerState", "CircuitBreaker"]
 
@@ -69,7 +83,7 @@ class CircuitBreaker:
     """A failure-rate circuit breaker.
 
     Args:
-        name: what it protects (in events and errors).
+        name: what it protects (in events and errors; the key of its state in a store).
         failure_rate: share of failed calls in the window that opens it (default 0.5).
         min_calls: calls the window must hold before the rate counts (default 5).
         window: seconds of history the rate is computed over (default 60).
@@ -77,8 +91,13 @@ class CircuitBreaker:
         open_for: seconds an open breaker waits before probing (default 30).
         half_open_probes: concurrent probe calls allowed when half-open (default 1).
         close_after: successful probes that close it again (default 1).
-        clock: monotonic seconds (injected in tests).
+        probe_lease: seconds after which a probe that never reported stops counting (default:
+            never in memory; ``open_for`` with a store, where a worker may die mid-probe).
+        clock: seconds (injected in tests); monotonic by default, wall-clock with a store
+            (workers on several hosts must agree on it).
         hooks: event hooks.
+        store: keep the state in this store (shared by every breaker of the same name on it)
+            instead of in this object.
     """
 
     def __init__(
@@ -92,146 +111,160 @@ class CircuitBreaker:
         open_for: float = 30.0,
         half_open_probes: int = 1,
         close_after: int = 1,
+        probe_lease: float | None = None,
         clock: Callable[[], float] | None = None,
         hooks: Iterable[Hook] | None = None,
+        store: Store | None = None,
     ) -> None:
-        if not 0.0 < failure_rate <= 1.0:
-            raise ValueError(f"failure_rate must be in (0, 1] (got {failure_rate})")
-        if min_calls < 1 or buckets < 1 or half_open_probes < 1 or close_after < 1:
-            raise ValueError("min_calls, buckets, half_open_probes and close_after must be >= 1")
-        if window <= 0 or open_for < 0:
-            raise ValueError("window must be positive and open_for not negative")
-        self.name = name
-        self.failure_rate = failure_rate
-        self.min_calls = min_calls
-        self.open_for = open_for
-        self.half_open_probes = half_open_probes
-        self.close_after = close_after
-        self._width = window / buckets
-        self._buckets = buckets
-        self._clock = clock or _clock.monotonic
-        self._emitter = Emitter(hooks)
-        # (bucket index, successes, failures), oldest first
-        self._window: collections.deque[list[int]] = collections.deque()
-        self._calls = 0  # running totals of the window, so a decision is O(1)
-        self._failures = 0
-        self._state = BreakerState.CLOSED
-        self._retry_at: float | None = None
-        self._in_flight = 0
-        self._probe_successes = 0
-
-    # -- window ---------------------------------------------------------------------------------
-
-    def _bucket(self, now: float) -> list[int]:
-        index = int(now // self._width)
-        self._prune(index)
-        if not self._window or self._window[-1][0] != index:
-            self._window.append([index, 0, 0])
-        return self._window[-1]
-
-    def _prune(self, index: int) -> None:
-        while self._window and self._window[0][0] <= index - self._buckets:
-            _, ok, bad = self._window.popleft()
-            self._calls -= ok + bad
-            self._failures -= bad
-
-    def _count(self, ok: int, bad: int) -> None:
-        bucket = self._bucket(self._clock())
-        bucket[1] += ok
-        bucket[2] += bad
-        self._calls += ok + bad
-        self._failures += bad
-
-    def _counts(self) -> tuple[int, int]:
-        self._prune(int(self._clock() // self._width))
-        return self._calls, self._failures
-
-    # -- state ----------------------------------------------------------------------------------
-
-    def _move(self, state: BreakerState) -> None:
-        previous, self._state = self._state, state
-        if state == BreakerState.OPEN:
-            self._retry_at = self._clock() + self.open_for
-        elif state == BreakerState.CLOSED:
-            self._retry_at = None
-            self._window.clear()
-            self._calls = self._failures = 0
-        self._in_flight = 0
-        self._probe_successes = 0
-        calls, failures = self._counts()
-        self._emitter.emit(
-            BreakerStateChanged(
-                name=self.name,
-                previous=previous.value,
-                state=state.value,
-                failure_rate=failures / calls if calls else 0.0,
-                retry_at=self._retry_at,
-            )
+        if probe_lease is None and store is not None:
+            probe_lease = open_for
+        self.spec = BreakerSpec(
+            name,
+            failure_rate,
+            min_calls,
+            window,
+            buckets,
+            open_for,
+            half_open_probes,
+            close_after,
+            probe_lease,
         )
+        self.store = store
+        self._clock = clock or (_clock.monotonic if store is None else _clock.wall)
+        self._emitter = Emitter(hooks)
+        self._record = BreakerRecord()
+
+    @property
+    def name(self) -> str:
+        """What the breaker protects."""
+        return self.spec.name
+
+    # -- one step, locally or in the store --------------------------------------------------
+
+    def _step(self, op: str) -> BreakerView:
+        now = self._clock()
+        store, spec = self.store, self.spec
+        if store is None:
+            if op == "allow":
+                view = breaker_allow(spec, self._record, now)
+            elif op == "view":
+                view = breaker_view(spec, self._record, now)
+            else:
+                changes = breaker_count(spec, self._record, _outcome(op), now)
+                if not changes:  # the common case: nothing to report, no view to build
+                    return _UNCHANGED
+                view = breaker_view(spec, self._record, now)
+                view = BreakerView(
+                    view.state,
+                    False,
+                    False,
+                    view.retry_at,
+                    view.calls,
+                    view.failures,
+                    tuple(changes),
+                )
+        elif op == "allow":
+            view = store.breaker_allow(spec, now)
+        elif op == "view":
+            view = store.breaker_view(spec, now)
+        else:
+            view = store.breaker_record(spec, _outcome(op), now)
+        return self._report(view)
+
+    async def _astep(self, op: str) -> BreakerView:
+        store = self.store
+        if store is None:
+            return self._step(op)
+        now = self._clock()
+        if op == "allow":
+            view = await store.abreaker_allow(self.spec, now)
+        elif op == "view":
+            view = await store.abreaker_view(self.spec, now)
+        else:
+            view = await store.abreaker_record(self.spec, _outcome(op), now)
+        return self._report(view)
+
+    def _report(self, view: BreakerView) -> BreakerView:
+        for previous, state in view.changes:
+            self._emitter.emit(
+                BreakerStateChanged(
+                    name=self.spec.name,
+                    previous=previous,
+                    state=state,
+                    failure_rate=view.failure_rate,
+                    retry_at=view.retry_at if state == "open" else None,
+                )
+            )
+        return view
+
+    # -- the public operations --------------------------------------------------------------
 
     @property
     def state(self) -> BreakerState:
         """The current state (an open breaker whose wait is over reads as half-open)."""
-        if (
-            self._state == BreakerState.OPEN
-            and self._retry_at is not None
-            and self._clock() >= self._retry_at
-        ):
-            self._move(BreakerState.HALF_OPEN)
-        return self._state
+        return BreakerState(self._step("view").state)
 
     def allow(self) -> BreakerDecision:
         """May a call go ahead now? A half-open breaker hands out a limited number of probes."""
-        state = self.state
-        if state == BreakerState.CLOSED:
-            return BreakerDecision(True, state)
-        if state == BreakerState.OPEN:
-            return BreakerDecision(False, state, retry_at=self._retry_at)
-        if self._in_flight < self.half_open_probes:
-            self._in_flight += 1
-            return BreakerDecision(True, state, probe=True)
-        return BreakerDecision(False, state, retry_at=self._retry_at)
+        record = self._record
+        if self.store is None and record.state == "closed":  # the happy path: nothing to decide
+            return _ALLOWED
+        return _decision(self._step("allow"))
+
+    async def aallow(self) -> BreakerDecision:
+        """Async twin of :meth:`allow` (only a store-backed breaker does I/O)."""
+        if self.store is None:
+            return self.allow()
+        return _decision(await self._astep("allow"))
 
     def record_success(self) -> None:
         """Report a call that succeeded."""
-        state = self.state
-        if state == BreakerState.HALF_OPEN:
-            self._in_flight = max(0, self._in_flight - 1)
-            self._probe_successes += 1
-            if self._probe_successes >= self.close_after:
-                self._move(BreakerState.CLOSED)
-            return
-        if state == BreakerState.OPEN:
-            return
-        self._count(1, 0)
-        self._trip_if_over()
+        self._step("success")
 
     def record_failure(self, classification: Classification | None = None) -> None:
         """Report a call that failed; client errors and cancellations are ignored."""
-        state = self.state
-        ignored = classification is not None and classification.error_class in _IGNORED
-        if state == BreakerState.HALF_OPEN:
-            self._in_flight = max(0, self._in_flight - 1)
-            if not ignored:
-                self._move(BreakerState.OPEN)
-            return
-        if ignored or state == BreakerState.OPEN:
-            return
-        self._count(0, 1)
-        self._trip_if_over()
+        self._step(_failure(classification))
 
-    def _trip_if_over(self) -> None:
-        # judged after every counted call, so the window never rests closed above the rate
-        calls, failures = self._calls, self._failures
-        if failures and calls >= self.min_calls and failures >= self.failure_rate * calls:
-            self._move(BreakerState.OPEN)
+    async def arecord_success(self) -> None:
+        """Async twin of :meth:`record_success`."""
+        await self._astep("success")
+
+    async def arecord_failure(self, classification: Classification | None = None) -> None:
+        """Async twin of :meth:`record_failure`."""
+        await self._astep(_failure(classification))
 
     def snapshot(self) -> BreakerSnapshot:
         """The state and the window's counts."""
-        state = self.state
-        calls, failures = self._counts()
-        rate = failures / calls if calls else 0.0
-        return BreakerSnapshot(self.name, state, calls, failures, rate, self._retry_at)
+        return _snapshot(self.spec.name, self._step("view"))
+
+    async def asnapshot(self) -> BreakerSnapshot:
+        """Async twin of :meth:`snapshot`."""
+        return _snapshot(self.spec.name, await self._astep("view"))
 
     def __repr__(self) -> str:
-        return f"CircuitBreaker({self.name!r}, state={self._state.value})"
+        where = "" if self.store is None else f", store={self.store.name}"
+        return f"CircuitBreaker({self.spec.name!r}, state={self._record.state}{where})"
+
+
+_ALLOWED = BreakerDecision(True, BreakerState.CLOSED)
+_UNCHANGED = BreakerView("closed", False, False, None, 0, 0)
+
+
+def _outcome(op: str) -> BreakerOutcome:
+    if op == "success":
+        return "success"
+    return "failure" if op == "failure" else "ignored"
+
+
+def _failure(classification: Classification | None) -> str:
+    ignored = classification is not None and classification.error_class in _IGNORED
+    return "ignored" if ignored else "failure"
+
+
+def _decision(view: BreakerView) -> BreakerDecision:
+    return BreakerDecision(view.allowed, BreakerState(view.state), view.probe, view.retry_at)
+
+
+def _snapshot(name: str, view: BreakerView) -> BreakerSnapshot:
+    state = BreakerState(view.state)
+    return BreakerSnapshot(name, state, view.calls, view.failures, view.failure_rate, view.retry_at)

@@ -1,4 +1,5 @@
-"""Where shared state lives: the ``Store`` protocol and its three implementations.
+"""Where shared state lives (budgets, breakers, idempotency keys, dead letters): the ``Store``
+protocol and its three implementations.
 
 - :class:`MemoryStore` — the default, one process.
 - :class:`SQLiteStore` — one host, many processes, survives restarts.
@@ -12,12 +13,17 @@ from __future__ import annotations
 from agentguard.config import StorageConfig
 
 from ._base import NANOS, BudgetSpec, BudgetState, Charge, Hold, Store, SyncBackedStore
+from ._breaker import BreakerOutcome, BreakerRecord, BreakerSpec, BreakerView
 from .memory import MemoryStore
 from .redis import RedisStore
 from .sqlite import SQLiteStore
 
 __all__ = [
     "NANOS",
+    "BreakerOutcome",
+    "BreakerRecord",
+    "BreakerSpec",
+    "BreakerView",
     "BudgetSpec",
     "BudgetState",
     "Charge",

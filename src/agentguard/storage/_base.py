@@ -1,6 +1,7 @@
 """The ``Store`` protocol and the logic every store shares.
 
-A store keeps the state of token budgets where several ledgers can reach it: in the process
+A store keeps shared state (token budgets, circuit breakers, idempotency keys, dead letters)
+where several workers can reach it: in the process
 (:class:`~agentguard.storage.MemoryStore`), in a file shared by the processes of one host
 (:class:`~agentguard.storage.SQLiteStore`) or on a server shared by a fleet
 (:class:`~agentguard.storage.RedisStore`).
@@ -22,6 +23,12 @@ State of one budget scope (all integers, so sums are exact)::
 
 Money is counted in integer *nano-units* (1e-9 of the price table's currency) for the same
 reason: exact totals however many workers add to them.
+
+Circuit breakers are whole operations too (allow, record, view), each a read-modify-write of
+one :class:`BreakerRecord` by the shared state machine in ``storage/_breaker.py``. Idempotency
+keys and dead letters use *records*: small JSON texts under a namespace and a key, each with a
+TTL, where :meth:`Store.claim` (store unless present, else return what is there) is the atomic
+step an idempotency key needs.
 """
 
 from __future__ import annotations
@@ -31,6 +38,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
+
+from ._breaker import (
+    BreakerOutcome,
+    BreakerRecord,
+    BreakerSpec,
+    BreakerView,
+    breaker_allow,
+    breaker_record,
+    breaker_view,
+)
 
 __all__ = [
     "NANOS",
@@ -257,6 +274,77 @@ class Store(Protocol):
         """Async twin of :meth:`snapshot`."""
         ...
 
+    def breaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """May a call through breaker ``spec.name`` go ahead? Hands out half-open probes."""
+        ...
+
+    def breaker_record(self, spec: BreakerSpec, outcome: BreakerOutcome, now: float) -> BreakerView:
+        """Count an outcome (``success``, ``failure``, ``ignored``) in breaker ``spec.name``."""
+        ...
+
+    def breaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """The state of breaker ``spec.name``."""
+        ...
+
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """Store ``value`` unless a live record holds ``key``; return that record's value then.
+
+        ``None`` means the claim succeeded (the caller owns the key for ``ttl`` seconds).
+        """
+        ...
+
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """Store ``value`` under ``key`` for ``ttl`` seconds, replacing any earlier record."""
+        ...
+
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """The live record under ``key``, or ``None``."""
+        ...
+
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """Every live ``(key, value)`` of ``namespace``, sorted by key."""
+        ...
+
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """Drop the record under ``key``; ``False`` when there was none."""
+        ...
+
+    async def abreaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_allow`."""
+        ...
+
+    async def abreaker_record(
+        self, spec: BreakerSpec, outcome: BreakerOutcome, now: float
+    ) -> BreakerView:
+        """Async twin of :meth:`breaker_record`."""
+        ...
+
+    async def abreaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_view`."""
+        ...
+
+    async def aclaim(
+        self, namespace: str, key: str, value: str, now: float, ttl: float
+    ) -> str | None:
+        """Async twin of :meth:`claim`."""
+        ...
+
+    async def aput(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """Async twin of :meth:`put`."""
+        ...
+
+    async def aget(self, namespace: str, key: str, now: float) -> str | None:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def aitems(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """Async twin of :meth:`items`."""
+        ...
+
+    async def adelete(self, namespace: str, key: str, now: float) -> bool:
+        """Async twin of :meth:`delete`."""
+        ...
+
     def close(self) -> None:
         """Release connections and files (the store is unusable afterwards)."""
         ...
@@ -267,7 +355,9 @@ class SyncBackedStore(abc.ABC):
 
     The twins run the blocking method through :meth:`_offload`: directly for a store that never
     blocks (memory), on a worker thread for one that does (SQLite), so the event loop never
-    waits on a file lock. Subclasses implement the four blocking operations of :class:`Store`.
+    waits on a file lock. Subclasses implement the blocking operations of :class:`Store`; the
+    breaker operations come from :meth:`_breaker`, a read-modify-write of one record under the
+    store's own transaction.
     """
 
     name: str = "store"
@@ -287,6 +377,42 @@ class SyncBackedStore(abc.ABC):
     @abc.abstractmethod
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`Store.snapshot`."""
+
+    @abc.abstractmethod
+    def _breaker(self, spec: BreakerSpec, now: float, step: Callable[[BreakerRecord], T]) -> T:
+        """Run ``step`` on breaker ``spec.name``'s record atomically and keep what it changed."""
+
+    def breaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`Store.breaker_allow`."""
+        return self._breaker(spec, now, lambda record: breaker_allow(spec, record, now))
+
+    def breaker_record(self, spec: BreakerSpec, outcome: BreakerOutcome, now: float) -> BreakerView:
+        """See :meth:`Store.breaker_record`."""
+        return self._breaker(spec, now, lambda record: breaker_record(spec, record, outcome, now))
+
+    def breaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`Store.breaker_view`."""
+        return self._breaker(spec, now, lambda record: breaker_view(spec, record, now))
+
+    @abc.abstractmethod
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """See :meth:`Store.claim`."""
+
+    @abc.abstractmethod
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """See :meth:`Store.put`."""
+
+    @abc.abstractmethod
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """See :meth:`Store.get`."""
+
+    @abc.abstractmethod
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """See :meth:`Store.items`."""
+
+    @abc.abstractmethod
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """See :meth:`Store.delete`."""
 
     def close(self) -> None:  # noqa: B027 - optional: most stores hold nothing to release
         """Release resources (nothing by default)."""
@@ -309,3 +435,39 @@ class SyncBackedStore(abc.ABC):
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
         return await self._offload(self.snapshot, spec, session, now)
+
+    async def abreaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_allow`."""
+        return await self._offload(self.breaker_allow, spec, now)
+
+    async def abreaker_record(
+        self, spec: BreakerSpec, outcome: BreakerOutcome, now: float
+    ) -> BreakerView:
+        """Async twin of :meth:`breaker_record`."""
+        return await self._offload(self.breaker_record, spec, outcome, now)
+
+    async def abreaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_view`."""
+        return await self._offload(self.breaker_view, spec, now)
+
+    async def aclaim(
+        self, namespace: str, key: str, value: str, now: float, ttl: float
+    ) -> str | None:
+        """Async twin of :meth:`claim`."""
+        return await self._offload(self.claim, namespace, key, value, now, ttl)
+
+    async def aput(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """Async twin of :meth:`put`."""
+        await self._offload(self.put, namespace, key, value, now, ttl)
+
+    async def aget(self, namespace: str, key: str, now: float) -> str | None:
+        """Async twin of :meth:`get`."""
+        return await self._offload(self.get, namespace, key, now)
+
+    async def aitems(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """Async twin of :meth:`items`."""
+        return await self._offload(self.items, namespace, now)
+
+    async def adelete(self, namespace: str, key: str, now: float) -> bool:
+        """Async twin of :meth:`delete`."""
+        return await self._offload(self.delete, namespace, key, now)

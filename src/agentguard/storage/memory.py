@@ -1,11 +1,16 @@
-"""``MemoryStore``: budget state in this process (the default)."""
+"""``MemoryStore``: shared state in this process (the default)."""
 
 from __future__ import annotations
 
 import heapq
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from ._base import BudgetSpec, BudgetState, Charge, Hold, SyncBackedStore, refusal
+from ._breaker import BreakerRecord, BreakerSpec
+
+T = TypeVar("T")
 
 __all__ = ["MemoryStore"]
 
@@ -134,11 +139,12 @@ class _Scope:
 
 
 class MemoryStore(SyncBackedStore):
-    """Budget state in a dict of this process: fast, shared by the ledgers of one process only.
+    """State in dicts of this process: fast, shared by the components of one process only.
 
     Thread-safe (one lock); state is lost when the process ends. Expired leases, window buckets
     and event ids are dropped as time passes, and sessions idle for ``session_ttl`` are swept,
-    so memory stays bounded by the live state.
+    so memory stays bounded by the live state; so are breakers idle for their TTL and expired
+    records.
     """
 
     name = "memory"
@@ -146,6 +152,9 @@ class MemoryStore(SyncBackedStore):
     def __init__(self) -> None:
         self._scopes: dict[str, _Scope] = {}
         self._lock = threading.Lock()
+        self._breakers: dict[str, tuple[BreakerRecord, float]] = {}  # name -> record, expiry
+        self._records: dict[str, dict[str, tuple[str, float]]] = {}  # ns -> key -> value, expiry
+        self._next_sweep = 0.0
 
     def _scope(self, spec: BudgetSpec, now: float) -> _Scope:
         scope = self._scopes.get(spec.scope)
@@ -215,6 +224,65 @@ class MemoryStore(SyncBackedStore):
             if session is None:
                 return scope.state(None)
             return scope.state(scope.live_session(spec, session, now) or _EMPTY)
+
+    # -- breakers and records ---------------------------------------------------------------
+
+    def _breaker(self, spec: BreakerSpec, now: float, step: Callable[[BreakerRecord], T]) -> T:
+        with self._lock:
+            held = self._breakers.get(spec.name)
+            record = held[0] if held is not None and held[1] > now else BreakerRecord()
+            result = step(record)
+            self._breakers[spec.name] = (record, now + spec.ttl)
+            self._sweep(now)
+            return result
+
+    def _sweep(self, now: float) -> None:
+        # Walks everything, so rarely; access checks expiry exactly in between.
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + _SWEEP_EVERY
+        for name in [n for n, (_, expiry) in self._breakers.items() if expiry <= now]:
+            del self._breakers[name]
+        for records in self._records.values():
+            for key in [k for k, (_, expiry) in records.items() if expiry <= now]:
+                del records[key]
+
+    def _live(self, namespace: str, key: str, now: float) -> str | None:
+        held = self._records.get(namespace, {}).get(key)
+        return held[0] if held is not None and held[1] > now else None
+
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.claim`."""
+        with self._lock:
+            existing = self._live(namespace, key, now)
+            if existing is None:
+                self._records.setdefault(namespace, {})[key] = (value, now + ttl)
+                self._sweep(now)
+            return existing
+
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """See :meth:`agentguard.storage.Store.put`."""
+        with self._lock:
+            self._records.setdefault(namespace, {})[key] = (value, now + ttl)
+            self._sweep(now)
+
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.get`."""
+        with self._lock:
+            return self._live(namespace, key, now)
+
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """See :meth:`agentguard.storage.Store.items`."""
+        with self._lock:
+            records = self._records.get(namespace, {})
+            return sorted((k, v) for k, (v, expiry) in records.items() if expiry > now)
+
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.delete`."""
+        with self._lock:
+            live = self._live(namespace, key, now) is not None
+            self._records.get(namespace, {}).pop(key, None)
+            return live
 
     def __repr__(self) -> str:
         return f"MemoryStore(scopes={len(self._scopes)})"

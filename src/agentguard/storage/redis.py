@@ -1,4 +1,4 @@
-"""``RedisStore``: budget state on a Redis server, shared by a fleet of workers.
+"""``RedisStore``: shared state on a Redis server, shared by a fleet of workers.
 
 Needs the ``redis`` package (``pip install agentguard[redis]``), imported when a store is built.
 """
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from agentguard.exceptions import StoreError, StoreUnavailable
 
 from ._base import BudgetSpec, BudgetState, Charge, Hold
+from ._breaker import BreakerOutcome, BreakerSpec, BreakerView
 
 if TYPE_CHECKING:
     import redis as redis_sync
@@ -168,6 +169,115 @@ return reply(st, '', 1, {})
 )
 
 
+# One breaker, one key holding its record as JSON (the form BreakerRecord.to_json writes). The
+# script mirrors agentguard.storage._breaker line for line. KEYS: 1 the breaker. ARGV: op
+# (allow, success, failure, ignored, view), now, failure_rate, min_calls, width, buckets,
+# open_for, half_open_probes, close_after, probe_lease (-1: none), ttl_ms.
+_BREAKER = """
+local op, now = ARGV[1], tonumber(ARGV[2])
+local rate, min_calls, width = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local nbuckets, open_for = tonumber(ARGV[6]), tonumber(ARGV[7])
+local probes, close_after, lease = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local raw = redis.call('GET', KEYS[1])
+local r
+if raw then r = cjson.decode(raw) else r = {s = 'closed', r = -1, f = 0, u = -1, p = 0, w = {}} end
+local calls, failures = 0, 0
+for _, b in ipairs(r.w) do calls = calls + b[2] + b[3]; failures = failures + b[3] end
+local changes = {}
+
+local function prune()
+  local oldest = math.floor(now / width) - nbuckets
+  while #r.w > 0 and r.w[1][1] <= oldest do
+    local b = table.remove(r.w, 1)
+    calls = calls - b[2] - b[3]
+    failures = failures - b[3]
+  end
+end
+
+local function move(state)
+  table.insert(changes, r.s)
+  table.insert(changes, state)
+  r.s = state
+  if state == 'open' then r.r = now + open_for
+  elseif state == 'closed' then r.r = -1; r.w = {}; calls = 0; failures = 0 end
+  r.f = 0
+  r.u = -1
+  r.p = 0
+end
+
+if r.s == 'open' and r.r >= 0 and now >= r.r then move('half_open') end
+if r.u >= 0 and now >= r.u then r.f = 0; r.u = -1 end
+
+local allowed, probe = 0, 0
+if op == 'allow' then
+  if r.s == 'closed' then allowed = 1
+  elseif r.s == 'half_open' and r.f < probes then
+    r.f = r.f + 1
+    if lease >= 0 then r.u = now + lease end
+    allowed, probe = 1, 1
+  end
+elseif op ~= 'view' then
+  if r.s == 'half_open' then
+    r.f = math.max(0, r.f - 1)
+    if op == 'failure' then move('open')
+    elseif op == 'success' then
+      r.p = r.p + 1
+      if r.p >= close_after then move('closed') end
+    end
+  elseif r.s == 'closed' and op ~= 'ignored' then
+    local index = math.floor(now / width)
+    prune()
+    local last = r.w[#r.w]
+    if last == nil or last[1] ~= index then
+      last = {index, 0, 0}
+      table.insert(r.w, last)
+    end
+    local bad = 0
+    if op == 'failure' then bad = 1 end
+    last[2] = last[2] + 1 - bad
+    last[3] = last[3] + bad
+    calls = calls + 1
+    failures = failures + bad
+    if failures > 0 and calls >= min_calls and failures >= rate * calls then move('open') end
+  end
+end
+prune()
+redis.call('SET', KEYS[1], cjson.encode(r), 'PX', ARGV[11])
+local retry_at = r.r
+if r.s == 'half_open' and allowed == 0 then retry_at = r.u end
+local out = {r.s, allowed, probe, tostring(retry_at), calls, failures}
+for _, c in ipairs(changes) do table.insert(out, c) end
+return out
+"""
+
+# Records of a namespace: one string key each (with its TTL) plus a sorted set indexing the
+# keys by expiry, so `items` can list them. KEYS: 1 the record, 2 the index. ARGV: op, now,
+# key, value, ttl_ms, expires_at.
+_RECORD = """
+local op, now, key = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+local function store()
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  redis.call('ZADD', KEYS[2], ARGV[6], key)
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[5]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  end
+end
+if op == 'claim' then
+  local existing = redis.call('GET', KEYS[1])
+  if existing then return existing end
+  store()
+  return false
+elseif op == 'put' then
+  store()
+  return false
+end
+redis.call('ZREM', KEYS[2], key)
+return redis.call('DEL', KEYS[1])
+"""
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -190,8 +300,35 @@ def _state(reply: Sequence[Any]) -> BudgetState:
     )
 
 
+def _text(value: Any) -> str | None:
+    if value is None or value is False:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(keys: list[str], values: Sequence[Any]) -> list[tuple[str, str]]:
+    # a record may expire between the two reads: skip it
+    found = [(k, _text(v)) for k, v in zip(keys, values, strict=True)]
+    return sorted((k, v) for k, v in found if v is not None)
+
+
+def _breaker_view(reply: Sequence[Any]) -> BreakerView:
+    words = [_text(x) or "" for x in reply]
+    changes = tuple(zip(words[6::2], words[7::2], strict=True))
+    retry_at = float(words[3])
+    return BreakerView(
+        words[0],
+        words[1] == "1",
+        words[2] == "1",
+        None if retry_at < 0 else retry_at,
+        int(words[4]),
+        int(words[5]),
+        changes,
+    )
+
+
 class RedisStore:
-    """Budget state on a Redis server: a fleet of workers on many hosts shares one budget.
+    """Shared state on a Redis server: a fleet of workers on many hosts shares one budget.
 
     Every operation is one Lua script, so the check and the reservation are atomic on the server
     however many workers race. Each key the scripts write gets its TTL in the same script (a
@@ -308,6 +445,37 @@ class RedisStore:
         args = [repr(now), session or "", spec.first_live(now)]
         return _SNAPSHOT, self._keys(spec, session), args
 
+    def _breaker_call(
+        self, spec: BreakerSpec, op: str, now: float
+    ) -> tuple[str, list[str], list[Any]]:
+        args = [
+            op,
+            repr(now),
+            repr(spec.failure_rate),
+            spec.min_calls,
+            repr(spec.width),
+            spec.buckets,
+            repr(spec.open_for),
+            spec.half_open_probes,
+            spec.close_after,
+            -1 if spec.probe_lease is None else repr(spec.probe_lease),
+            _ms(spec.ttl),
+        ]
+        return _BREAKER, [f"{self.key_prefix}:breaker:{{{spec.name}}}"], args
+
+    def _record_keys(self, namespace: str, key: str) -> list[str]:
+        base = f"{self.key_prefix}:{{rec:{namespace}}}"
+        return [f"{base}:k:{key}", f"{base}:index"]
+
+    def _record_call(
+        self, op: str, namespace: str, key: str, now: float, *, value: str = "", ttl: float = 0.0
+    ) -> tuple[str, list[str], list[Any]]:
+        args = [op, repr(now), key, value, _ms(ttl), repr(now + ttl)]
+        return _RECORD, self._record_keys(namespace, key), args
+
+    def _index(self, namespace: str) -> str:
+        return self._record_keys(namespace, "")[1]
+
     # -- execution --------------------------------------------------------------------------
 
     def _run(self, call: tuple[str, list[str], list[Any]]) -> Any:
@@ -394,6 +562,110 @@ class RedisStore:
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
         return _state(await self._arun(self._snapshot_call(spec, session, now)))
+
+    # -- breakers and records ---------------------------------------------------------------
+
+    def breaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_allow`."""
+        return _breaker_view(self._run(self._breaker_call(spec, "allow", now)))
+
+    def breaker_record(self, spec: BreakerSpec, outcome: BreakerOutcome, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_record`."""
+        return _breaker_view(self._run(self._breaker_call(spec, outcome, now)))
+
+    def breaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_view`."""
+        return _breaker_view(self._run(self._breaker_call(spec, "view", now)))
+
+    async def abreaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_allow`."""
+        return _breaker_view(await self._arun(self._breaker_call(spec, "allow", now)))
+
+    async def abreaker_record(
+        self, spec: BreakerSpec, outcome: BreakerOutcome, now: float
+    ) -> BreakerView:
+        """Async twin of :meth:`breaker_record`."""
+        return _breaker_view(await self._arun(self._breaker_call(spec, outcome, now)))
+
+    async def abreaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_view`."""
+        return _breaker_view(await self._arun(self._breaker_call(spec, "view", now)))
+
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.claim`."""
+        return _text(
+            self._run(self._record_call("claim", namespace, key, now, value=value, ttl=ttl))
+        )
+
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """See :meth:`agentguard.storage.Store.put`."""
+        self._run(self._record_call("put", namespace, key, now, value=value, ttl=ttl))
+
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.get`."""
+        return _text(self._command("get", self._record_keys(namespace, key)[0]))
+
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """See :meth:`agentguard.storage.Store.items`."""
+        keys = [
+            _text(k) or ""
+            for k in self._command("zrangebyscore", self._index(namespace), now, "+inf")
+        ]
+        if not keys:
+            return []
+        values = self._command("mget", [self._record_keys(namespace, k)[0] for k in keys])
+        return _pairs(keys, values)
+
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.delete`."""
+        return bool(self._run(self._record_call("delete", namespace, key, now)))
+
+    async def aclaim(
+        self, namespace: str, key: str, value: str, now: float, ttl: float
+    ) -> str | None:
+        """Async twin of :meth:`claim`."""
+        call = self._record_call("claim", namespace, key, now, value=value, ttl=ttl)
+        return _text(await self._arun(call))
+
+    async def aput(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """Async twin of :meth:`put`."""
+        await self._arun(self._record_call("put", namespace, key, now, value=value, ttl=ttl))
+
+    async def aget(self, namespace: str, key: str, now: float) -> str | None:
+        """Async twin of :meth:`get`."""
+        return _text(await self._acommand("get", self._record_keys(namespace, key)[0]))
+
+    async def aitems(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """Async twin of :meth:`items`."""
+        found = await self._acommand("zrangebyscore", self._index(namespace), now, "+inf")
+        keys = [_text(k) or "" for k in found]
+        if not keys:
+            return []
+        values = await self._acommand("mget", [self._record_keys(namespace, k)[0] for k in keys])
+        return _pairs(keys, values)
+
+    async def adelete(self, namespace: str, key: str, now: float) -> bool:
+        """Async twin of :meth:`delete`."""
+        return bool(await self._arun(self._record_call("delete", namespace, key, now)))
+
+    def _command(self, name: str, *args: Any) -> Any:
+        if self._client is None:
+            raise StoreError("this RedisStore has only an async client; use the a* methods")
+        try:
+            return getattr(self._client, name)(*args)
+        except self._errors as exc:
+            raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
+        except self._redis_error as exc:
+            raise StoreError(f"Redis store failed: {exc}") from exc
+
+    async def _acommand(self, name: str, *args: Any) -> Any:
+        client = self._aclient()
+        try:
+            return await getattr(client, name)(*args)
+        except self._errors as exc:
+            raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
+        except self._redis_error as exc:
+            raise StoreError(f"Redis store failed: {exc}") from exc
 
     def close(self) -> None:
         """Close the sync client's connections (async clients close with their event loop)."""

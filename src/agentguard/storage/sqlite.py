@@ -1,4 +1,4 @@
-"""``SQLiteStore``: budget state in one file, shared by the processes of one host."""
+"""``SQLiteStore``: shared state in one file, shared by the processes of one host."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import anyio.to_thread
 from agentguard.exceptions import StoreError, StoreUnavailable
 
 from ._base import BudgetSpec, BudgetState, Charge, Hold, SyncBackedStore, refusal
+from ._breaker import BreakerRecord, BreakerSpec
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 T = TypeVar("T")
 
 #: The schema this code writes; kept in the file's ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each entry migrates from version (index) to version (index + 1).
 _MIGRATIONS: tuple[str, ...] = (
@@ -46,6 +47,15 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (scope, id)) WITHOUT ROWID;
     CREATE INDEX events_expiry ON events (scope, expires_at);
     """,
+    """
+    CREATE TABLE breakers (
+        name TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE records (
+        namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, expires_at REAL NOT NULL,
+        PRIMARY KEY (namespace, key)) WITHOUT ROWID;
+    CREATE INDEX records_expiry ON records (expires_at);
+    """,
 )
 
 _STATE = """
@@ -60,7 +70,7 @@ SELECT
 
 
 class SQLiteStore(SyncBackedStore):
-    """Budget state in a SQLite file: one host, many processes, survives restarts.
+    """Shared state in a SQLite file: one host, many processes, survives restarts.
 
     Every operation is one ``BEGIN IMMEDIATE`` transaction, so the check and the reservation
     happen under the file's write lock and concurrent processes are serialised by SQLite itself.
@@ -223,6 +233,78 @@ class SQLiteStore(SyncBackedStore):
         with self._transaction() as db:
             self._expire(db, spec, now)
             return self._state(db, spec, session, now)
+
+    # -- breakers and records ---------------------------------------------------------------
+
+    def _breaker(self, spec: BreakerSpec, now: float, step: Callable[[BreakerRecord], T]) -> T:
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT record FROM breakers WHERE name = ? AND expires_at > ?", (spec.name, now)
+            ).fetchone()
+            record = BreakerRecord.from_json(row[0] if row else None)
+            result = step(record)
+            db.execute(
+                "INSERT INTO breakers VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "record = excluded.record, expires_at = excluded.expires_at",
+                (spec.name, record.to_json(), now + spec.ttl),
+            )
+            return result
+
+    @staticmethod
+    def _expire_records(db: sqlite3.Connection, now: float) -> None:
+        db.execute("DELETE FROM records WHERE expires_at <= ?", (now,))
+        db.execute("DELETE FROM breakers WHERE expires_at <= ?", (now,))
+
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.claim`."""
+        with self._transaction() as db:
+            self._expire_records(db, now)
+            row = db.execute(
+                "SELECT value FROM records WHERE namespace = ? AND key = ?", (namespace, key)
+            ).fetchone()
+            if row is not None:
+                return str(row[0])
+            db.execute(
+                "INSERT INTO records VALUES (?, ?, ?, ?)", (namespace, key, value, now + ttl)
+            )
+            return None
+
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """See :meth:`agentguard.storage.Store.put`."""
+        with self._transaction() as db:
+            self._expire_records(db, now)
+            db.execute(
+                "INSERT INTO records VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE "
+                "SET value = excluded.value, expires_at = excluded.expires_at",
+                (namespace, key, value, now + ttl),
+            )
+
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.get`."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT value FROM records WHERE namespace = ? AND key = ? AND expires_at > ?",
+                (namespace, key, now),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """See :meth:`agentguard.storage.Store.items`."""
+        with self._transaction() as db:
+            self._expire_records(db, now)
+            rows = db.execute(
+                "SELECT key, value FROM records WHERE namespace = ? ORDER BY key", (namespace,)
+            ).fetchall()
+            return [(str(k), str(v)) for k, v in rows]
+
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.delete`."""
+        with self._transaction() as db:
+            self._expire_records(db, now)
+            gone = db.execute(
+                "DELETE FROM records WHERE namespace = ? AND key = ?", (namespace, key)
+            ).rowcount
+            return bool(gone)
 
     async def _offload(self, fn: Callable[..., T], *args: object) -> T:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args))

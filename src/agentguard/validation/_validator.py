@@ -34,6 +34,7 @@ from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
 from agentguard.types import ToolCall
 
 from ._extract import extract_calls
+from ._fast import compile_check
 from ._names import NameMatcher
 from ._tools import ToolSpec, specs_from
 
@@ -307,6 +308,8 @@ class ToolCallValidator:
             self.config = (config or GuardConfig()).tool_validation
         self.specs = specs_from(tools, self.config.side_effecting)
         self._validators = {name: _compiled(spec.parameters) for name, spec in self.specs.items()}
+        # a sound shortcut for the common case (a valid call against a simple schema)
+        self._fast = {name: compile_check(spec.parameters) for name, spec in self.specs.items()}
         self._names = NameMatcher(
             self.specs,
             min_score=self.config.name_min_score,
@@ -464,7 +467,8 @@ class ToolCallValidator:
         try:
             value = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            if finish_reason == "length":
+            if finish_reason == "length" or _ends_inside_a_string(arguments):
+                # cut off mid-value: a repair would invent the rest of it
                 return None, "truncated", None
             if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
                 return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
@@ -528,7 +532,8 @@ class ToolCallValidator:
                 repairs.append(
                     Repair("coerced", call_id, f"$.{key}", _short(before), _short(after))
                 )
-        if cfg.validate_schema:
+        fast = self._fast[name]
+        if cfg.validate_schema and not (fast is not None and fast(args)):
             for err in self._validators[name].iter_errors(args):
                 errors.append(_schema_error(err, call_id, name))
         required = set(spec.required)
@@ -642,3 +647,16 @@ def _coerce(
             out[key] = new
             changed.append((key, value, new))
     return out, changed
+
+
+def _ends_inside_a_string(text: str) -> bool:
+    """Whether JSON text stops inside an open double-quoted string (``{"path": "set``)."""
+    inside = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = inside
+        elif char == '"':
+            inside = not inside
+    return inside

@@ -1,0 +1,251 @@
+"""The OpenAI Responses API in the pipeline's neutral (chat) form, and back.
+
+The pipeline judges chat messages; a ``responses.create`` call speaks *items*. Each input item
+becomes one chat message that remembers its item (under :data:`ITEM`), so an unchanged message
+turns back into exactly the item it came from (reasoning items, ids and all), and only what the
+guard added — corrective messages, a loop hint — is converted. Function tools are flattened in
+the Responses format (``{"type": "function", "name": ...}``); the validator gets them in chat
+format. Output items become one assistant message: its text, and ``function_call`` items as
+``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .transport import ModelRequest, ModelResponse, usage_from_body
+
+__all__ = [
+    "ITEM",
+    "chat_tools",
+    "messages_to_items",
+    "request_from_responses",
+    "response_from_responses",
+    "responses_body",
+    "responses_output",
+]
+
+#: The key under which a converted message keeps the Responses item it came from.
+ITEM = "x-agentguard-item"
+#: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
+OPAQUE = "x-agentguard-opaque"
+
+
+def _text_of(content: Any) -> Any:
+    """A message's content parts as one string when they are all text, else unchanged."""
+    if isinstance(content, str) or not isinstance(content, Sequence):
+        return content
+    texts = []
+    for part in content:
+        if not isinstance(part, Mapping) or part.get("type") not in (
+            "input_text",
+            "output_text",
+            "text",
+        ):
+            return list(content)
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
+
+
+def _message(item: Mapping[str, Any]) -> dict[str, Any]:
+    kind = item.get("type", "message")
+    if kind == "message" or (kind is None and "role" in item):
+        out: dict[str, Any] = {
+            "role": item.get("role", "user"),
+            "content": _text_of(item.get("content")),
+        }
+    elif kind == "function_call":
+        call_id = item.get("call_id") or item.get("id")
+        out = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": item.get("name", ""),
+                        "arguments": item.get("arguments", ""),
+                    },
+                }
+            ],
+        }
+    elif kind == "function_call_output":
+        output = item.get("output")
+        out = {"role": "tool", "tool_call_id": item.get("call_id"), "content": _text_of(output)}
+    else:
+        out = {"role": OPAQUE}
+    out[ITEM] = dict(item)
+    return out
+
+
+def _item(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The Responses item of a chat message without tool calls: its own item, else converted."""
+    item = message.get(ITEM)
+    if isinstance(item, Mapping):
+        return dict(item)
+    role = message.get("role")
+    if role == "tool":
+        return {
+            "type": "function_call_output",
+            "call_id": message.get("tool_call_id"),
+            "output": message.get("content") or "",
+        }
+    return {"role": role or "user", "content": message.get("content") or ""}
+
+
+def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Responses input items for chat messages (the inverse of the request conversion)."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        calls = message.get("tool_calls") or ()
+        if ITEM not in message and message.get("role") == "assistant" and calls:
+            if message.get("content"):
+                items.append({"role": "assistant", "content": message["content"]})
+            for call in calls:
+                fn = call.get("function") or {}
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": fn.get("name", ""),
+                        "arguments": fn.get("arguments", ""),
+                    }
+                )
+            continue
+        items.append(_item(message))
+    return items
+
+
+def chat_tools(tools: Any) -> list[Mapping[str, Any]]:
+    """Responses function tools in chat format (other tool kinds are not the validator's)."""
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        return []
+    out: list[Mapping[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            continue
+        if isinstance(tool.get("function"), Mapping):  # already chat format
+            out.append(tool)
+            continue
+        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
+    """The neutral request of ``responses.create(**kwargs)`` (``model`` and ``input`` required).
+
+    ``headers`` and ``timeout`` are left to the caller, as for chat requests.
+    """
+    params = dict(kwargs)
+    params.pop("stream", None)
+    model = params.pop("model")
+    raw_input = params.pop("input", None)
+    if raw_input is None:
+        raw_input = []
+    items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
+    messages = [_message(item) for item in items if isinstance(item, Mapping)]
+    return ModelRequest(model=str(model), messages=messages, params=params, api="responses")
+
+
+def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+    """The keyword arguments of ``responses.create`` for a neutral request."""
+    body: dict[str, Any] = {"model": request.model, "input": messages_to_items(request.messages)}
+    body.update(request.params)
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> ModelResponse:
+    """One Responses API ``response`` object as a neutral answer."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in body.get("output") or ():
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "message":
+            text = _text_of(item.get("content"))
+            if isinstance(text, str):
+                texts.append(text)
+        elif item.get("type") == "function_call":
+            calls.append(
+                {
+                    "id": item.get("call_id") or item.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": item.get("name", ""),
+                        "arguments": item.get("arguments", ""),
+                    },
+                }
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    details = body.get("incomplete_details") or {}
+    if calls:
+        finish = "tool_calls"
+    elif body.get("status") == "incomplete" and details.get("reason") == "max_output_tokens":
+        finish = "length"
+    else:
+        finish = "stop"
+    return ModelResponse(
+        message=message,
+        finish_reason=finish,
+        usage=usage_from_body(body.get("usage")),
+        model=str(body.get("model", "")),
+        id=body.get("id"),
+        raw=body if raw is None else raw,
+    )
+
+
+def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``body``'s output items rewritten to carry ``message`` (the guard's repaired answer).
+
+    Items other than text messages and function calls (reasoning ...) are kept in place; the
+    text goes into the first message item, the calls follow as ``function_call`` items.
+    """
+    kept: list[dict[str, Any]] = []
+    text_done = False
+    content = message.get("content")
+    ids = itertools.count()
+    for original in body.get("output") or ():
+        item = dict(original)
+        kind = item.get("type")
+        if kind == "function_call":
+            continue
+        if kind == "message":
+            if text_done or not content:
+                continue
+            item = {
+                **item,
+                "content": [{"type": "output_text", "text": content, "annotations": []}],
+            }
+            text_done = True
+        kept.append(item)
+    if content and not text_done:
+        kept.append(
+            {
+                "type": "message",
+                "id": f"msg_agentguard_{next(ids)}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": content, "annotations": []}],
+            }
+        )
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        fn = call.get("function") or {}
+        kept.append(
+            {
+                "type": "function_call",
+                "id": f"fc_agentguard_{i}",
+                "call_id": call.get("id") or f"call_agentguard_{i}",
+                "name": fn.get("name", ""),
+                "arguments": fn.get("arguments", ""),
+                "status": "completed",
+            }
+        )
+    return kept

@@ -1,0 +1,427 @@
+"""Every failure mode and escalation path through the *real* openai client (either major),
+sync and async, streaming included, against ScriptedModel over an HTTP mock transport."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+import anyio
+import pytest
+
+import agentguard as ag
+from agentguard.escalation import Choice, EscalationPrompt
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+
+openai = pytest.importorskip("openai")
+http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+MESSAGES = [{"role": "user", "content": "show me setup.cfg"}]
+GOOD = Reply.call("read_file", {"path": "setup.cfg"})
+
+
+def _config(**sections: Any) -> ag.GuardConfig:
+    data: dict[str, Any] = {
+        "tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}},
+        "escalation": {"chain": ["fast", "premium"], "max_retries_before_escalate": 1},
+        "memory_pressure": {"enabled": False},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return ag.GuardConfig.from_dict(data, env={})
+
+
+@dataclass
+class Run:
+    """One call through a wrapped client: what came back (or was raised) and what was slept."""
+
+    answer: Any = None
+    error: BaseException | None = None
+    slept: list[float] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)
+    requests: list[Any] = field(default_factory=list)
+
+    @property
+    def report(self) -> ag.GuardReport:
+        report = ag.report_of(self.answer)
+        assert report is not None
+        return report
+
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        message = self.answer.choices[0].message
+        return [
+            (c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or ()
+        ]
+
+
+def _run(
+    script: Any,
+    *,
+    asynchronous: bool = False,
+    config: ag.GuardConfig | None = None,
+    **options: Any,
+) -> Run:
+    model = ScriptedModel(script)
+    clock = FakeClock()
+    run = Run(requests=model.requests)
+
+    def sleep(seconds: float) -> None:
+        run.slept.append(seconds)
+        clock.advance(seconds)
+
+    async def asleep(seconds: float) -> None:
+        sleep(seconds)
+
+    kwargs = {"model": "fast", "messages": MESSAGES, "tools": TOOLS}
+    common = {"clock": clock, "rng": random.Random(0), **options}
+    with capture_events() as events:
+        try:
+            if asynchronous:
+                client: Any = openai.AsyncOpenAI(
+                    api_key="sk-test",
+                    base_url="http://scripted.invalid/v1",
+                    http_client=http.AsyncClient(transport=model.mock_transport(http)),
+                )
+                wrapped = ag.wrap(client, config or _config(), sleep=asleep, **common)
+
+                async def go() -> Any:
+                    return await wrapped.chat.completions.create(**kwargs)
+
+                run.answer = anyio.run(go)
+            else:
+                client = openai.OpenAI(
+                    api_key="sk-test",
+                    base_url="http://scripted.invalid/v1",
+                    http_client=http.Client(transport=model.mock_transport(http)),
+                )
+                wrapped = ag.wrap(client, config or _config(), sleep=sleep, **common)
+                run.answer = wrapped.chat.completions.create(**kwargs)
+        except Exception as exc:
+            run.error = exc
+    run.events = list(events)
+    return run
+
+
+MODES = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+
+
+@MODES
+def test_repairable_json_is_fixed_locally(asynchronous: bool) -> None:
+    """Single quotes and a trailing comma: repaired with no extra round trip."""
+    run = _run([Reply.call("read_file", "{'path': 'setup.cfg',}")], asynchronous=asynchronous)
+    assert run.calls() == [("read_file", {"path": "setup.cfg"})]
+    assert run.report.repairs
+    assert len(run.requests) == 1
+
+
+@MODES
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Reply.call("read_file", '{"path": "setup'),  # truncated
+        Reply.call("delete_everything", {"force": True}),  # hallucinated tool
+        Reply.call("read_file", {}),  # missing required argument
+        Reply.call("read_file", {"path": "<path>"}),  # placeholder
+    ],
+    ids=["truncated", "hallucinated", "missing_required", "placeholder"],
+)
+def test_invalid_calls_are_corrected_on_the_same_tier(asynchronous: bool, bad: Reply) -> None:
+    """An invalid call gets one precise correction and the fixed call comes back."""
+    run = _run([bad, GOOD], asynchronous=asynchronous)
+    assert run.calls() == [("read_file", {"path": "setup.cfg"})]
+    assert run.report.corrections == 1
+    assert run.report.tier == "fast"
+    correction = run.requests[1].messages
+    assert any(m.get("role") == "tool" for m in correction)
+
+
+@MODES
+@pytest.mark.parametrize("style", ["hermes", "function_tag", "python_tag", "mistral", "fenced"])
+def test_text_embedded_calls_become_tool_calls(asynchronous: bool, style: Any) -> None:
+    """A call written as text (local-model formats) arrives as a real tool call."""
+    run = _run(
+        [Reply.embedded("read_file", {"path": "setup.cfg"}, style=style)], asynchronous=asynchronous
+    )
+    assert run.calls() == [("read_file", {"path": "setup.cfg"})]
+    assert run.answer.choices[0].finish_reason == "tool_calls"
+
+
+@MODES
+def test_validation_failure_after_corrections_escalates(asynchronous: bool) -> None:
+    """Still invalid after every correction: the next tier answers, and the report says why."""
+    bad = Reply.call("delete_everything", {})
+    run = _run({"small": [bad] * 4, "big": [GOOD]}, asynchronous=asynchronous)
+    assert run.calls() == [("read_file", {"path": "setup.cfg"})]
+    assert (run.report.tier, run.report.escalated_from) == ("premium", "fast")
+    assert run.report.reasons == ("tool_validation_failure",)
+    assert any(e.kind == "escalated" for e in run.events)
+
+
+@MODES
+def test_rate_limit_with_retry_after_is_waited_out(asynchronous: bool) -> None:
+    """429 with Retry-After: the guard waits that long (its only retry layer) and retries."""
+    run = _run([Fault.rate_limit(retry_after=2), GOOD], asynchronous=asynchronous)
+    assert run.report.retries == 1
+    assert run.report.tier == "fast"
+    assert run.slept
+    assert run.slept[0] >= 2
+
+
+@MODES
+def test_rate_limit_with_retry_after_ms_is_honoured(asynchronous: bool) -> None:
+    """retry-after-ms wins over a coarser Retry-After."""
+    run = _run(
+        [Fault.rate_limit(retry_after=None, retry_after_ms=1500), GOOD], asynchronous=asynchronous
+    )
+    assert run.slept
+    assert 1.5 <= run.slept[0] < 2.5
+
+
+@MODES
+def test_a_retry_after_beyond_the_cap_escalates_instead_of_waiting(asynchronous: bool) -> None:
+    """A one-hour Retry-After is not waited for: the next tier serves now."""
+    run = _run(
+        {"small": [Fault.rate_limit(retry_after=3600)], "big": [GOOD]}, asynchronous=asynchronous
+    )
+    assert run.report.tier == "premium"
+    assert run.report.reasons == ("rate_limited",)
+    assert all(s < 3600 for s in run.slept)
+
+
+@MODES
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [(Fault.server_error(503), "server_error"), (Fault.timeout(), "timeout")],
+    ids=["5xx", "timeout"],
+)
+def test_a_dead_tier_escalates(asynchronous: bool, fault: Fault, reason: str) -> None:
+    """Repeated 5xx or timeouts: retried once (max_retries_before_escalate), then the next tier."""
+    run = _run({"small": [fault] * 2, "big": [GOOD]}, asynchronous=asynchronous)
+    assert run.report.tier == "premium"
+    assert run.report.reasons == (reason,)
+    assert [r.model for r in run.requests] == ["small", "small", "big"]
+
+
+@MODES
+def test_every_tier_dead_raises_tiers_exhausted_with_the_history(asynchronous: bool) -> None:
+    """When the chain is exhausted the error carries every attempt."""
+    run = _run({"*": [Fault.server_error(500)] * 10}, asynchronous=asynchronous)
+    assert isinstance(run.error, ag.TiersExhausted)
+    assert {a.tier for a in run.error.attempts} == {"fast", "premium"}
+
+
+@MODES
+def test_a_client_error_is_not_retried(asynchronous: bool) -> None:
+    """A 400 (context too long) comes back as the SDK's own error, at once."""
+    run = _run([Fault.context_length()], asynchronous=asynchronous)
+    assert isinstance(run.error, openai.BadRequestError)
+    assert len(run.requests) == 1
+
+
+@MODES
+def test_degenerate_text_escalates(asynchronous: bool) -> None:
+    """An answer that degenerates into repetition is a loop: the next tier answers."""
+    run = _run(
+        {"small": [Reply.degenerate("I will try again.", times=40)], "big": [Reply.text("done")]},
+        asynchronous=asynchronous,
+    )
+    assert run.answer.choices[0].message.content == "done"
+    assert run.report.reasons == ("loop_detected",)
+
+
+@MODES
+def test_missing_usage_is_estimated(asynchronous: bool) -> None:
+    """A server that reports no usage still gets accounted, marked as estimated."""
+    run = _run([Reply.text("fine", usage=None)], asynchronous=asynchronous)
+    assert run.report.usage.estimated
+    assert run.report.usage.total_tokens > 0
+
+
+@MODES
+def test_hard_stop_budget_refuses_before_calling(asynchronous: bool) -> None:
+    """A session over its budget under hard_stop raises BudgetExceeded and calls nothing."""
+    config = _config(token_budget={"per_session": 10, "policy": "hard_stop"})
+    run = _run([GOOD], asynchronous=asynchronous, config=config)
+    assert isinstance(run.error, ag.BudgetExceeded)
+    assert run.requests == []
+
+
+@MODES
+def test_confirm_mode_without_a_callback_raises_the_choice(asynchronous: bool) -> None:
+    """No silent failover: the options, the reason and the spend come back to the caller."""
+    config = _config(escalation={"mode": "confirm"})
+    run = _run(
+        {"small": [Fault.server_error(503)] * 2, "big": [GOOD]},
+        asynchronous=asynchronous,
+        config=config,
+    )
+    assert isinstance(run.error, ag.EscalationRequired)
+    prompt = run.error.prompt
+    assert set(prompt.options) == {Choice.RETRY, Choice.USE_BACKUP, Choice.CANCEL}
+    assert prompt.reason == "server_error"
+    assert [r.model for r in run.requests] == ["small", "small"]
+
+
+@MODES
+@pytest.mark.parametrize(
+    ("choice", "served"), [(Choice.USE_BACKUP, "premium"), (Choice.RETRY, "fast")]
+)
+def test_confirm_mode_follows_the_users_choice(
+    asynchronous: bool, choice: Choice, served: str
+) -> None:
+    """The callback's answer decides: use the backup tier, or try the same tier again."""
+    asked: list[EscalationPrompt] = []
+
+    def confirm(prompt: EscalationPrompt) -> Choice:
+        asked.append(prompt)
+        return choice
+
+    config = _config(escalation={"mode": "confirm"})
+    script = {"small": [Fault.server_error(503)] * 2 + [GOOD], "big": [GOOD]}
+    run = _run(script, asynchronous=asynchronous, config=config, confirm=confirm)
+    assert run.report.tier == served
+    assert len(asked) == 1
+
+
+@MODES
+def test_off_mode_never_changes_tier(asynchronous: bool) -> None:
+    """escalation.mode off: the failing tier's error comes back; the backup is never called."""
+    config = _config(escalation={"mode": "off"})
+    run = _run(
+        {"small": [Fault.server_error(503)] * 2, "big": [GOOD]},
+        asynchronous=asynchronous,
+        config=config,
+    )
+    assert run.error is not None
+    assert all(r.model == "small" for r in run.requests)
+
+
+def test_a_tool_loop_across_turns_is_warned_then_stopped() -> None:
+    """The same call with the same result turn after turn: a hint first, then LoopDetected."""
+    model = ScriptedModel([GOOD], cycle=True)
+    client = ag.wrap(
+        openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.Client(transport=model.mock_transport(http)),
+        ),
+        _config(escalation={"mode": "off"}),
+    )
+    messages: list[dict[str, Any]] = list(MESSAGES)
+    warned = False
+    with pytest.raises(ag.LoopDetected) as info:  # noqa: PT012 - the loop is the behaviour
+        for _ in range(40):
+            answer = client.chat.completions.create(model="fast", messages=messages, tools=TOOLS)
+            warned = warned or bool(ag.report_of(answer).warnings)
+            message = answer.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            call_id = message.tool_calls[0].id
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": "[same]"})
+    assert warned
+    assert info.value.to_error()["type"] == "loop_detected"
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+def _stream(
+    script: Any, config: ag.GuardConfig | None = None
+) -> tuple[list[Any], Any, ScriptedModel]:
+    model = ScriptedModel(script)
+    clock = FakeClock()
+    client = ag.wrap(
+        openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.Client(transport=model.mock_transport(http)),
+        ),
+        config or _config(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(0),
+    )
+    stream = client.chat.completions.create(
+        model="fast",
+        messages=MESSAGES,
+        tools=TOOLS,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    return list(stream), stream, model
+
+
+def _streamed_calls(chunks: list[Any]) -> list[str]:
+    return [
+        tc.function.name
+        for c in chunks
+        if c.choices
+        for tc in (c.choices[0].delta.tool_calls or [])
+    ]
+
+
+def test_streaming_text_embedded_call_is_released_as_a_tool_call() -> None:
+    """A streamed call written as text arrives as a whole tool-call chunk."""
+    chunks, stream, _ = _stream([Reply.embedded("read_file", {"path": "a"}, style="hermes")])
+    assert _streamed_calls(chunks) == ["read_file"]
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "tool_calls"
+    assert ag.report_of(stream).repairs
+
+
+def test_streaming_invalid_call_is_corrected_before_release() -> None:
+    """A hallucinated streamed call is never released; the corrected one is."""
+    chunks, stream, model = _stream([Reply.call("delete_everything", {}), GOOD])
+    assert _streamed_calls(chunks) == ["read_file"]
+    assert len(model.requests) == 2
+    assert ag.report_of(stream).corrections == 1
+
+
+def test_streaming_dead_tier_escalates_before_any_content() -> None:
+    """A stream whose tier is down is served by the next tier."""
+    chunks, stream, _ = _stream({"small": [Fault.server_error(503)] * 2, "big": [Reply.text("hi")]})
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hi"
+    assert ag.report_of(stream).tier == "premium"
+
+
+def test_streaming_rate_limit_is_retried() -> None:
+    """429 before the stream starts: waited out and retried on the same tier."""
+    chunks, stream, _ = _stream([Fault.rate_limit(retry_after=1), Reply.text("hello")])
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hello"
+    assert ag.report_of(stream).retries == 1
+
+
+def test_streaming_degenerate_text_is_cut() -> None:
+    """A degenerating stream stops early with finish_reason length."""
+    chunks, stream, _ = _stream([Reply.degenerate("over and over again.", times=300)])
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == ["length"]
+    assert any("stream cut" in w for w in ag.report_of(stream).warnings)
+
+
+def test_streaming_usage_chunk_reaches_the_caller() -> None:
+    """With include_usage the caller still gets the usage chunk (choices == []) at the end."""
+    chunks, stream, _ = _stream([Reply.call("delete_everything", {}), GOOD])
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.total_tokens > 0
+    assert chunks[-2].choices[0].finish_reason == "tool_calls"

@@ -1,0 +1,177 @@
+"""agentguard.wrap(): ``responses.create`` through the real openai client, over an HTTP mock."""
+
+from __future__ import annotations
+
+import json
+import random
+from importlib import import_module
+from typing import Any
+
+import pytest
+
+import agentguard as ag
+from agentguard._responses import (
+    ITEM,
+    messages_to_items,
+    request_from_responses,
+    response_from_responses,
+    responses_output,
+)
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+
+openai = pytest.importorskip("openai")
+http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+CONFIG = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}},
+        "escalation": {"chain": ["fast", "premium"], "max_retries_before_escalate": 1},
+        "memory_pressure": {"enabled": False},
+        "token_budget": {"max_output_tokens": 512},
+    },
+    env={},
+)
+TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+    {"type": "web_search_preview"},
+]
+
+
+def _client(model: ScriptedModel, *, asynchronous: bool = False) -> Any:
+    clock = FakeClock()
+    opts: dict[str, Any] = {"clock": clock, "rng": random.Random(0)}
+    if asynchronous:
+        client: Any = openai.AsyncOpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.AsyncClient(transport=model.mock_transport(http)),
+        )
+        return ag.wrap(client, CONFIG, sleep=clock.asleep, **opts)
+    client = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://scripted.invalid/v1",
+        http_client=http.Client(transport=model.mock_transport(http)),
+    )
+    return ag.wrap(client, CONFIG, sleep=clock.sleep, **opts)
+
+
+def test_responses_create_returns_a_response_with_a_report() -> None:
+    """A clean Responses call comes back as the SDK's Response, with a report and usage."""
+    model = ScriptedModel([Reply.call("read_file", {"path": "a.txt"})])
+    response = _client(model).responses.create(model="fast", input="read a.txt", tools=TOOLS)
+    assert type(response).__name__ == "Response"
+    call = response.output[0]
+    assert (call.type, call.name, json.loads(call.arguments)) == (
+        "function_call",
+        "read_file",
+        {"path": "a.txt"},
+    )
+    report = ag.report_of(response)
+    assert report is not None
+    assert report.tier == "fast"
+    assert report.usage.total_tokens > 0
+    sent = model.requests[0]
+    assert sent.model == "small"
+    assert sent.params["max_output_tokens"] == 512
+    assert "max_tokens" not in sent.params
+
+
+def test_responses_text_embedded_call_is_repaired_into_a_function_call_item() -> None:
+    """A tool call written as text becomes a function_call output item."""
+    model = ScriptedModel([Reply.embedded("read_file", {"path": "b.txt"}, style="hermes")])
+    response = _client(model).responses.create(model="fast", input="read b.txt", tools=TOOLS)
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("read_file", {"path": "b.txt"})]
+    assert ag.report_of(response).repairs
+
+
+def test_responses_hallucinated_tool_is_corrected_with_function_call_output_items() -> None:
+    """An unknown tool gets a re-ask whose input carries the call and its error as items."""
+    model = ScriptedModel(
+        [Reply.call("wipe_disk", {"force": True}), Reply.call("read_file", {"path": "c.txt"})]
+    )
+    response = _client(model).responses.create(
+        model="fast",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "read c.txt"}]}],
+        tools=TOOLS,
+    )
+    assert response.output[0].name == "read_file"
+    assert ag.report_of(response).corrections == 1
+    retry_input = model.requests[1].messages
+    kinds = [m[ITEM].get("type", "message") if ITEM in m else m["role"] for m in retry_input]
+    assert kinds[0] == "message"  # the user's own item, unchanged
+    body = messages_to_items(retry_input)
+    assert [i.get("type") for i in body[1:]] == ["function_call", "function_call_output"]
+    assert "wipe_disk" in body[2]["output"]
+
+
+@pytest.mark.anyio
+async def test_async_responses_escalate_past_a_dead_tier() -> None:
+    """A dead first tier moves an async Responses call to the next tier, reported."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 4, "big": [Reply.text("done")]})
+    with capture_events() as events:
+        response = await _client(model, asynchronous=True).responses.create(
+            model="fast", input="hi"
+        )
+    assert response.output_text == "done"
+    report = ag.report_of(response)
+    assert (report.tier, report.escalated_from) == ("premium", "fast")
+    assert any(e.kind == "escalated" for e in events)
+
+
+def test_responses_streaming_passes_through_unguarded() -> None:
+    """``stream=True`` on Responses is passed to the client as is (not guarded yet)."""
+    model = ScriptedModel([Reply.text("x")])
+    with pytest.raises(openai.BadRequestError):
+        _client(model).responses.create(model="small", input="hi", stream=True)
+
+
+def test_items_round_trip_unchanged() -> None:
+    """Input items the guard did not change go back exactly as they came (reasoning too)."""
+    items = [
+        {"role": "developer", "content": "be brief"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+    ]
+    request = request_from_responses({"model": "m", "input": items, "tools": TOOLS})
+    assert messages_to_items(request.messages) == items
+    assert [t["function"]["name"] for t in request.tools] == ["read_file"]
+    assert [m["role"] for m in request.messages][2:4] == ["assistant", "tool"]
+
+
+def test_output_rewrite_keeps_other_items_and_carries_the_repaired_calls() -> None:
+    """Rewriting the output keeps reasoning items and replaces text and calls."""
+    body = {
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {
+                "type": "message",
+                "id": "m1",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "<tool_call>...</tool_call>", "annotations": []}
+                ],
+            },
+        ],
+        "status": "completed",
+    }
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c9", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    out = responses_output(body, message)
+    assert [i["type"] for i in out] == ["reasoning", "function_call"]
+    back = response_from_responses({"output": out})
+    assert back.finish_reason == "tool_calls"
+    assert back.message["tool_calls"][0]["id"] == "c9"
