@@ -1,5 +1,5 @@
 """The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
-one session per framework integration (``litellm``).
+``docs``, one session per framework integration (``litellm``).
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
 Python (and ``pip install nox``) can run all of them.
@@ -86,6 +86,19 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job on its embedded default: scan the bundled looping-agent transcript."""
-    session.install(".")
-    session.run("agentguard", "scan", "examples/looping_agent.jsonl", *session.posargs)
+    """The main job on its embedded default: ``agentguard demo`` (offline, no API key).
+
+    A small agent runs through the real openai client wrapped by agentguard, against a scripted
+    model that injects every failure mode; pass demo options after ``--``.
+    """
+    session.install(".[openai]")
+    session.run("agentguard", "demo", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (MkDocs, Material, mkdocstrings) with warnings as errors."""
+    session.install("-e", ".[docs]")
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    site = session.posargs[0] if session.posargs else "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", site)

@@ -419,7 +419,7 @@ def test_streaming_degenerate_text_is_cut() -> None:
 
 def test_streaming_usage_chunk_reaches_the_caller() -> None:
     """With include_usage the caller still gets the usage chunk (choices == []) at the end."""
-    chunks, stream, _ = _stream([Reply.call("delete_everything", {}), GOOD])
+    chunks, _, _ = _stream([Reply.call("delete_everything", {}), GOOD])
     last = chunks[-1]
     assert last.choices == []
     assert last.usage is not None

@@ -404,7 +404,7 @@ class Pipeline:
                 )
             )
             decision = self.retry.decide(call.transient, classification)
-            if decision.retry:
+            if decision.retry and breaker.state != "open":  # a just-opened breaker: move on now
                 call.transient += 1
                 b.retries += 1
                 yield Sleep(decision.delay)
@@ -520,7 +520,7 @@ class Pipeline:
             prompt = self.policy.prompt(
                 decision,
                 current,
-                message=decision.message,
+                message=_what_failed(error, decision),
                 tokens_spent=b.usage.total_tokens,
                 cost_spent=b.cost,
                 attempts=len(b.attempts),
@@ -654,6 +654,16 @@ class _Call:
         self.transient = 0
         self.corrections = 0
         self.messages = self.base_messages
+
+
+def _what_failed(error: BaseException | None, decision: EscalationDecision) -> str:
+    """What went wrong, briefly, for the confirm-mode question (redacted by ``classify``)."""
+    if error is None:
+        return decision.reason.replace("_", " ")
+    classification = classify(error)
+    if classification.status_code is not None:
+        return f"HTTP {classification.status_code} ({classification.error_class.value})"
+    return classification.reason
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:
