@@ -246,6 +246,21 @@ def test_transcript_loop_break_raises_structured_error() -> None:
     assert model.requests == []
 
 
+def test_transcript_loop_break_escalates_and_reports_the_serving_tier() -> None:
+    """With a stronger tier, a transcript loop moves the call there, and the report says so."""
+    model = ScriptedModel({"medium": [Reply.text("stuck: stopping")]})
+    guard, _ = _guard(model)
+    response = guard.complete(_req(tools=False, messages=_looping_history(40)))
+    report = report_of(response)
+    assert report is not None
+    assert (report.tier, report.escalated_from, report.reasons) == (
+        "standard",
+        "fast",
+        ("loop_detected",),
+    )
+    assert [r.model for r in model.requests] == ["medium"]
+
+
 def test_loop_warning_adds_a_hint_for_the_model() -> None:
     """A loop at WARNING lets the call through with a hint appended for the model."""
     model = ScriptedModel([Reply.text("ok")], cycle=True)

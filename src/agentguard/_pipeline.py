@@ -342,7 +342,7 @@ class Pipeline:
                 count=verdict.count,
                 session=sid,
             )
-            call.tier = yield from self._trigger(call, "loop_detected", error)
+            call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
         elif verdict.severity >= Severity.WARNING:
             b.warnings.append(verdict.message)
             messages = _with_hint(messages, verdict.message)
