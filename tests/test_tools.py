@@ -35,7 +35,7 @@ from agentguard.events import (
     ToolDeadLettered,
     ToolFallbackUsed,
 )
-from agentguard.exceptions import ModelError
+from agentguard.exceptions import ModelError, StoreError
 from agentguard.resilience import Classification, ErrorClass, RetryPolicy
 from agentguard.storage import MemoryStore, RedisStore, Store
 from agentguard.testing import CapturedEvents, FakeClock, capture_events
@@ -838,3 +838,45 @@ async def test_sync_call_of_an_async_tool_inside_a_running_loop_is_refused_clear
     with pytest.raises(RuntimeError, match="acall"):
         tools.call("fetch", {})
     assert (await tools.acall("fetch", {})).value == "x"
+
+
+class _DeadStore(MemoryStore):
+    """A store whose every breaker and record operation fails as an unreachable server would."""
+
+    def _down(self, *args: Any, **kwargs: Any) -> Any:
+        from agentguard.exceptions import StoreUnavailable
+
+        raise StoreUnavailable("store is down")
+
+    breaker_allow = breaker_record = breaker_view = _down
+    claim = put = get = items = delete = _down
+
+
+def test_an_unreachable_store_fails_open_and_says_so() -> None:
+    """With the store down, tools still run (fail open) and a store_fallback event tells why."""
+    tools = ToolGuard(store=_DeadStore())
+
+    @tools.tool(side_effecting=True, idempotent=True)
+    def send(text: str) -> str:
+        return f"sent {text}"
+
+    with capture_events() as events:
+        outcome = tools.call("send", {"text": "hi"})
+    assert outcome.ok
+    assert outcome.value == "sent hi"
+    assert any(e.kind == "store_fallback" for e in events)
+
+
+def test_an_unreachable_store_raises_when_fail_closed() -> None:
+    """fail_mode closed: the store's failure is raised, the tool does not run unguarded."""
+    ran: list[str] = []
+    tools = ToolGuard(GuardConfig.from_dict({"fail_mode": "closed"}, env={}), store=_DeadStore())
+
+    @tools.tool(side_effecting=True, idempotent=True)
+    def send(text: str) -> str:
+        ran.append(text)
+        return "sent"
+
+    with pytest.raises(StoreError):
+        tools.call("send", {"text": "hi"})
+    assert ran == []
