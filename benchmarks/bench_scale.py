@@ -100,7 +100,8 @@ def _import_cost(runs: int) -> Table:
     for label, module in (
         ("python alone", "sys"),
         ("pydantic + jsonschema + rapidfuzz + blake3", "pydantic, jsonschema, rapidfuzz, blake3"),
-        ("agentguard", "agentguard"),
+        ("agentguard (names load on first use)", "agentguard"),
+        ("agentguard + everything the guard pipeline uses", "agentguard.guard, agentguard.tools"),
         ("openai", "openai"),
     ):
         sample = probe(module)

@@ -7,35 +7,39 @@ API of the library.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from agentguard import __version__
 
-from . import _config, _demo, _scan
-
 __all__ = ["main"]
 
-_COMMANDS = (_demo, _scan, _config)
+#: subcommand -> its module; only the one being run is imported (start-up time is throughput
+#: for ``scan`` over many small files).
+_COMMANDS = {"demo": "._demo", "scan": "._scan", "config": "._config"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand (or just ``only``) registered."""
     parser = argparse.ArgumentParser(
         prog="agentguard",
         description="A reliability layer for LLM agents.",
     )
     parser.add_argument("--version", action="version", version=f"agentguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in _COMMANDS:
-        command.register(sub)
+    for name, module in _COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module, __name__).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(first if first in _COMMANDS else None)
+    args = parser.parse_args(args_list)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return 2
