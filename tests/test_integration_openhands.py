@@ -10,7 +10,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
 os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,8 @@ def llm(script: list[Message], config: dict[str, Any] | None = None, **kw: Any) 
 
 
 @pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
+def _reset() -> None:
     CITIES.clear()
-    yield
 
 
 def start(model: Any, tmp_path: Path) -> Any:
@@ -148,7 +147,8 @@ def test_malformed_arguments_are_repaired_and_the_tool_runs(tmp_path: Path) -> N
     assert CITIES == ["Paris"]
     assert errors(conversation) == []
     first = report(conversation).guard_reports[0]
-    assert first.repairs and first.corrections == 0
+    assert first.repairs
+    assert first.corrections == 0
 
 
 def test_hallucinated_tool_name_is_corrected(tmp_path: Path) -> None:

@@ -13,10 +13,11 @@ serialised with the conversation. Streaming callbacks (``on_token``) still see e
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, PrivateAttr, SecretStr
@@ -26,7 +27,8 @@ from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, usage
 
 from ._lazy import require
 
-__all__ = ["GuardMixin", "GuardedLLM", "OpenHandsReport", "report"]
+# GuardedLLM is built by the module __getattr__ on first use (it subclasses the SDK's LLM).
+__all__ = ["GuardMixin", "GuardedLLM", "OpenHandsReport", "report"]  # noqa: F822
 
 _CHAT_FLAGS = {
     "cache_enabled": False,
@@ -63,11 +65,7 @@ _CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
 )
 
 
-def _text(content: Any) -> str:
-    return content if isinstance(content, str) else ""
-
-
-def _to_sdk(chat: Mapping[str, Any], original: Any | None, origin: str) -> Any:
+def _to_sdk(chat: Mapping[str, Any], original: Any | None, method: str) -> Any:
     """A chat message as the SDK's ``Message``, keeping what the guard did not change."""
     sdk = _sdk("openhands.sdk.llm")
     calls = None
@@ -81,9 +79,10 @@ def _to_sdk(chat: Mapping[str, Any], original: Any | None, origin: str) -> Any:
             calls.append(
                 old.model_copy(update=fields)
                 if old is not None
-                else sdk.MessageToolCall(id=c.get("id") or "call", origin=origin, **fields)
+                else sdk.MessageToolCall(id=c.get("id") or "call", origin=method, **fields)
             )
-    content = [sdk.TextContent(text=_text(chat.get("content")))]
+    text = chat.get("content")
+    content = [sdk.TextContent(text=text if isinstance(text, str) else "")]
     if original is not None and original.role == chat.get("role"):
         return original.model_copy(update={"content": content, "tool_calls": calls})
     return sdk.Message(
@@ -101,12 +100,8 @@ def _messages(request: ModelRequest, call: _Call) -> list[Any]:
     for i, chat in enumerate(request.messages):
         original = call.messages[i] if i < len(call.messages) else None
         same = original is not None and i < len(call.chat) and call.chat[i] == chat
-        out.append(original if same else _to_sdk(chat, original, _origin(call.method)))
+        out.append(original if same else _to_sdk(chat, original, call.method))
     return out
-
-
-def _origin(method: str) -> str:
-    return "responses" if method == "responses" else "completion"
 
 
 def _neutral(result: Any) -> ModelResponse:
@@ -127,17 +122,13 @@ def _neutral(result: Any) -> ModelResponse:
     )
 
 
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return all((a.get(k) or None) == (b.get(k) or None) for k in ("content", "tool_calls"))
-
-
 def _result(response: ModelResponse, method: str) -> Any:
     """The ``LLMResponse`` to hand back: the SDK's own, rebuilt only if the guard changed it."""
     result = response.raw
-    before = result.message.to_chat_dict(**_CHAT_FLAGS)
-    if _same(before, response.message):
+    before, after = result.message.to_chat_dict(**_CHAT_FLAGS), response.message
+    if all((before.get(k) or None) == (after.get(k) or None) for k in ("content", "tool_calls")):
         return result
-    message = _to_sdk(response.message, result.message, _origin(method))
+    message = _to_sdk(response.message, result.message, method)
     return result.model_copy(update={"message": message})  # keeps the attached report
 
 
@@ -179,11 +170,12 @@ class _Transport:
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
 
-    def astream(self, request: ModelRequest) -> Any:
+    def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
 
 
 def _transport_for(tier: Tier) -> _Transport:
+    # A function, not the class: the class itself would pass for a transport.
     return _Transport(tier)
 
 
@@ -227,26 +219,32 @@ class GuardMixin(BaseModel):
         """The guard's decision that stopped a call (``LoopDetected`` ...), if one did."""
         return self._ag_stopped[-1] if self._ag_stopped else None
 
-    def _ag_guard(self, kind: str) -> Any:
-        guard = self._ag_guards.get(kind)
+    def _ag_guard(self, cls: type[Guard] | type[AsyncGuard]) -> Any:
+        guard = self._ag_guards.get(cls.__name__)
         if guard is None:
-            shared = self._ag_guards.get("sync") or self._ag_guards.get("async")
             options = dict(self._ag_options)
-            if shared is not None:  # one budget for both
-                options.setdefault("ledger", shared.pipeline.ledger)
-            cls = Guard if kind == "sync" else AsyncGuard
-            guard = self._ag_guards[kind] = cls(_transport_for, self._ag_config, **options)
+            for other in self._ag_guards.values():  # sync and async calls share one budget
+                options.setdefault("ledger", other.pipeline.ledger)
+            guard = self._ag_guards[cls.__name__] = cls(_transport_for, self._ag_config, **options)
         return guard
 
-    def _ag_call(
+    @contextlib.contextmanager
+    def _ag_scope(
         self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]
-    ) -> tuple[_Call, ModelRequest]:
+    ) -> Iterator[ModelRequest]:
+        """The guard's view of one call (chat form), and the context its transport reads."""
         add_risk = bool(kwargs.get("add_security_risk_prediction"))
         chat_tools = [t.to_openai_tool(add_security_risk_prediction=add_risk) for t in tools or ()]
         chat = [m.to_chat_dict(**_CHAT_FLAGS) for m in messages]
         params = {"tools": chat_tools} if chat_tools else {}
-        request = ModelRequest(model=str(getattr(self, "model", "")), messages=chat, params=params)
-        return _Call(self, method, list(messages), chat, tools, kwargs), request
+        token = _CURRENT.set(_Call(self, method, list(messages), chat, tools, kwargs))
+        try:
+            yield ModelRequest(model=str(getattr(self, "model", "")), messages=chat, params=params)
+        except AgentGuardError as exc:
+            self._ag_stopped.append(exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
 
     def _ag_done(self, response: ModelResponse, method: str) -> Any:
         if response.report is not None:
@@ -256,29 +254,15 @@ class GuardMixin(BaseModel):
     def _ag_run(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
         if _CURRENT.get() is not None:  # the SDK calling itself inside a guarded call
             return getattr(super(), method)(messages, tools, **kwargs)
-        call, request = self._ag_call(method, messages, tools, kwargs)
-        token = _CURRENT.set(call)
-        try:
-            response = self._ag_guard("sync").complete(request)
-        except AgentGuardError as exc:
-            self._ag_stopped.append(exc)
-            raise
-        finally:
-            _CURRENT.reset(token)
+        with self._ag_scope(method, messages, tools, kwargs) as request:
+            response = self._ag_guard(Guard).complete(request)
         return self._ag_done(response, method)
 
     async def _ag_arun(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
         if _CURRENT.get() is not None:
             return await getattr(super(), "a" + method)(messages, tools, **kwargs)
-        call, request = self._ag_call(method, messages, tools, kwargs)
-        token = _CURRENT.set(call)
-        try:
-            response = await self._ag_guard("async").acomplete(request)
-        except AgentGuardError as exc:
-            self._ag_stopped.append(exc)
-            raise
-        finally:
-            _CURRENT.reset(token)
+        with self._ag_scope(method, messages, tools, kwargs) as request:
+            response = await self._ag_guard(AsyncGuard).acomplete(request)
         return self._ag_done(response, method)
 
     def completion(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
@@ -323,10 +307,11 @@ def report(conversation: Any) -> OpenHandsReport:
     detector = getattr(conversation, "stuck_detector", None)
     stuck = status == "stuck" or bool(detector is not None and detector.is_stuck())
     llm = conversation.agent.llm
-    reports = llm.guard_reports if isinstance(llm, GuardMixin) else ()
-    stop = llm.guard_stop if isinstance(llm, GuardMixin) else None
+    if not isinstance(llm, GuardMixin):
+        return OpenHandsReport(status, stuck, None, (), ())
+    reports = llm.guard_reports
     warnings = tuple(w for r in reports for w in r.warnings)
-    return OpenHandsReport(status, stuck, stop, reports, warnings)
+    return OpenHandsReport(status, stuck, llm.guard_stop, reports, warnings)
 
 
 _CLASSES: dict[str, type] = {}
@@ -337,10 +322,6 @@ def __getattr__(name: str) -> Any:
     if name != "GuardedLLM":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name not in _CLASSES:
-        base = _sdk("openhands.sdk.llm").LLM
-        _CLASSES[name] = type(
-            "GuardedLLM",
-            (GuardMixin, base),
-            {"__module__": __name__, "__doc__": "The OpenHands ``LLM``, guarded."},
-        )
+        doc = {"__module__": __name__, "__doc__": "The OpenHands ``LLM``, guarded."}
+        _CLASSES[name] = type(name, (GuardMixin, _sdk("openhands.sdk.llm").LLM), doc)
     return _CLASSES[name]
