@@ -15,6 +15,10 @@ nox.options.error_on_missing_interpreters = False
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 # Real tool schemas for the validator tests; its own dependencies (model runners) are not needed.
 BFCL = "bfcl-eval==2026.3.23"
+# The newest OpenHands SDK that installs from the package index here: 1.58.1 and 1.58.2 require
+# certifi>=2026.10.19, which the index does not have yet. 1.58.0 brings litellm<1.106 (never a
+# 1.107.x, which was reported compromised).
+OPENHANDS_SDK = "openhands-sdk==1.58.0"
 
 
 def _install_for_tests(session: nox.Session) -> None:
@@ -35,6 +39,14 @@ def tests_openai2(session: nox.Session) -> None:
     _install_for_tests(session)
     session.install("openai>=2,<3")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.12")
+def openhands(session: nox.Session) -> None:
+    """The OpenHands adapter against the real SDK (Python >= 3.12), offline."""
+    session.install("-e", ".[dev]", OPENHANDS_SDK)
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
+    session.run("pytest", "tests/test_integration_openhands.py", *session.posargs, env=env)
 
 
 @nox.session
