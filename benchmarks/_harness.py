@@ -14,6 +14,8 @@ import time
 import timeit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -25,11 +27,16 @@ class Table:
     rows: list[Sequence[object]] = field(default_factory=list)
     description: str = ""
     notes: list[str] = field(default_factory=list)
+    #: an optional plot: (file name, a function drawing it into a matplotlib Axes)
+    figure: tuple[str, Callable[[Any], None]] | None = None
 
-    def to_markdown(self) -> str:
+    def to_markdown(self, images: Path | None = None) -> str:
+        """The table in Markdown; with ``images`` (a folder), its plot is drawn there too."""
         lines = [f"### {self.title}", ""]
         if self.description:
             lines += [self.description, ""]
+        if self.figure is not None and images is not None and _draw(self.figure, images):
+            lines += [f"![{self.title}]({images.name}/{self.figure[0]})", ""]
         lines.append("| " + " | ".join(self.columns) + " |")
         lines.append("|" + "|".join("---" for _ in self.columns) + "|")
         for row in self.rows:
@@ -39,6 +46,25 @@ class Table:
             lines += [f"- {n}" for n in self.notes]
         lines.append("")
         return "\n".join(lines)
+
+
+def _draw(figure: tuple[str, Callable[[Any], None]], images: Path) -> bool:
+    """Draw a table's plot into ``images``; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    name, draw = figure
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    draw(ax)
+    fig.tight_layout()
+    images.mkdir(parents=True, exist_ok=True)
+    fig.savefig(images / name)
+    plt.close(fig)
+    return True
 
 
 def _cell(value: object) -> str:

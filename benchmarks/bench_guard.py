@@ -177,10 +177,22 @@ def _pipeline_table(config: Any, tools: Any, reply: Any, repeat: int, min_time: 
         pipeline_rows.append([f"{size} messages", bare, full, full - bare])
     flat = own[3000] / own[30]
     at_1000 = own[1000] / own[30]
+
+    def draw(ax: Any) -> None:
+        sizes = sorted(own)
+        ax.plot(sizes, [own[n] for n in sizes], marker="o", label="guard's own cost")
+        ax.set_xscale("log")
+        ax.set_ylim(0, max(own.values()) * 1.5)
+        ax.set_xlabel("messages in the history")
+        ax.set_ylabel("µs per call")
+        ax.set_title("The pipeline's own cost stays flat as the history grows")
+        ax.legend(fontsize=8)
+
     return Table(
         "The pipeline's own cost vs history length (Guard over the scripted transport, no HTTP)",
         ["history", "transport alone µs", "guarded µs", "guard overhead µs"],
         pipeline_rows,
+        figure=("overhead_vs_history.png", draw),
         notes=[
             f"Overhead at 1,000 messages vs 30: {at_1000:.2f}× (goal ≤ 1.2×: "
             f"{verdict(at_1000, 1.2)}); at 3,000: {flat:.2f}×. A session's messages are judged "

@@ -1,6 +1,7 @@
 """Run every benchmark and rewrite ``docs/benchmarks.md``.
 
 Usage: ``nox -s bench`` (or ``python benchmarks/run.py [--quick] [--only NAME] [--output FILE]``).
+With ``--only``, the other modules' sections of an existing report are kept.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +47,26 @@ def _machine() -> list[str]:
     ]
 
 
+_MARK = "<!-- section: {} -->"
+_MARK_RE = re.compile(r"^<!-- section: (\w+) -->$", re.M)
+
+
+def _sections(path: Path) -> dict[str, str]:
+    """The per-module sections of an existing report (empty when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    marks = list(_MARK_RE.finditer(text))
+    return {
+        m.group(1): text[
+            m.end() + 1 : (marks[i + 1].start() if i + 1 < len(marks) else len(text))
+        ].rstrip("\n")
+        + "\n"
+        for i, m in enumerate(marks)
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI")
@@ -55,13 +77,17 @@ def main() -> int:
     modules = sorted(p.stem for p in HERE.glob("bench_*.py"))
     if args.only:
         modules = [m for m in modules if m.removeprefix("bench_") in args.only]
-    sections = []
+    sections: dict[str, str] = {}
     for name in modules:
         print(f"running {name} ...", flush=True)
         module = importlib.import_module(name)
-        for table in module.run(quick=args.quick):
-            print(table.to_markdown(), flush=True)
-            sections.append(table.to_markdown())
+        images = Path(args.output).parent / "img"
+        tables = [table.to_markdown(images) for table in module.run(quick=args.quick)]
+        for table in tables:
+            print(table, flush=True)
+        sections[name] = "\n".join(tables)
+    if args.only:  # keep the other modules' sections of the existing report
+        sections = {**_sections(Path(args.output)), **sections}
 
     command = "nox -s bench" if not args.quick else "python benchmarks/run.py --quick"
     header = [
@@ -74,7 +100,8 @@ def main() -> int:
         f"- Command: `{command}`",
         "",
     ]
-    Path(args.output).write_text("\n".join(header + sections), encoding="utf-8")
+    body = [f"{_MARK.format(name)}\n{sections[name]}" for name in sorted(sections)]
+    Path(args.output).write_text("\n".join(header + body), encoding="utf-8")
     print(f"wrote {args.output}")
     return 0
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,7 @@ def test_json_output_is_machine_readable() -> None:
     assert data["transcripts"][1]["findings"] == []
     assert data["summary"]["break"] >= 1
     first = data["transcripts"][0]["findings"][0]
-    assert set(first) == {"index", "severity", "detector", "count", "tool", "message"}
+    assert set(first) == {"index", "severity", "category", "detector", "count", "tool", "message"}
 
 
 @pytest.mark.parametrize(("fail_on", "code"), [("warning", 1), ("break", 1), ("never", 0)])
@@ -154,8 +156,174 @@ def test_large_generated_file_streams(tmp_path: Path) -> None:
             fh.write(json.dumps({"id": f"run-{i}", "messages": polling(20)}) + "\n")
     proc = run(path, "--json", "--fail-on", "break")
     assert proc.returncode == 1
-    data = json.loads(proc.stdout)
-    assert data["summary"] == {
+    summary = json.loads(proc.stdout)["summary"]
+    assert {k: summary[k] for k in ("transcripts", "messages", "findings")} == {
         "transcripts": 2_000, "messages": 80_000, "findings": 6_000,
-        "warning": 2_000, "critical": 2_000, "break": 2_000,
     }  # fmt: skip
+    assert (summary["warning"], summary["critical"], summary["break"]) == (2_000, 2_000, 2_000)
+    assert 0 < summary["loop_tokens"] < summary["tokens"]
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_openhands_event_log_is_audited() -> None:
+    """An OpenHands event log: its tool calls, results and usage become a session's audit."""
+    data = json.loads(run(DATA / "openhands_events.json", "--json").stdout)
+    (session,) = data["transcripts"]
+    found = {(f["detector"], f["tool"]) for f in session["findings"]}
+    assert ("poll_no_progress", "execute_bash") in found  # the test run again and again
+    assert ("unknown_tool", "search_codebase") in found  # a tool OpenHands does not have
+    assert not session["tokens_estimated"]  # the model responses carry their usage
+    assert 0 < session["loop_tokens"] < session["tokens"]
+
+
+def test_litellm_request_log_is_audited_against_its_tools() -> None:
+    """LiteLLM request logs: history fed once, calls checked against model_parameters.tools."""
+    data = json.loads(run(DATA / "litellm_requests.jsonl", "--json").stdout)
+    (session,) = data["transcripts"]
+    assert session["id"] == "trip-umbrella-42"
+    found = {(f["detector"], f["tool"], f["severity"]) for f in session["findings"]}
+    assert ("unknown_tool", "get_weather_forecast", "critical") in found
+    assert ("invalid_json", "get_forecast", "warning") in found
+    assert ("text_tool_call", "get_forecast", "warning") in found
+    assert any(d == "poll_no_progress" for d, _, _ in found)
+    assert session["retry_tokens"] > 0  # the rate-limited call and the invalid turns
+    assert session["messages"] == 19  # each message once, not once per request
+
+
+def test_tokens_are_per_session_and_in_total(tmp_path: Path) -> None:
+    """Tokens spent and burnt are reported per session and summed in the summary."""
+    path = tmp_path / "two.jsonl"
+    path.write_text(
+        json.dumps({"id": "loops", "messages": polling(8)})
+        + "\n"
+        + json.dumps({"id": "fine", "messages": polling(1)})
+        + "\n"
+    )
+    data = json.loads(run(path, "--json").stdout)
+    by_id = {t["id"]: t for t in data["transcripts"]}
+    assert by_id["loops"]["loop_tokens"] > 0
+    assert by_id["fine"]["loop_tokens"] == 0
+    assert by_id["loops"]["tokens_estimated"]
+    total = data["summary"]
+    assert total["tokens"] == by_id["loops"]["tokens"] + by_id["fine"]["tokens"]
+    assert total["loop_tokens"] == by_id["loops"]["loop_tokens"]
+
+
+def test_tool_calls_checked_against_declared_tools(tmp_path: Path) -> None:
+    """A transcript's own 'tools' make an undeclared tool name a critical finding."""
+    tools = [{"type": "function", "function": {"name": "get_build", "parameters": {}}}]
+    messages = [
+        tool_call(0, "get_build", {"id": 7}),
+        {"role": "tool", "tool_call_id": "c0", "content": "ok"},
+        tool_call(1, "get_bulid_logs", {"id": 7}),
+    ]
+    path = tmp_path / "declared.jsonl"
+    path.write_text(json.dumps({"id": "t", "tools": tools, "messages": messages}) + "\n")
+    proc = run(path, "--json", "--fail-on", "critical")
+    assert proc.returncode == 1
+    (finding,) = json.loads(proc.stdout)["transcripts"][0]["findings"]
+    assert (finding["detector"], finding["tool"]) == ("unknown_tool", "get_bulid_logs")
+
+
+def test_html_report_is_self_contained(tmp_path: Path) -> None:
+    """--html writes one page with inline styles, a timeline per session, and no external URL."""
+    report = tmp_path / "report.html"
+    proc = run(EXAMPLE, "--html", report)
+    assert proc.returncode == 0, proc.stderr
+    page = report.read_text()
+    assert page.count("<svg") == 2  # one timeline per session
+    assert "ci-triage-8812" in page
+    assert "poll_no_progress" in page
+    assert "<style>" in page
+    assert "http://" not in page
+    assert "https://" not in page
+    assert "<script" not in page
+    assert "<link" not in page
+
+
+def test_html_report_escapes_what_the_trace_says(tmp_path: Path) -> None:
+    """Session names and messages from the trace cannot inject markup into the report."""
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps({"id": "<script>alert(1)</script>", "messages": polling(4)}) + "\n")
+    report = tmp_path / "evil.html"
+    run(path, "--html", report)
+    page = report.read_text()
+    assert "<script>" not in page
+    assert "&lt;script&gt;" in page
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium on this machine (.ci/run installs Debian's chromium); "
+    "the HTML report is not rendered in a browser here",
+)
+def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
+    """The report, rendered by headless Chromium, shows the summary, sessions and findings."""
+    report = tmp_path / "report.html"
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(EXAMPLE.read_text() + (DATA / "litellm_requests.jsonl").read_text())
+    assert run(mixed, "--html", report).returncode == 0
+    browser = _chromium()
+    assert browser is not None
+    proc = subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert "agentguard scan report" in dom
+    for session in ("ci-triage-8812", "typing-utils", "trip-umbrella-42"):
+        assert session in dom
+    assert "tokens burnt in loops" in dom
+    assert "get_weather_forecast" in dom
+    assert dom.count("<svg") == 3
+    assert "no loops or bad tool calls found" in dom
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal, stderr shows a progress bar; piped (the other tests), it shows nothing."""
+    import pty
+
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"messages": polling(5)}) + "\n" for _ in range(500)))
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": SRC, "TERM": "xterm-256color", "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentguard", "scan", str(path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # read the terminal while the scan runs, so it never blocks on it
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out, _ = proc.communicate(timeout=120)
+    reader.join(timeout=30)
+    os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(out)["summary"]["messages"] == 5_000  # stdout stays clean JSON
+    assert "scanning big.jsonl" in b"".join(chunks).decode("utf-8", "replace")

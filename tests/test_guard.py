@@ -246,6 +246,21 @@ def test_transcript_loop_break_raises_structured_error() -> None:
     assert model.requests == []
 
 
+def test_transcript_loop_break_escalates_and_reports_the_serving_tier() -> None:
+    """With a stronger tier, a transcript loop moves the call there, and the report says so."""
+    model = ScriptedModel({"medium": [Reply.text("stuck: stopping")]})
+    guard, _ = _guard(model)
+    response = guard.complete(_req(tools=False, messages=_looping_history(40)))
+    report = report_of(response)
+    assert report is not None
+    assert (report.tier, report.escalated_from, report.reasons) == (
+        "standard",
+        "fast",
+        ("loop_detected",),
+    )
+    assert [r.model for r in model.requests] == ["medium"]
+
+
 def test_loop_warning_adds_a_hint_for_the_model() -> None:
     """A loop at WARNING lets the call through with a hint appended for the model."""
     model = ScriptedModel([Reply.text("ok")], cycle=True)
@@ -315,6 +330,16 @@ def test_a_repeated_message_with_a_reused_call_id_is_still_judged() -> None:
         turns(9)
 
 
+def test_opening_breaker_moves_on_without_waiting() -> None:
+    """When a failure opens the tier's breaker, the guard escalates at once instead of waiting."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 9, "medium": [Reply.text("ok")]})
+    guard, clock = _guard(model, _cfg(escalation={"max_retries_before_escalate": 8}))
+    response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "ok"
+    assert len([r for r in model.requests if r.model == "small"]) == 5  # the breaker's min_calls
+    assert len(clock.sleeps) == 4  # no wait after the failure that opened it
+
+
 def test_confirm_mode_without_callback_raises_with_options() -> None:
     """No silent failover: confirm mode asks, and without a callback raises the question."""
     model = ScriptedModel({"small": [Fault.server_error(503)] * 3, "medium": [Reply.text("ok")]})
@@ -326,6 +351,7 @@ def test_confirm_mode_without_callback_raises_with_options() -> None:
     assert prompt.proposed.name == "standard"
     assert [o.value for o in prompt.options] == ["retry", "use_backup", "cancel"]
     assert prompt.attempts == 3
+    assert prompt.message == "HTTP 503 (transient)"  # what failed, not the trigger's name
 
 
 def test_confirm_mode_callback_chooses_backup() -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agentguard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +46,9 @@ def test_exported_names_are_exactly_the_documented_ones() -> None:
     assert set(agentguard.__all__) == _documented_names()
 
 
-def test_import_loads_no_optional_sdk() -> None:
-    """`import agentguard` imports none of the optional SDKs (or the CLI's rich)."""
-    code = (
-        "import json, sys, agentguard\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
-    )
+def _modules_loaded_by(code: str) -> set[str]:
+    """The top-level modules a fresh interpreter has loaded after running ``code``."""
+    code += "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     src = str(Path(agentguard.__file__).resolve().parent.parent)
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -58,10 +57,26 @@ def test_import_loads_no_optional_sdk() -> None:
         check=True,
         env={"PYTHONPATH": src},
     ).stdout
-    loaded = set(json.loads(out))
+    return set(json.loads(out))
+
+
+def test_import_loads_no_optional_sdk() -> None:
+    """`import agentguard` imports none of the optional SDKs (or the CLI's rich)."""
+    loaded = _modules_loaded_by("import agentguard")
     assert loaded.isdisjoint(OPTIONAL_SDKS), loaded & OPTIONAL_SDKS
 
 
 def test_package_is_typed() -> None:
     """The py.typed marker ships with the package."""
     assert (Path(agentguard.__file__).parent / "py.typed").is_file()
+
+
+def test_litellm_adapter_imports_litellm_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The litellm adapter loads without litellm; using it then names the extra to install."""
+    code = "from agentguard.integrations import litellm\nlitellm.GuardedLLM()"
+    assert "litellm" not in _modules_loaded_by(code)
+    from agentguard.integrations.litellm import register
+
+    monkeypatch.setitem(sys.modules, "litellm", None)  # as if not installed
+    with pytest.raises(ImportError, match=re.escape('pip install "agentguard[litellm]"')):
+        register()

@@ -222,3 +222,33 @@ async def test_async_transport_face() -> None:
     assert (await model.asend(REQ)).message["content"] == "a"
     chunks = [c async for c in model.astream(REQ)]
     assert "".join(c.content or "" for c in chunks) == "bc"
+
+
+def test_serve_answers_the_real_client_over_loopback() -> None:
+    """serve() is a real HTTP endpoint: replies, streams, faults with their headers."""
+    model = ScriptedModel(
+        [Reply.call("search", {"q": "x"}), Reply.text("streamed text"), Fault.rate_limit(3)],
+        chunk_size=5,
+    )
+    with model.serve() as base_url:
+        assert base_url.startswith("http://127.0.0.1:")
+        client = openai.OpenAI(api_key="sk-test-not-a-real-key", base_url=base_url, max_retries=0)
+        reply = client.chat.completions.create(model="fast", messages=[])
+        assert reply.choices[0].message.tool_calls[0].function.name == "search"
+        stream = client.chat.completions.create(model="fast", messages=[], stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "streamed text"
+        with pytest.raises(openai.RateLimitError) as info:
+            client.chat.completions.create(model="fast", messages=[])
+        assert info.value.response.headers["retry-after"] == "3"
+        client.close()
+    assert [r.model for r in model.requests] == ["fast"] * 3
+
+
+def test_serve_timeout_closes_without_an_answer() -> None:
+    """A scripted timeout over serve() drops the connection: the client sees no response."""
+    with ScriptedModel([Fault.timeout()]).serve() as base_url:
+        client = openai.OpenAI(api_key="sk-test-not-a-real-key", base_url=base_url, max_retries=0)
+        with pytest.raises(openai.APIConnectionError):
+            client.chat.completions.create(model="fast", messages=[])
+        client.close()

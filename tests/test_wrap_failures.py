@@ -380,7 +380,8 @@ def test_streaming_text_embedded_call_is_released_as_a_tool_call() -> None:
     """A streamed call written as text arrives as a whole tool-call chunk."""
     chunks, stream, _ = _stream([Reply.embedded("read_file", {"path": "a"}, style="hermes")])
     assert _streamed_calls(chunks) == ["read_file"]
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "tool_calls"
     assert ag.report_of(stream).repairs
 
 
@@ -414,3 +415,13 @@ def test_streaming_degenerate_text_is_cut() -> None:
     ]
     assert finishes == ["length"]
     assert any("stream cut" in w for w in ag.report_of(stream).warnings)
+
+
+def test_streaming_usage_chunk_reaches_the_caller() -> None:
+    """With include_usage the caller still gets the usage chunk (choices == []) at the end."""
+    chunks, _, _ = _stream([Reply.call("delete_everything", {}), GOOD])
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.total_tokens > 0
+    assert chunks[-2].choices[0].finish_reason == "tool_calls"

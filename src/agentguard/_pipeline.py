@@ -276,13 +276,15 @@ class Pipeline:
             if call.cut:
                 verdict = self._check_response(call, response.message)
                 call.b.warnings.append(f"stream cut: {verdict.message}")
-                yield Emit(StreamChunk(finish_reason=response.finish_reason, raw=None))
-                return (yield from self._report(call))
-            final = yield from self._check(call, response)
+                final: ModelResponse | None = response
+            else:
+                final = yield from self._check(call, response)
             if final is not None:
                 for chunk in _tool_call_chunks(final, since=response):
                     yield Emit(chunk)
                 yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                if call.usage_chunk is not None:  # asked for with stream_options.include_usage
+                    yield Emit(call.usage_chunk)
                 return (yield from self._report(call))
 
     # -- steps ---------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ class Pipeline:
                 count=verdict.count,
                 session=sid,
             )
-            call.tier = yield from self._trigger(call, "loop_detected", error)
+            call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
         elif verdict.severity >= Severity.WARNING:
             b.warnings.append(verdict.message)
             messages = _with_hint(messages, verdict.message)
@@ -402,7 +404,7 @@ class Pipeline:
                 )
             )
             decision = self.retry.decide(call.transient, classification)
-            if decision.retry:
+            if decision.retry and breaker.state != "open":  # a just-opened breaker: move on now
                 call.transient += 1
                 b.retries += 1
                 yield Sleep(decision.delay)
@@ -431,6 +433,7 @@ class Pipeline:
         held, so the caller never reads the same sentence twice. Text that degenerates is cut.
         """
         yield Open(tier, request)
+        call.usage_chunk = None
         acc = _Accumulator()
         live = not call.content_sent
         watch = _DegenerationWatch(self.config) if live else None
@@ -439,6 +442,8 @@ class Pipeline:
             if chunk is END:
                 break
             acc.add(chunk)
+            if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
+                call.usage_chunk = chunk  # passed on at the end, after the finish chunk
             if chunk.content and live:
                 call.content_sent = True
                 yield Emit(StreamChunk(content=chunk.content, raw=chunk.raw))
@@ -515,7 +520,7 @@ class Pipeline:
             prompt = self.policy.prompt(
                 decision,
                 current,
-                message=decision.message,
+                message=_what_failed(error, decision),
                 tokens_spent=b.usage.total_tokens,
                 cost_spent=b.cost,
                 attempts=len(b.attempts),
@@ -641,6 +646,7 @@ class _Call:
     corrections: int = 0
     history: tuple[int, int] = (0, 0)  # the request's message count and their tokens
     content_sent: bool = False  # streaming: some text already reached the caller
+    usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
 
     def reset(self) -> None:
@@ -648,6 +654,16 @@ class _Call:
         self.transient = 0
         self.corrections = 0
         self.messages = self.base_messages
+
+
+def _what_failed(error: BaseException | None, decision: EscalationDecision) -> str:
+    """What went wrong, briefly, for the confirm-mode question (redacted by ``classify``)."""
+    if error is None:
+        return decision.reason.replace("_", " ")
+    classification = classify(error)
+    if classification.status_code is not None:
+        return f"HTTP {classification.status_code} ({classification.error_class.value})"
+    return classification.reason
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:

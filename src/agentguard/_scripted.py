@@ -3,16 +3,20 @@
 It speaks two ways: directly as a :class:`~agentguard.transport.Transport` (``send``,
 ``stream`` and their async twins), and over HTTP as an OpenAI-compatible endpoint behind an
 httpx or httpx2 ``MockTransport`` (:meth:`ScriptedModel.mock_transport`), so the *real* openai
-client can be tested against it with no network.
+client can be tested against it with no network; or on a real loopback port
+(:meth:`ScriptedModel.serve`) for clients and servers that cannot take a transport (LiteLLM,
+its proxy, other processes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, Literal, TypeAlias
 
@@ -263,42 +267,94 @@ class ScriptedModel:
         return http.MockTransport(handler)
 
     def _handle_http(self, http: ModuleType, req: Any) -> Any:
-        path = str(req.url.path)
+        answer = self._http_answer(req.method, str(req.url.path), req.content)
+        if answer is None:
+            raise http.ReadTimeout("scripted timeout", request=req)
+        status, headers, content = answer
+        return http.Response(status, headers=headers, content=content)
+
+    def _http_answer(
+        self, method: str, path: str, content: bytes | None
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """Status, headers and body for one HTTP request; ``None`` for a scripted timeout."""
         responses_api = path.endswith("/responses")
-        if req.method != "POST" or not (path.endswith("/chat/completions") or responses_api):
-            return http.Response(404, json={"error": {"message": f"no route {req.url.path}"}})
-        body = json.loads(req.content or b"{}")
+        if method != "POST" or not (path.endswith("/chat/completions") or responses_api):
+            return _json_answer(404, {"error": {"message": f"no route {path}"}})
+        body = json.loads(content or b"{}")
         parse = request_from_responses if responses_api else ModelRequest.from_body
         request = parse(body)
         try:
             step = self._next(request)
         except ScriptExhausted as exc:
-            return http.Response(
-                500, json={"error": {"message": str(exc), "type": "script_exhausted"}}
-            )
+            return _json_answer(500, {"error": {"message": str(exc), "type": "script_exhausted"}})
         if isinstance(step, Fault):
             if step.status is None:
-                raise http.ReadTimeout(step.message, request=req)
-            return http.Response(
-                step.status,
-                headers=dict(step.headers),
-                json={"error": {"message": step.message, "type": "scripted", "code": step.status}},
-            )
+                return None
+            error = {"message": step.message, "type": "scripted", "code": step.status}
+            return _json_answer(step.status, {"error": error}, step.headers)
         rid = f"chatcmpl-scripted-{next(self._ids)}"
         if responses_api:
             if body.get("stream"):
-                return http.Response(
-                    400, json={"error": {"message": "scripted: Responses streaming not served"}}
-                )
-            return http.Response(200, json=self._response_object(request, step, rid))
+                error = {"message": "scripted: Responses streaming not served"}
+                return _json_answer(400, {"error": error})
+            return _json_answer(200, self._response_object(request, step, rid))
         if body.get("stream"):
             sse = "".join(f"data: {json.dumps(c)}\n\n" for c in self._chunks(request, step, rid))
-            return http.Response(
-                200,
-                headers={"content-type": "text/event-stream"},
-                content=(sse + "data: [DONE]\n\n").encode(),
-            )
-        return http.Response(200, json=self._completion(request, step, rid))
+            return 200, {"content-type": "text/event-stream"}, (sse + "data: [DONE]\n\n").encode()
+        return _json_answer(200, self._completion(request, step, rid))
+
+    @contextlib.contextmanager
+    def serve(self, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+        """Serve this model over real HTTP on loopback, for clients that cannot take a transport.
+
+        A thread answers OpenAI ``POST .../chat/completions`` requests (also streamed) until the
+        block ends; a scripted timeout closes the connection without an answer.
+
+        Args:
+            host: the address to listen on (keep it on loopback).
+            port: the port; ``0`` picks a free one.
+
+        Yields:
+            the base URL to give a client, e.g. ``http://127.0.0.1:40123/v1``.
+        """
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                answer = model._http_answer("POST", self.path, self.rfile.read(length))
+                self._reply(answer)
+
+            def do_GET(self) -> None:
+                self._reply(model._http_answer("GET", self.path, None))
+
+            def _reply(self, answer: tuple[int, dict[str, str], bytes] | None) -> None:
+                if answer is None:  # a timeout: no answer at all
+                    self.close_connection = True
+                    return
+                status, headers, content = answer
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # quiet: the script and model.requests say what happened
+
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, name="scripted-model", daemon=True)
+        thread.start()
+        try:
+            yield f"http://{host}:{server.server_port}/v1"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
     # -- wire format ---------------------------------------------------------------------------
 
@@ -442,3 +498,13 @@ class ScriptedModel:
                 "choices": [],
                 "usage": usage,
             }
+
+
+def _json_answer(
+    status: int, body: Any, headers: Mapping[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    return (
+        status,
+        {**(headers or {}), "content-type": "application/json"},
+        json.dumps(body).encode(),
+    )

@@ -232,9 +232,14 @@ class AsyncGuard(_Base):
 
     Args:
         transport: the async model transport, or a function giving the transport of a tier.
-        config, ledger, probe, clock, rng, hooks: as for :class:`Guard`.
+        config: as for :class:`Guard`.
+        ledger: as for :class:`Guard`.
+        probe: as for :class:`Guard`.
         confirm: confirm mode's callback, sync or async.
+        clock: as for :class:`Guard`.
         sleep: an async sleep (injected in tests; default ``anyio.sleep``).
+        rng: as for :class:`Guard`.
+        hooks: as for :class:`Guard`.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""The ``agentguard`` command line: ``scan`` and ``config``.
+"""The ``agentguard`` command line: ``demo``, ``scan`` and ``config``.
 
 Each subcommand lives in its own module with ``register(subparsers)``; it uses only the public
 API of the library.
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from agentguard import __version__
 
-from . import _config, _scan
+from . import _config, _demo, _scan
 
 __all__ = ["main"]
 
-_COMMANDS = (_scan, _config)
+_COMMANDS = (_demo, _scan, _config)
 
 
 def build_parser() -> argparse.ArgumentParser:

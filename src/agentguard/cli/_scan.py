@@ -1,72 +1,61 @@
-"""``agentguard scan FILE``: find loops in recorded agent transcripts.
+"""``agentguard scan FILE``: audit recorded agent traces.
 
-Input, read as a stream (memory does not grow with the file, only with the findings):
-
-- JSONL, one transcript per line: a JSON array of messages, or an object with ``messages``
-  (and optionally ``id`` / ``session`` / ``session_id`` naming it);
-- JSONL, one message per line: objects with ``role``, grouped into transcripts by their
-  ``session`` or ``session_id`` field (messages without one form the transcript ``default``);
-- a JSON array file: an array of messages (one transcript) or of transcripts; the array is
-  decoded item by item, so a large file is streamed too.
+Finds loops (every loop detector), malformed, hallucinated and text-embedded tool calls
+(checked against the tools found in the trace), and the tokens burnt in loops and retries, per
+session and in total. Reads OpenAI-format transcripts, request logs (LiteLLM) and OpenHands
+event logs as a stream (see :mod:`agentguard.cli._trace`): memory grows with the sessions and
+findings, not with the file. Output: a table, ``--json``, ``--html report.html``; ``--fail-on``
+gates CI.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
-from agentguard.loops import Finding, TranscriptScanner
 from agentguard.types import Severity
 
-_CHUNK = 1 << 16
+from . import _html
+from ._audit import SessionAudit
+from ._trace import InputError, Record, open_counted, records
+
 _COLOURS = {
     Severity.WARNING: "yellow",
     Severity.CRITICAL: "bold red",
     Severity.BREAK: "bold white on red",
 }
-
-
-class InputError(Exception):
-    """The input cannot be scanned; the message names the file and line."""
-
-
-@dataclass
-class _Transcript:
-    id: str
-    scanner: TranscriptScanner
-    findings: list[Finding] = field(default_factory=list)
-
-    def feed(self, message: Any, where: str) -> None:
-        if not isinstance(message, Mapping):
-            raise InputError(f"{where}: expected a message object, got {type(message).__name__}")
-        self.findings.extend(self.scanner.feed(message))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "messages": self.scanner.messages_seen,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+_PROGRESS_EVERY = 2048
+#: Sessions shown in the readable output; a large trace is summed up below them.
+_MAX_SHOWN = 50
 
 
 def register(sub: Any) -> None:
     """Add the ``scan`` subcommand to ``sub`` (an argparse subparsers object)."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "scan",
-        help="find loops in recorded transcripts (JSONL or a JSON array)",
-        description="Run the loop detectors over OpenAI-format transcripts and report findings.",
+        help="audit recorded agent traces: loops, bad tool calls, tokens burnt",
+        description=(
+            "Audit recorded agent traces (OpenAI chat JSONL/JSON, LiteLLM request logs, "
+            "OpenHands event logs): loops, malformed / hallucinated / text-embedded tool calls, "
+            "and the tokens burnt in loops and retries, per session and in total."
+        ),
     )
-    parser.add_argument("file", help="a .jsonl file (a transcript or a message per line) or .json")
+    parser.add_argument("file", help="a .jsonl or .json trace")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument(
+        "--html", metavar="REPORT", help="also write a self-contained HTML report to REPORT"
+    )
     parser.add_argument(
         "--fail-on",
         default="never",
@@ -74,6 +63,9 @@ def register(sub: Any) -> None:
         help="exit 1 when a finding reaches this severity (default: never)",
     )
     parser.add_argument("--config", help="a config file whose loop_detection section to use")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown on a terminal only)"
+    )
     parser.set_defaults(handler=_run)
 
 
@@ -83,191 +75,120 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
+    err = Console(stderr=True)
+    progress = not args.no_progress and err.is_terminal
     try:
-        transcripts = scan_file(args.file, config)
+        audits = scan_file(args.file, config, timeline=bool(args.html), progress=progress)
     except InputError as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
+    if args.html:
+        try:
+            Path(args.html).write_text(_html.render(args.file, audits), encoding="utf-8")
+        except OSError as exc:
+            print(f"agentguard scan: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
+            return 2
     if args.json:
-        print(json.dumps(_report(args.file, transcripts), indent=2))
+        # indented for people; a large report compact, which the C encoder writes much faster
+        indent = 2 if len(audits) <= _MAX_SHOWN else None
+        print(json.dumps(_report(args.file, audits), indent=indent))
     else:
-        _print_tables(args.file, transcripts)
+        _print_tables(args.file, audits)
+        if args.html:
+            Console(highlight=False).print(f"[dim]HTML report: {args.html}[/]")
     if args.fail_on == "never":
         return 0
     bar = Severity.parse(args.fail_on)
-    hit = any(f.severity >= bar for t in transcripts for f in t.findings)
-    return 1 if hit else 0
+    return 1 if any(i.severity >= bar for a in audits for i in a.issues) else 0
 
 
-def scan_file(path: str, config: GuardConfig) -> list[_Transcript]:
-    """Scan every transcript in ``path``; raises :class:`InputError` on unusable input."""
-    try:
-        stream = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    transcripts: dict[str, _Transcript] = {}
-
-    def transcript(name: str) -> _Transcript:
-        t = transcripts.get(name)
-        if t is None:
-            t = transcripts[name] = _Transcript(name, TranscriptScanner(config))
-        return t
-
-    try:
-        with stream:
-            for line_no, item in _items(stream, path):
-                where = f"{path}:{line_no}"
-                if isinstance(item, _Batch):
-                    t = transcript("transcript")
-                    for message in item:
-                        t.feed(message, where)
-                elif isinstance(item, list):
-                    t = transcript(_unique(transcripts, f"line {line_no}"))
-                    for message in item:
-                        t.feed(message, where)
-                elif isinstance(item, Mapping) and isinstance(item.get("messages"), list):
-                    name = item.get("id") or item.get("session") or item.get("session_id")
-                    t = transcript(_unique(transcripts, str(name or f"line {line_no}")))
-                    for message in item["messages"]:
-                        t.feed(message, where)
-                elif isinstance(item, Mapping) and "role" in item:
-                    name = item.get("session") or item.get("session_id") or "default"
-                    transcript(str(name)).feed(item, where)
-                else:
-                    raise InputError(
-                        f"{where}: expected a transcript (array of messages or object with "
-                        f"'messages') or a message (object with 'role'), "
-                        f"got {type(item).__name__}"
-                    )
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    return list(transcripts.values())
+def scan_file(
+    path: str, config: GuardConfig, *, timeline: bool = False, progress: bool = False
+) -> list[SessionAudit]:
+    """Audit every session in ``path``; raises :class:`InputError` on unusable input."""
+    stream, counter = open_counted(path)
+    audits: dict[str, SessionAudit] = {}
+    with stream:
+        found = records(stream, path)
+        for record in _with_progress(found, counter, path) if progress else found:
+            audit = audits.get(record.session)
+            if audit is None:
+                audit = SessionAudit(record.session, config, bytearray() if timeline else None)
+                audits[record.session] = audit
+            if record.tools:
+                audit.declare(record.tools)
+            if record.message is None:
+                audit.retry_tokens += record.retry_tokens
+                audit.tokens += record.tokens or 0
+                continue
+            audit.feed(record.message, record.tokens, record.retry_tokens)
+    for audit in audits.values():
+        audit.finish()
+    return list(audits.values())
 
 
-def _unique(existing: Mapping[str, Any], name: str) -> str:
-    if name not in existing:
-        return name
-    n = 2
-    while f"{name} ({n})" in existing:
-        n += 1
-    return f"{name} ({n})"
+def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
+    size = os.path.getsize(path)
+    columns = (
+        TextColumn("scanning {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(os.path.basename(path), total=size)
+        for n, item in enumerate(items):
+            if n % _PROGRESS_EVERY == 0:
+                bar.update(task, completed=counter.count)
+            yield item
+        bar.update(task, completed=size)
 
 
-def _items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line number, JSON value)``: JSONL lines, or the items of a top-level array."""
-    first = stream.readline()
-    line_no = 1
-    while first and not first.strip():
-        first = stream.readline()
-        line_no += 1
-    if not first:
-        return
-    try:
-        value = json.loads(first)
-    except ValueError as exc:
-        if first.lstrip().startswith("["):
-            yield from _array_items(first, stream, path, line_no)
-            return
-        raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
-        yield from ((line_no, v) for v in value)  # a one-line array of transcripts
-    elif isinstance(value, list) and value and all(_is_transcript(v) for v in value):
-        yield from ((line_no, v) for v in value)
-    else:
-        yield line_no, value
-    for line in stream:
-        line_no += 1
-        if not line.strip():
-            continue
-        try:
-            yield line_no, json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-
-
-def _is_transcript(value: Any) -> bool:
-    return isinstance(value, Mapping) and isinstance(value.get("messages"), list)
-
-
-def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterator[tuple[int, Any]]:
-    """Decode a JSON array spread over many lines item by item (bounded buffer)."""
-    decoder = json.JSONDecoder()
-    buf = head[head.index("[") + 1 :]
-    eof = False
-    as_messages: bool | None = None
-    pending: list[Any] = []
-    while True:
-        pos = 0
-        n = len(buf)
-        while pos < n and buf[pos] in " \t\r\n,":
-            if buf[pos] == "\n":
-                line_no += 1
-            pos += 1
-        buf = buf[pos:]
-        if buf.startswith("]"):
-            break
-        if not buf:
-            if eof:
-                raise InputError(f"{path}:{line_no}: unterminated JSON array")
-            chunk = stream.read(_CHUNK)
-            eof = not chunk
-            buf += chunk
-            continue
-        try:
-            item, end = decoder.raw_decode(buf)
-        except ValueError as exc:
-            if eof:
-                raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-            chunk = stream.read(_CHUNK)
-            eof = not chunk
-            buf += chunk
-            continue
-        if as_messages is None:
-            as_messages = isinstance(item, Mapping) and "role" in item
-        if as_messages:
-            pending.append(item)  # one transcript: feed messages in bounded batches
-            if len(pending) >= 256:
-                yield line_no, _Batch(pending)
-                pending = []
-        else:
-            yield line_no, item
-        line_no += buf.count("\n", 0, end)
-        buf = buf[end:]
-    if pending or as_messages:
-        yield line_no, _Batch(pending)
-
-
-class _Batch(list[Any]):
-    """Consecutive messages of the single transcript held by a JSON array file."""
-
-
-def _report(path: str, transcripts: list[_Transcript]) -> dict[str, Any]:
+def _report(path: str, audits: list[SessionAudit]) -> dict[str, Any]:
     counts = {str(s): 0 for s in (Severity.WARNING, Severity.CRITICAL, Severity.BREAK)}
-    for t in transcripts:
-        for f in t.findings:
-            counts[str(f.severity)] += 1
+    for a in audits:
+        for i in a.issues:
+            counts[str(i.severity)] += 1
     return {
         "file": path,
-        "transcripts": [t.to_dict() for t in transcripts],
+        "transcripts": [a.to_dict() for a in audits],
         "summary": {
-            "transcripts": len(transcripts),
-            "messages": sum(t.scanner.messages_seen for t in transcripts),
+            "transcripts": len(audits),
+            "messages": sum(a.messages for a in audits),
             "findings": sum(counts.values()),
             **counts,
+            "tokens": sum(a.tokens for a in audits),
+            "tokens_estimated": any(a.estimated for a in audits),
+            "loop_tokens": sum(a.loop_tokens for a in audits),
+            "retry_tokens": sum(a.retry_tokens for a in audits),
         },
     }
 
 
-def _print_tables(path: str, transcripts: list[_Transcript]) -> None:
+def _print_tables(path: str, audits: list[SessionAudit]) -> None:
     console = Console(highlight=False)
-    for t in transcripts:
-        n = t.scanner.messages_seen
-        if not t.findings:
-            console.print(f"[green]✓[/] [bold]{t.id}[/]: {n} messages, no loops found")
+    shown = 0
+    for a in audits:
+        if shown == _MAX_SHOWN:
+            rest = len(audits) - _MAX_SHOWN
+            console.print(
+                f"[dim]… and {rest:,} more session(s): every one is in the --json and --html "
+                "output.[/]"
+            )
+            break
+        shown += 1
+        n = a.messages
+        tokens = (
+            f"{a.tokens:,} tokens{' (est.)' if a.estimated else ''}, {a.loop_tokens:,} burnt "
+            f"in loops, {a.retry_tokens:,} in retries"
+        )
+        if not a.issues:
+            clean = "no loops found, no bad tool calls"
+            console.print(f"[green]✓[/] [bold]{a.id}[/]: {n} messages, {clean}; {tokens}")
             continue
-        noun = "finding" if len(t.findings) == 1 else "findings"
+        noun = "finding" if len(a.issues) == 1 else "findings"
         table = Table(
-            title=f"[bold]{t.id}[/] — {n} messages, {len(t.findings)} {noun}",
+            title=f"[bold]{a.id}[/] — {n} messages, {len(a.issues)} {noun}; {tokens}",
             title_justify="left",
         )
         table.add_column("msg", justify="right", style="dim")
@@ -275,20 +196,21 @@ def _print_tables(path: str, transcripts: list[_Transcript]) -> None:
         table.add_column("detector")
         table.add_column("tool")
         table.add_column("count", justify="right")
-        for f in t.findings:
+        for i in a.issues:
             table.add_row(
-                f"#{f.index}",
-                f"[{_COLOURS[f.severity]}]{str(f.severity).upper()}[/]",
-                f.detector,
-                f.tool or "(text)",
-                str(f.count),
+                f"#{i.index}",
+                f"[{_COLOURS[i.severity]}]{str(i.severity).upper()}[/]",
+                i.detector,
+                i.tool or "(text)",
+                str(i.count),
             )
         console.print(table)
-    summary = _report(path, transcripts)["summary"]
+    s = _report(path, audits)["summary"]
     console.print(
-        f"\nScanned {summary['transcripts']} transcript(s), {summary['messages']} messages in "
-        f"{path}: {summary['findings']} finding(s) "
-        f"({summary['warning']} warning, {summary['critical']} critical, {summary['break']} break)"
+        f"\nScanned {s['transcripts']} session(s), {s['messages']} messages in {path}: "
+        f"{s['findings']} finding(s) ({s['warning']} warning, {s['critical']} critical, "
+        f"{s['break']} break); {s['tokens']:,} tokens{' (est.)' if s['tokens_estimated'] else ''}, "
+        f"{s['loop_tokens']:,} burnt in loops, {s['retry_tokens']:,} in retries"
     )
-    if summary["findings"]:
-        console.print("[dim]The hint each finding would give the model is in the --json output.[/]")
+    if s["findings"]:
+        console.print("[dim]What each finding would tell the model is in the --json output.[/]")

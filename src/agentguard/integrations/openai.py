@@ -8,7 +8,6 @@ multiply. Upstream errors are the SDK's own exceptions, passed through untouched
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -22,11 +21,11 @@ from agentguard._responses import (
 from agentguard._session import SESSION_HEADER
 from agentguard.config import GuardConfig
 from agentguard.escalation import Tier
-from agentguard.exceptions import ConfigError
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 from ._lazy import require
+from ._tiers import tier_api_key
 
 __all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client", "wrap"]
 
@@ -365,20 +364,9 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
             overrides: dict[str, Any] = {}
             if tier.base_url:
                 overrides["base_url"] = tier.base_url
-            if tier.api_key_env:
-                value = os.environ.get(tier.api_key_env)
-                if not value:
-                    raise ConfigError(
-                        [
-                            {
-                                "path": f"reliability.tiers.{tier.name}.api_key_env",
-                                "value": tier.api_key_env,
-                                "allowed": "the name of a set environment variable "
-                                "holding the tier's API key",
-                            }
-                        ]
-                    )
-                overrides["api_key"] = value
+            api_key = tier_api_key(tier)
+            if api_key:
+                overrides["api_key"] = api_key
             clients[key] = base.with_options(**overrides) if overrides else base
         return clients[key]
 

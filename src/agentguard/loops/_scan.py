@@ -58,7 +58,7 @@ class TranscriptScanner:
         tools: as for :class:`LoopDetector`.
     """
 
-    __slots__ = ("_detector", "_index", "_reported")
+    __slots__ = ("_detector", "_index", "_last", "_reported")
 
     def __init__(
         self,
@@ -68,6 +68,7 @@ class TranscriptScanner:
     ) -> None:
         self._detector = LoopDetector(config, tools=tools, hooks=(), _process_hooks=False)
         self._index = 0
+        self._last = Severity.OK
         self._reported: dict[str | None, Severity] = {}
 
     @property
@@ -75,16 +76,27 @@ class TranscriptScanner:
         """How many messages were fed so far."""
         return self._index
 
+    @property
+    def last_severity(self) -> Severity:
+        """The worst severity the last message fed was judged at (``OK`` when none fired).
+
+        Unlike the findings, which are reported once per rise, this is the verdict on that one
+        message: a loop that goes on keeps it above ``OK`` message after message.
+        """
+        return self._last
+
     def feed(self, message: Message) -> list[Finding]:
         """Judge the next message of the transcript; return new findings (possibly none)."""
         index = self._index
         self._index += 1
+        self._last = Severity.OK
         found: list[Finding] = []
         for verdict in self._detector.observe(message):
             subject = verdict.tool
             if verdict.detector is None:  # judged OK: progress, a new loop is reported afresh
                 self._reported.pop(subject, None)
                 continue
+            self._last = max(self._last, verdict.severity)
             if verdict.severity > self._reported.get(subject, Severity.OK):
                 self._reported[subject] = verdict.severity
                 found.append(

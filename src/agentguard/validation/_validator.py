@@ -34,6 +34,7 @@ from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
 from agentguard.types import ToolCall
 
 from ._extract import extract_calls
+from ._fast import compile_check
 from ._names import NameMatcher
 from ._tools import ToolSpec, specs_from
 
@@ -307,6 +308,8 @@ class ToolCallValidator:
             self.config = (config or GuardConfig()).tool_validation
         self.specs = specs_from(tools, self.config.side_effecting)
         self._validators = {name: _compiled(spec.parameters) for name, spec in self.specs.items()}
+        # a sound shortcut for the common case (a valid call against a simple schema)
+        self._fast = {name: compile_check(spec.parameters) for name, spec in self.specs.items()}
         self._names = NameMatcher(
             self.specs,
             min_score=self.config.name_min_score,
@@ -529,7 +532,8 @@ class ToolCallValidator:
                 repairs.append(
                     Repair("coerced", call_id, f"$.{key}", _short(before), _short(after))
                 )
-        if cfg.validate_schema:
+        fast = self._fast[name]
+        if cfg.validate_schema and not (fast is not None and fast(args)):
             for err in self._validators[name].iter_errors(args):
                 errors.append(_schema_error(err, call_id, name))
         required = set(spec.required)

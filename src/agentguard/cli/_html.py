@@ -1,0 +1,148 @@
+"""``agentguard scan --html``: one self-contained page (inline CSS and SVG, nothing fetched).
+
+A summary, then per session a timeline strip (one mark per message, coloured by role and by
+the severity it was judged at, findings flagged) and the findings table.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from agentguard import __version__
+from agentguard.types import Severity
+
+from ._audit import ISSUE_BIT, ROLE_CALL, ROLE_TEXT, ROLE_TOOL, SessionAudit
+
+__all__ = ["render"]
+
+_SEVERITIES = (Severity.WARNING, Severity.CRITICAL, Severity.BREAK)
+_WIDTH = 960
+_MAX_MARKS = 480
+_ROLE_COLOUR = {ROLE_TEXT: "#8fb8de", ROLE_CALL: "#4a7fb5", ROLE_TOOL: "#b9c7d3"}
+_SEVERITY_COLOUR = {1: "#e8b339", 2: "#e0582f", 3: "#a3162b"}
+_CSS = """
+body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
+max-width:1040px;padding:0 1rem;color:#1d2733;background:#fbfcfd}
+h1{font-size:1.5rem;margin:0 0 .3rem}h2{font-size:1.15rem;margin:2rem 0 .4rem}
+.meta{color:#5b6b7b;margin:0 0 1rem}.cards{display:flex;gap:.8rem;flex-wrap:wrap;margin:1rem 0}
+.card{background:#fff;border:1px solid #dde3ea;border-radius:8px;padding:.6rem .9rem;min-width:8rem}
+.card b{display:block;font-size:1.35rem}.card span{color:#5b6b7b;font-size:.85rem}
+section{background:#fff;border:1px solid #dde3ea;border-radius:8px;padding:.8rem 1rem;margin:1rem 0}
+table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{text-align:left;padding:.3rem .5rem;
+border-bottom:1px solid #eef1f4;vertical-align:top}th{color:#5b6b7b;font-weight:600}
+.sev{font-weight:700;border-radius:4px;padding:0 .35rem;color:#fff}
+.warning{background:#c98f10}.critical{background:#d2461c}.break{background:#a3162b}
+.ok{color:#2e7d32;font-weight:600}.legend{font-size:.8rem;color:#5b6b7b}
+.legend i{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin:0 .25rem 0 .8rem;
+vertical-align:-1px}svg{display:block;margin:.4rem 0}
+"""
+
+
+def render(path: str, audits: Sequence[SessionAudit]) -> str:
+    """The report page for the audits of ``path``."""
+    e = html.escape
+    total_msgs = sum(a.messages for a in audits)
+    issues = [i for a in audits for i in a.issues]
+    by_sev = {str(s): sum(1 for i in issues if i.severity == s) for s in _SEVERITIES}
+    cards = [
+        (f"{len(audits):,}", "sessions"),
+        (f"{total_msgs:,}", "messages"),
+        (f"{len(issues):,}", "findings"),
+        (f"{sum(a.tokens for a in audits):,}", "tokens" + _est(audits)),
+        (f"{sum(a.loop_tokens for a in audits):,}", "tokens burnt in loops"),
+        (f"{sum(a.retry_tokens for a in audits):,}", "tokens burnt in retries"),
+    ]
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        f"<title>agentguard scan — {e(path)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>agentguard scan report</h1><p class='meta'>{e(path)} · agentguard {__version__} · "
+        + ", ".join(f"{n} {s}" for s, n in by_sev.items())
+        + "</p>",
+        "<div class='cards'>"
+        + "".join(f"<div class='card'><b>{v}</b><span>{e(k)}</span></div>" for v, k in cards)
+        + "</div>",
+        _legend(),
+    ]
+    for audit in audits:
+        parts.append(_session(audit))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _est(audits: Sequence[SessionAudit]) -> str:
+    return " (estimated)" if any(a.estimated for a in audits) else ""
+
+
+def _legend() -> str:
+    items = [
+        ("#8fb8de", "assistant text"),
+        ("#4a7fb5", "tool call"),
+        ("#b9c7d3", "tool result"),
+        ("#e8b339", "warning"),
+        ("#e0582f", "critical"),
+        ("#a3162b", "break"),
+    ]
+    return (
+        "<p class='legend'>Timeline:"
+        + "".join(f"<i style='background:{c}'></i>{t}" for c, t in items)
+        + "<i style='background:#1d2733'></i>finding</p>"
+    )
+
+
+def _session(audit: SessionAudit) -> str:
+    e = html.escape
+    head = (
+        f"<section><h2>{e(audit.id)}</h2><p class='meta'>{audit.messages:,} messages · "
+        f"{audit.tokens:,} tokens{' (estimated)' if audit.estimated else ''} · "
+        f"{audit.loop_tokens:,} burnt in loops · {audit.retry_tokens:,} in retries</p>"
+    )
+    body = _timeline(audit)
+    if not audit.issues:
+        return head + body + "<p class='ok'>✓ no loops or bad tool calls found</p></section>"
+    rows = "".join(
+        f"<tr><td>#{i.index}</td><td><span class='sev {i.severity}'>{str(i.severity).upper()}"
+        f"</span></td><td>{e(i.category)}</td><td>{e(i.detector)}</td>"
+        f"<td>{e(i.tool or '(text)')}</td><td>{i.count}</td><td>{e(i.message)}</td></tr>"
+        for i in audit.issues
+    )
+    table = (
+        "<table><thead><tr><th>msg</th><th>severity</th><th>category</th><th>detector</th>"
+        f"<th>tool</th><th>count</th><th>what</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+    return head + body + table + "</section>"
+
+
+def _timeline(audit: SessionAudit) -> str:
+    codes = audit.timeline or bytearray()
+    n = len(codes)
+    if not n:
+        return ""
+    marks = min(n, _MAX_MARKS)
+    per = n / marks
+    width = _WIDTH / marks
+    rects = []
+    for k in range(marks):
+        lo, hi = int(k * per), max(int((k + 1) * per), int(k * per) + 1)
+        bucket = codes[lo:hi]
+        severity = max((c >> 2) & 0x3 for c in bucket)
+        flagged = any(c & ISSUE_BIT for c in bucket)
+        role = max(c & 0x3 for c in bucket)
+        colour = _SEVERITY_COLOUR.get(severity) or _ROLE_COLOUR.get(role, "#d5dbe1")
+        x = k * width
+        label = f"messages {lo}–{hi - 1}" if hi - lo > 1 else f"message {lo}"
+        rects.append(
+            f"<rect x='{x:.2f}' y='6' width='{max(width - 0.5, 0.5):.2f}' height='22' "
+            f"fill='{colour}'><title>{label}</title></rect>"
+        )
+        if flagged:
+            rects.append(
+                f"<circle cx='{x + width / 2:.2f}' cy='36' r='3' fill='#1d2733'>"
+                f"<title>finding at {label}</title></circle>"
+            )
+    return (
+        f"<svg viewBox='0 0 {_WIDTH} 42' width='100%' height='42' preserveAspectRatio='none' "
+        "role='img' "
+        f"aria-label='timeline of {html.escape(audit.id)}'>{''.join(rects)}</svg>"
+    )

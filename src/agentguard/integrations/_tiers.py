@@ -1,0 +1,30 @@
+"""What adapters share about tiers: reading a tier's key from the environment it names."""
+
+from __future__ import annotations
+
+import os
+
+from agentguard.escalation import Tier
+from agentguard.exceptions import ConfigError
+
+
+def tier_api_key(tier: Tier) -> str | None:
+    """The key of ``tier`` from its ``api_key_env``; ``None`` when it names none.
+
+    Raises:
+        ConfigError: the variable it names is unset or empty (the key itself is never shown).
+    """
+    if not tier.api_key_env:
+        return None
+    value = os.environ.get(tier.api_key_env)
+    if not value:
+        raise ConfigError(
+            [
+                {
+                    "path": f"reliability.tiers.{tier.name}.api_key_env",
+                    "value": tier.api_key_env,
+                    "allowed": "the name of a set environment variable holding the tier's API key",
+                }
+            ]
+        )
+    return value

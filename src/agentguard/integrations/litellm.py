@@ -1,0 +1,377 @@
+"""LiteLLM: agentguard as the ``agentguard`` custom provider, for the SDK and the proxy.
+
+``model="agentguard/<model>"`` runs any litellm chat call — sync, async, streaming — through the
+whole guard; ``<model>`` names a tier of the configuration (or is a plain litellm model, with no
+tier to escalate to), and every model call the guard makes goes through ``litellm.completion`` /
+``litellm.acompletion`` to the real model, with litellm's own retries off.
+
+In code::
+
+    from agentguard.integrations.litellm import register
+    register(ag.GuardConfig.from_file("agentguard.yaml"))
+    litellm.completion(model="agentguard/fast", messages=..., tools=...)
+
+In a litellm proxy ``config.yaml`` (the guard reads the file named by ``AGENTGUARD_CONFIG``;
+the callback puts each answer's report in ``x-agentguard-*`` response headers)::
+
+    model_list:
+      - {model_name: agent, litellm_params: {model: agentguard/fast}}
+    litellm_settings:
+      custom_provider_map:
+        - {provider: agentguard, custom_handler: agentguard.integrations.litellm.proxy_handler}
+      callbacks: agentguard.integrations.litellm.proxy_headers
+
+Errors of the guard itself reach litellm (and the proxy's clients) as litellm exceptions with
+a fitting status: a refused loop 400, tool calls still invalid 502, a spent budget 429, every
+tier failed 503 (upstream errors pass through as litellm raised them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from agentguard._report import GuardReport, attach_report, report_of
+from agentguard._session import SESSION_HEADER
+from agentguard.config import GuardConfig
+from agentguard.escalation import Tier
+from agentguard.exceptions import (
+    AgentGuardError,
+    BudgetExceeded,
+    ConfigError,
+    EscalationRequired,
+    LoopDetected,
+    TiersExhausted,
+    ToolValidationFailed,
+)
+from agentguard.guard import AsyncGuard, Guard
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+
+from ._lazy import require
+from ._tiers import tier_api_key
+
+__all__ = ["PROVIDER", "GuardedLLM", "LiteLLMTransport", "register", "report_headers"]
+
+#: The provider prefix: ``model="agentguard/<model>"``.
+PROVIDER = "agentguard"
+#: The environment variable naming the guard's configuration file for :data:`proxy_handler`.
+CONFIG_ENV = "AGENTGUARD_CONFIG"
+_PROVIDER_PREFIX = "llm_provider-"
+# litellm maps these statuses to its BadRequestError, BadGatewayError, RateLimitError and
+# ServiceUnavailableError (it has no 409 or 422 for custom providers)
+_STATUS: dict[type[AgentGuardError], tuple[int, str]] = {
+    LoopDetected: (400, "loop_detected"),
+    EscalationRequired: (400, "escalation_required"),
+    ToolValidationFailed: (502, "tool_validation_failed"),
+    BudgetExceeded: (429, "budget_exceeded"),
+    TiersExhausted: (503, "tiers_exhausted"),
+}
+
+
+def _litellm() -> Any:
+    return require("litellm", "litellm")
+
+
+class _Secret(str):
+    """A key passed along in request params: usable as a string, never shown by ``repr``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<redacted>'"
+
+
+class LiteLLMTransport:
+    """A sync and async transport over ``litellm.completion`` / ``litellm.acompletion``.
+
+    Args:
+        tier: the tier served; its ``base_url`` and ``api_key_env`` win over the ``api_base`` /
+            ``api_key`` of the request. ``None`` sends requests as they are.
+    """
+
+    def __init__(self, tier: Tier | None = None) -> None:
+        self._tier = tier
+
+    def _kwargs(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        if request.model.startswith(f"{PROVIDER}/"):
+            allowed = "a litellm model of a real provider, not agentguard/ itself"
+            raise ConfigError(
+                [{"path": "tiers.*.model", "value": request.model, "allowed": allowed}]
+            )
+        kwargs = request.to_body(stream=stream)
+        # agentguard's retry layer is the only one: retries never multiply
+        kwargs.update(num_retries=0, max_retries=0)
+        if self._tier is not None and self._tier.base_url:
+            kwargs["api_base"] = self._tier.base_url
+        key = tier_api_key(self._tier) if self._tier is not None else None
+        if key:
+            kwargs["api_key"] = key
+        if request.headers:
+            kwargs["extra_headers"] = dict(request.headers)
+        if request.timeout is not None:
+            kwargs["timeout"] = request.timeout
+        return kwargs
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        """One ``litellm.completion`` call."""
+        raw = _litellm().completion(**self._kwargs(request, stream=False))
+        return ModelResponse.from_body(raw.model_dump(), raw=raw)
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
+        """One streamed ``litellm.completion`` call, chunk by chunk."""
+        for chunk in _litellm().completion(**self._kwargs(request, stream=True)):
+            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        """One ``litellm.acompletion`` call."""
+        raw = await _litellm().acompletion(**self._kwargs(request, stream=False))
+        return ModelResponse.from_body(raw.model_dump(), raw=raw)
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        """One streamed ``litellm.acompletion`` call, chunk by chunk."""
+        async for chunk in await _litellm().acompletion(**self._kwargs(request, stream=True)):
+            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+
+
+def _transport(tier: Tier) -> LiteLLMTransport:
+    # a function of the tier: the class itself would pass for a transport instance
+    return LiteLLMTransport(tier)
+
+
+def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
+    """The neutral request of a custom-provider call, and its explicit session."""
+    params = dict(kwargs.get("optional_params") or {})
+    params.pop("stream", None)
+    litellm_params = kwargs.get("litellm_params") or {}
+    headers = {str(k): str(v) for k, v in (kwargs.get("headers") or {}).items()}
+    # through the proxy, the client's own headers are in the proxy request, not in `headers`
+    client_headers = (litellm_params.get("proxy_server_request") or {}).get("headers") or {}
+    session = litellm_params.get("litellm_session_id")
+    for source in (client_headers, headers):
+        for key in list(source):
+            if key.lower() == SESSION_HEADER:
+                session = str(source[key])
+                if source is headers:
+                    del headers[key]  # ours: never sent upstream
+    if kwargs.get("api_base"):
+        params["api_base"] = kwargs["api_base"]
+    if kwargs.get("api_key"):
+        params["api_key"] = _Secret(kwargs["api_key"])
+    timeout = kwargs.get("timeout")
+    return (
+        ModelRequest(
+            model=str(kwargs["model"]),
+            messages=list(kwargs.get("messages") or []),
+            params=params,
+            headers=headers,
+            timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
+        ),
+        str(session) if session else None,
+    )
+
+
+def _result(response: ModelResponse, report: GuardReport | None) -> Any:
+    """The litellm ``ModelResponse`` to hand back; its hidden headers carry the report."""
+    litellm = _litellm()
+    raw = response.raw
+    usage = report.usage if report is not None else response.usage
+    out = litellm.ModelResponse(
+        id=response.id or getattr(raw, "id", None),
+        created=getattr(raw, "created", None),
+        model=response.model or getattr(raw, "model", None),
+        choices=[
+            {"index": 0, "message": dict(response.message), "finish_reason": response.finish_reason}
+        ],
+        usage=_usage(usage) if usage is not None else None,
+    )
+    if report is not None:
+        out._hidden_params["additional_headers"] = report.headers()
+        attach_report(out, report)
+    return out
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    return {k: getattr(usage, k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+
+
+def _generic(chunk: StreamChunk) -> Iterator[dict[str, Any]]:
+    """A guarded chunk as litellm ``GenericStreamingChunk`` dicts (one per tool call)."""
+    base = {"is_finished": False, "finish_reason": "", "usage": None, "index": 0}
+    if chunk.content:
+        yield {**base, "text": chunk.content, "tool_use": None}
+    for call in chunk.tool_calls:
+        yield {**base, "text": "", "tool_use": {"type": "function", **call}}
+
+
+def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
+    """The closing chunk: finish reason, the usage of every attempt, the report's headers."""
+    last: dict[str, Any] = {"text": "", "tool_use": None, "is_finished": True, "index": 0}
+    last.update(finish_reason=finish or "stop", usage=None, provider_specific_fields=None)
+    if report is not None:  # litellm sets these fields on the chunk: the proxy sends them along
+        last.update(
+            usage=_usage(report.usage), provider_specific_fields={"agentguard": report.headers()}
+        )
+    return last
+
+
+def _translate(exc: AgentGuardError) -> Exception:
+    """A guard decision as the litellm exception its status maps to."""
+    error = require("litellm.llms.custom_llm", "litellm").CustomLLMError
+    status, kind = next((v for cls, v in _STATUS.items() if isinstance(exc, cls)), (500, "error"))
+    translated: Exception = error(status_code=status, message=f"agentguard {kind}: {exc}")
+    return translated
+
+
+class GuardedLLM:
+    """The ``agentguard`` custom provider: a litellm ``CustomLLM`` handler.
+
+    Plain duck typing (litellm only calls these four methods), so importing this module does not
+    import litellm. Sync and async calls share one pipeline: sessions, loop state, budgets and
+    breakers are the same whichever way a call comes in.
+
+    Args:
+        config: the configuration (defaults when ``None``); its ``tiers`` are litellm models.
+        sleep: how the sync driver waits between retries (injected in tests).
+        asleep: how the async driver waits (injected in tests).
+        **options: passed to :class:`~agentguard.Guard` (``ledger``, ``probe``, ``clock``,
+            ``rng``, ``hooks``).
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        sleep: Any = None,
+        asleep: Any = None,
+        **options: Any,
+    ) -> None:
+        self.guard = Guard(_transport, config, sleep=sleep, **options)
+        self.aguard = AsyncGuard(_transport, config, sleep=asleep, **options)
+        self.aguard.pipeline = self.guard.pipeline  # one pipeline, two drivers
+
+    def completion(self, **kwargs: Any) -> Any:
+        """litellm's sync entry point."""
+        request, session = _request(kwargs)
+        try:
+            response = self.guard.complete(request, session=session)
+        except AgentGuardError as exc:
+            raise _translate(exc) from exc
+        return _result(response, response.report)
+
+    async def acompletion(self, **kwargs: Any) -> Any:
+        """litellm's async entry point."""
+        request, session = _request(kwargs)
+        try:
+            response = await self.aguard.acomplete(request, session=session)
+        except AgentGuardError as exc:
+            raise _translate(exc) from exc
+        return _result(response, response.report)
+
+    def streaming(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """litellm's sync streaming entry point: content flows, tool calls once valid."""
+        request, session = _request(kwargs)
+        stream = self.guard.stream(request, session=session)
+        finish = None
+        try:
+            for chunk in stream:
+                finish = chunk.finish_reason or finish
+                yield from _generic(chunk)
+        except AgentGuardError as exc:
+            raise _translate(exc) from exc
+        yield _last(finish, stream.report)
+
+    async def astreaming(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        """litellm's async streaming entry point."""
+        request, session = _request(kwargs)
+        stream = self.aguard.astream(request, session=session)
+        finish = None
+        try:
+            async for chunk in stream:
+                finish = chunk.finish_reason or finish
+                for generic in _generic(chunk):
+                    yield generic
+        except AgentGuardError as exc:
+            raise _translate(exc) from exc
+        yield _last(finish, stream.report)
+
+
+def register(config: GuardConfig | None = None, **options: Any) -> GuardedLLM:
+    """Make ``model="agentguard/<model>"`` run through a guard in this process.
+
+    Replaces an ``agentguard`` provider registered before.
+
+    Args:
+        config: the configuration (defaults when ``None``).
+        **options: passed to :class:`GuardedLLM`.
+
+    Returns:
+        the handler (its ``guard`` / ``aguard`` attributes are the guards in use).
+
+    Raises:
+        ImportError: litellm is not installed (``pip install "agentguard[litellm]"``).
+    """
+    litellm = _litellm()
+    handler = GuardedLLM(config, **options)
+    others = [p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER]
+    litellm.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": handler}]
+    return handler
+
+
+def report_headers(response: Any) -> dict[str, str] | None:
+    """The ``x-agentguard-*`` headers of a guarded litellm response, or ``None``.
+
+    From the attached report, or from the response's hidden headers, where litellm files
+    them as ``llm_provider-x-agentguard-*`` (it prefixes every provider header).
+    """
+    report = report_of(response)
+    if report is not None:
+        return report.headers()
+    hidden = getattr(response, "_hidden_params", None) or {}
+    extra = hidden.get("additional_headers") or {}
+    found = {
+        k[len(_PROVIDER_PREFIX) :]: str(v)
+        for k, v in extra.items()
+        if k.startswith(f"{_PROVIDER_PREFIX}x-agentguard-")
+    }
+    return found or None
+
+
+def _headers_hook() -> Any:
+    base = require("litellm.integrations.custom_logger", "litellm").CustomLogger
+
+    class AgentGuardHeaders(base):  # type: ignore[misc, valid-type]  # litellm ships no types
+        """Proxy callback: each guarded answer's report as ``x-agentguard-*`` headers."""
+
+        async def async_post_call_response_headers_hook(
+            self,
+            data: dict[str, Any],
+            user_api_key_dict: Any,
+            response: Any,
+            request_headers: dict[str, str] | None = None,
+            litellm_call_info: dict[str, object] | None = None,
+        ) -> dict[str, str] | None:
+            return report_headers(response)
+
+    return AgentGuardHeaders()
+
+
+_proxy: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """What a proxy ``config.yaml`` names, built on first use (so litellm loads lazily).
+
+    ``proxy_handler``: the ``agentguard`` provider, configured from the file named by
+    ``AGENTGUARD_CONFIG`` (the defaults when unset) with the usual ``AGENTGUARD_*`` overrides.
+    ``proxy_headers``: the callback that turns each report into ``x-agentguard-*`` headers.
+    """
+    if name not in ("proxy_handler", "proxy_headers"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _proxy:
+        if name == "proxy_headers":
+            _proxy[name] = _headers_hook()
+        else:
+            path = os.environ.get(CONFIG_ENV)
+            _proxy[name] = GuardedLLM(GuardConfig.from_file(path) if path else GuardConfig())
+    return _proxy[name]

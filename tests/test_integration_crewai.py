@@ -1,0 +1,287 @@
+"""The CrewAI adapter, through a real ``Crew.kickoff()`` driven by scripted crewai LLMs.
+
+Runs in the ``crewai`` nox session (the main ``tests`` session skips it: crewai is not installed
+there). Offline: the LLMs are scripted ``BaseLLM`` subclasses and telemetry is off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+for _var, _value in {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "CREWAI_DISABLE_TRACKING": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    "OTEL_SDK_DISABLED": "true",
+}.items():
+    os.environ.setdefault(_var, _value)
+
+crewai = pytest.importorskip("crewai", reason="the crewai nox session installs crewai")
+
+from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+from pydantic import PrivateAttr  # noqa: E402
+
+import agentguard as ag  # noqa: E402
+from agentguard.events import (  # noqa: E402
+    Escalated,
+    ToolCallRefused,
+    ToolCallRejected,
+    ToolCallStarted,
+)
+from agentguard.exceptions import ModelError  # noqa: E402
+from agentguard.integrations.crewai import (  # noqa: E402
+    GuardedLLM,
+    ToolHooks,
+    instrument,
+    without_retries,
+)
+from agentguard.testing import FakeClock  # noqa: E402
+
+# crewai's own internals read fields crewai itself deprecates (warned from within crewai)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
+
+
+def call(name: str, arguments: dict[str, Any] | str, id: str = "c") -> list[dict[str, Any]]:
+    """A native tool-call answer, the shape crewai's OpenAI LLM returns."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return [{"id": id, "type": "function", "function": {"name": name, "arguments": text}}]
+
+
+class ScriptedLLM(BaseLLM):
+    """A crewai LLM answering from a script; exceptions in the script are raised."""
+
+    _script: list[Any] = PrivateAttr(default_factory=list)
+    _calls: list[list[dict[str, Any]]] = PrivateAttr(default_factory=list)
+
+    def __init__(self, model: str, script: list[Any]) -> None:
+        super().__init__(model=model)
+        self._script = list(script)
+
+    def call(  # noqa: PLR0917 - crewai's BaseLLM.call signature
+        self,
+        messages: Any,
+        tools: Any = None,
+        callbacks: Any = None,
+        available_functions: Any = None,
+        from_task: Any = None,
+        from_agent: Any = None,
+        response_model: Any = None,
+    ) -> Any:
+        self._calls.append([dict(m) for m in messages])
+        answer = self._script.pop(0) if self._script else "(script exhausted)"
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+    @property
+    def calls(self) -> list[list[dict[str, Any]]]:
+        return self._calls
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    (tmp_path / "todo.txt").write_text("buy bread")
+    return tmp_path
+
+
+def file_tools(root: Path) -> list[Any]:
+    @tool("list_files")
+    def list_files() -> str:
+        """List the files in the work directory."""
+        return ", ".join(sorted(p.name for p in root.iterdir()))
+
+    @tool("read_file")
+    def read_file(path: str) -> str:
+        """Read one file of the work directory."""
+        return (root / path).read_text()
+
+    return [list_files, read_file]
+
+
+def crew_of(llm: BaseLLM, tools: list[Any]) -> Crew:
+    agent = Agent(role="clerk", goal="answer from files", backstory="careful", llm=llm, tools=tools)
+    task = Task(description="What do the notes say?", expected_output="the notes", agent=agent)
+    return Crew(agents=[agent], tasks=[task])
+
+
+CONFIG = ag.GuardConfig.from_dict(
+    {
+        "loop_detection": {
+            "no_progress_warn_at": 2,
+            "no_progress_critical_at": 3,
+            "no_progress_break_at": 4,
+        },
+        "escalation": {"escalate_on": ["tool_validation_failure", "loop_detected"]},
+    },
+    env={},
+)
+
+
+def test_crew_finishes_through_malformed_calls_and_a_loop(workdir: Path) -> None:
+    """A looping, malformed-call-emitting LLM still finishes the crew: repaired, corrected, escalated."""
+    weak = ScriptedLLM(
+        "weak",
+        [
+            call("read_fle", {"path": "notes.txt"}, "c1"),  # hallucinated name: repaired
+            call("read_file", '{"path": "notes.tx', "c2"),  # cut off in a string: re-asked
+            call("read_file", {"path": "notes.txt"}, "c3"),
+            *[call("list_files", {}, f"l{i}") for i in range(10)],  # the loop
+        ],
+    )
+    strong = ScriptedLLM("strong", ["The notes say: remember the milk."])
+    clock = FakeClock()
+    crew = crew_of(weak, file_tools(workdir))
+    with ag.testing.capture_events() as events:
+        tools = ag.ToolGuard(CONFIG, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+        with instrument(
+            crew, CONFIG, tiers={"strong": strong}, tools=tools, clock=clock, sleep=clock.sleep
+        ) as (guarded,):
+            result = crew.kickoff()
+    assert result.raw == "The notes say: remember the milk."
+    # the hallucinated name and the cut-off arguments never reached a tool: each was re-asked
+    rejected = events.of_type(ToolCallRejected)
+    assert [(e.error, e.tool_call_id) for e in rejected] == [
+        ("unknown_tool", "c1"),
+        ("truncated", "c2"),
+    ]
+    assert "read_fle" in json.dumps(weak.calls[1][-2:])  # the correction named the bad call
+    assert "read_fle" not in json.dumps(strong.calls)  # crewai's history holds the valid call
+    # the fourth identical list_files (its result unchanged three times) was a loop at BREAK:
+    # it never ran, the stronger LLM answered that turn instead
+    assert [e.reason for e in events.of_type(Escalated)] == ["loop_detected"]
+    assert len(weak.calls) == 3 + 4
+    assert len(strong.calls) == 1
+    assert guarded.last_report is not None
+    assert (guarded.last_report.tier, guarded.last_report.escalated_from) == ("strong", "primary")
+    # every tool call that ran, ran once, through the ToolGuard
+    started = [e.tool for e in events.of_type(ToolCallStarted)]
+    assert started == ["read_file"] + ["list_files"] * 3
+
+
+def test_instrument_restores_the_crew_and_the_hooks(workdir: Path) -> None:
+    """After the block the agents have their own LLMs back and no agentguard hook remains."""
+    from crewai.hooks import get_after_tool_call_hooks, get_before_tool_call_hooks
+
+    llm = ScriptedLLM("weak", ["done"])
+    crew = crew_of(llm, file_tools(workdir))
+    before = (len(get_before_tool_call_hooks()), len(get_after_tool_call_hooks()))
+    with instrument(crew) as guarded:
+        assert crew.agents[0].llm is guarded[0]
+        assert isinstance(crew.agents[0].llm, GuardedLLM)
+        assert len(get_before_tool_call_hooks()) == before[0] + 1
+    assert crew.agents[0].llm is llm
+    assert (len(get_before_tool_call_hooks()), len(get_after_tool_call_hooks())) == before
+
+
+def test_rate_limits_are_retried_once_not_nested() -> None:
+    """A 429 is retried by the guard alone: crewai's own retry is off around both LLMs."""
+    limited = ModelError("rate limited", status_code=429)
+    llm = ScriptedLLM("weak", [limited, limited, "ok"])
+    clock = FakeClock()
+    guarded = GuardedLLM(llm, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    assert guarded.call("hi") == "ok"
+    assert len(llm.calls) == 3  # one call + two retries, each seen once
+    assert guarded.last_report is not None
+    assert guarded.last_report.retries == 2
+    assert len(clock.sleeps) == 2  # the guard's backoff only, never crewai's real sleep
+
+
+def test_a_persistent_rate_limit_surfaces_after_the_guards_retries_only() -> None:
+    """When the guard gives up, crewai does not start the whole guarded call again."""
+    llm = ScriptedLLM("weak", [ModelError("rate limited", status_code=429)] * 20)
+    clock = FakeClock()
+    config = ag.GuardConfig.from_dict({"escalation": {"max_retries_before_escalate": 2}}, env={})
+    guarded = GuardedLLM(llm, config, clock=clock, sleep=clock.sleep)
+    with pytest.raises(ModelError):
+        guarded.call("hi")
+    assert len(llm.calls) == 3
+
+
+def test_acall_runs_the_guarded_call() -> None:
+    """The async entry point gives the same guarded answer."""
+    import anyio
+
+    llm = ScriptedLLM("weak", [ModelError("rate limited", status_code=429), "ok"])
+    clock = FakeClock()
+    guarded = GuardedLLM(llm, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    assert anyio.run(guarded.acall, "hi") == "ok"
+    assert len(llm.calls) == 2
+
+
+def test_without_retries_turns_off_the_sdk_retries_of_a_real_llm() -> None:
+    """crewai's own OpenAI LLM is copied with max_retries=0; the user's keeps its setting."""
+    llm = crewai.LLM(model="openai/gpt-4o-mini", api_key="sk-test-not-a-real-key")
+    quiet = without_retries(llm)
+    assert quiet.max_retries == 0
+    assert llm.max_retries == 2
+    assert quiet.model == llm.model
+    assert without_retries(quiet) is quiet
+
+
+def test_tool_hooks_alone_guard_a_crews_tool_calls(workdir: Path) -> None:
+    """ToolHooks without GuardedLLM: a failing tool is retried and its breaker opens."""
+    failures = iter([ConnectionError("disk gone")] * 50)
+
+    @tool("flaky")
+    def flaky() -> str:
+        """A tool whose storage is unreachable."""
+        raise next(failures)
+
+    llm = ScriptedLLM("weak", [call("flaky", {}, f"f{i}") for i in range(6)] + ["gave up"])
+    crew = crew_of(llm, [flaky])
+    clock = FakeClock()
+    config = ag.GuardConfig.from_dict(
+        {"tools": {"breaker": {"min_calls": 3}, "retry_budget_per_turn": 100}}, env={}
+    )
+    hooks = ToolHooks(ag.ToolGuard(config, clock=clock, sleep=clock.sleep), crew=crew)
+    with ag.testing.capture_events() as events, hooks.installed():
+        result = crew.kickoff()
+    assert result.raw == "gave up"
+    assert "breaker_open" in [e.reason for e in events.of_type(ToolCallRefused)]
+    tool_messages = [m for m in llm.calls[-1] if m.get("role") == "tool"]
+    assert json.loads(tool_messages[-1]["content"].split("\n\n")[0])["error"] in {
+        "breaker_open",
+        "loop_detected",
+    }
+
+
+def test_the_docs_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The docs page's example runs as written, scripted LLMs in place of the real ones."""
+    page = Path(__file__).parent.parent / "docs" / "integrations" / "crewai.md"
+    example = page.read_text().split("```python\n# example: crewai\n")[1].split("```")[0]
+    scripts = {
+        "openai/gpt-4o-mini": [call("read_file", {"path": "README.md"}, f"r{i}") for i in range(9)],
+        "openai/gpt-4o": ["It promises fewer loops."],
+    }
+    monkeypatch.setattr(crewai, "LLM", lambda model: ScriptedLLM(model, scripts[model]))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("fewer loops")
+    exec(compile(example, str(page), "exec"), {})
+    out = capsys.readouterr().out
+    assert "It promises fewer loops." in out  # the cheap LLM looped; the strong one answered
+    assert "tier='strong'" in out
+
+
+def test_the_adapter_names_the_extra_when_crewai_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Importing the adapter without crewai says which extra to install."""
+    monkeypatch.setitem(sys.modules, "crewai", None)
+    monkeypatch.delitem(sys.modules, "agentguard.integrations.crewai")
+    with pytest.raises(ImportError, match=r'pip install "agentguard\[crewai\]"'):
+        import agentguard.integrations.crewai  # noqa: F401

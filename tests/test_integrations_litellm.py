@@ -1,0 +1,223 @@
+"""The litellm SDK through the ``agentguard/`` provider, against a scripted model on loopback.
+
+Real litellm end to end: ``litellm.completion(model="agentguard/fast")`` runs the guard, whose
+model calls go through litellm's own openai provider over HTTP to :meth:`ScriptedModel.serve`.
+Runs in the ``litellm`` nox session; skipped where litellm is not installed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import agentguard as ag
+from _litellm_kit import TOOLS, polling_history  # sets litellm's offline flags first
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+from agentguard.transport import ModelRequest
+
+litellm = pytest.importorskip("litellm", reason="needs litellm: nox -s litellm")
+from agentguard.integrations.litellm import (  # noqa: E402
+    GuardedLLM,
+    LiteLLMTransport,
+    register,
+    report_headers,
+)
+
+# litellm's own types trip a pydantic warning on first use; it is theirs, not ours
+pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
+KEY_ENV = "AGENTGUARD_TEST_UPSTREAM_KEY"
+ASK = [{"role": "user", "content": "find the install docs"}]
+
+
+def config(base_url: str, **sections: Any) -> ag.GuardConfig:
+    """Two tiers on one scripted upstream: ``fast`` (fast-model), then ``strong``."""
+    tier = {"base_url": base_url, "api_key_env": KEY_ENV}
+    return ag.GuardConfig.from_dict(
+        {
+            "tiers": {
+                "fast": {"model": "openai/fast-model", **tier},
+                "strong": {"model": "openai/strong-model", **tier},
+            },
+            "escalation": {"chain": ["fast", "strong"], "max_retries_before_escalate": 0},
+            "memory_pressure": {"enabled": False},
+            **sections,
+        },
+        env={},
+    )
+
+
+@pytest.fixture(autouse=True)
+def _quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(KEY_ENV, "sk-test-upstream-not-real")
+    monkeypatch.setattr(litellm, "suppress_debug_info", True)
+    saved = list(litellm.custom_provider_map)
+    yield
+    litellm.custom_provider_map = saved
+
+
+def guarded(base_url: str, **sections: Any) -> GuardedLLM:
+    clock = FakeClock()
+    return register(
+        config(base_url, **sections),
+        clock=clock,
+        sleep=clock.sleep,
+        asleep=clock.asleep,
+        rng=random.Random(0),
+    )
+
+
+def test_sync_completion_is_repaired_and_reported() -> None:
+    """Broken tool-call JSON is repaired for free; the report rides on the response."""
+    model = ScriptedModel([Reply.call("search", '{"query": "install"')])
+    with model.serve() as url:
+        guarded(url)
+        response = litellm.completion(model="agentguard/fast", messages=ASK, tools=TOOLS)
+    call = response.choices[0].message.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("search", '{"query": "install"}')
+    report = ag.report_of(response)
+    assert report is not None
+    assert report.repairs
+    assert report.tier == "fast"
+    # litellm files provider headers as llm_provider-*; the proxy callback strips that again
+    hidden = response._hidden_params["additional_headers"]
+    assert hidden["llm_provider-x-agentguard-tier"] == "fast"
+    headers = report_headers(response)
+    assert headers is not None
+    assert (headers["x-agentguard-tier"], headers["x-agentguard-repairs"]) == ("fast", "1")
+    assert [r.model for r in model.requests] == ["fast-model"]  # through litellm's provider
+
+
+def test_invalid_call_is_corrected_through_litellm() -> None:
+    """A call missing a required field is re-asked on the same tier, then served."""
+    model = ScriptedModel([Reply.call("search", {}), Reply.call("search", {"query": "install"})])
+    with model.serve() as url:
+        guarded(url)
+        response = litellm.completion(model="agentguard/fast", messages=ASK, tools=TOOLS)
+    assert '"install"' in response.choices[0].message.tool_calls[0].function.arguments
+    report = ag.report_of(response)
+    assert report is not None
+    assert report.corrections == 1
+    assert "query" in model.requests[1].messages[-1]["content"]
+
+
+def test_dead_tier_escalates_to_the_next_model() -> None:
+    """A 500 from the fast tier re-routes the call to the strong tier's model."""
+    model = ScriptedModel(
+        {"fast-model": [Fault.server_error()], "strong-model": [Reply.text("ok")]}
+    )
+    with model.serve() as url:
+        guarded(url)
+        response = litellm.completion(model="agentguard/fast", messages=ASK)
+    assert response.choices[0].message.content == "ok"
+    report = ag.report_of(response)
+    assert report is not None
+    assert (report.tier, report.escalated_from, report.reasons) == (
+        "strong",
+        "fast",
+        ("server_error",),
+    )
+    assert [r.model for r in model.requests] == ["fast-model", "strong-model"]
+
+
+@pytest.mark.anyio
+async def test_async_completion_runs_the_same_guard() -> None:
+    """acompletion goes through the same pipeline, sessions shared with sync calls."""
+    model = ScriptedModel([Reply.call("search", {}), Reply.call("search", {"query": "x"})])
+    with model.serve() as url:
+        handler = guarded(url)
+        response = await litellm.acompletion(
+            model="agentguard/fast",
+            messages=ASK,
+            tools=TOOLS,
+            extra_headers={"x-agentguard-session": "async-1"},
+        )
+    report = ag.report_of(response)
+    assert report is not None
+    assert (report.session, report.session_source, report.corrections) == ("async-1", "explicit", 1)
+    assert handler.aguard.pipeline is handler.guard.pipeline
+
+
+def test_streaming_passes_text_and_releases_tool_calls_once_valid() -> None:
+    """stream=True: text flows, the tool call arrives whole and corrected, usage at the end."""
+    model = ScriptedModel(
+        [
+            Reply(content="let me look", tool_calls=Reply.call("search", {}).tool_calls),
+            Reply.call("search", {"query": "install"}),
+        ]
+    )
+    with model.serve() as url:
+        guarded(url)
+        chunks = list(
+            litellm.completion(model="agentguard/fast", messages=ASK, tools=TOOLS, stream=True)
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("let me look")
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(c.function.name, c.function.arguments) for c in calls] == [
+        ("search", '{"query": "install"}')
+    ]
+    assert any(c.choices and c.choices[0].finish_reason == "tool_calls" for c in chunks)
+
+
+@pytest.mark.anyio
+async def test_async_streaming_escalates_a_dead_tier() -> None:
+    """Async streaming: the dead tier's error never reaches the caller; the next tier answers."""
+    model = ScriptedModel(
+        {"fast-model": [Fault.server_error(503)], "strong-model": [Reply.text("streamed ok")]}
+    )
+    with model.serve() as url:
+        guarded(url)
+        stream = await litellm.acompletion(model="agentguard/fast", messages=ASK, stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "streamed ok"
+    assert [r.model for r in model.requests] == ["fast-model", "strong-model"]
+
+
+def test_guard_decisions_become_litellm_errors_with_a_status() -> None:
+    """A loop the guard refuses is a 400; a spent hard_stop budget is a 429."""
+    history = polling_history(8)
+    model = ScriptedModel([Reply.text(" ".join(f"fact{i}" for i in range(80)))], cycle=True)
+    budget = {"per_session": 200, "policy": "hard_stop", "max_output_tokens": 100}
+    with model.serve() as url:
+        guarded(url, escalation={"chain": ["fast"]}, token_budget=budget)
+        with pytest.raises(litellm.exceptions.BadRequestError, match="agentguard loop_detected"):
+            litellm.completion(model="agentguard/fast", messages=history)
+        with pytest.raises(litellm.exceptions.RateLimitError, match="agentguard budget_exceeded"):  # noqa: PT012
+            for _ in range(5):
+                litellm.completion(
+                    model="agentguard/fast",
+                    messages=ASK,
+                    extra_headers={"x-agentguard-session": "b"},
+                )
+
+
+def test_call_params_pass_through_and_the_key_never_leaks() -> None:
+    """temperature and api_base reach upstream; the call's key shows in no event or report."""
+    canary = "sk-canary-litellm-0123456789abcdef"
+    model = ScriptedModel([Reply.text("ok")])
+    with model.serve() as url, capture_events() as events:
+        register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+        response = litellm.completion(
+            model="agentguard/openai/plain-model",
+            messages=ASK,
+            temperature=0.25,
+            api_base=url,
+            api_key=canary,
+            extra_headers={"x-agentguard-session": "s9"},
+        )
+    sent = model.requests[0]
+    assert (sent.model, sent.params["temperature"]) == ("plain-model", 0.25)
+    report = ag.report_of(response)
+    assert report is not None
+    assert report.session == "s9"
+    assert canary not in repr(report) + repr(list(events))
+
+
+def test_transport_refuses_to_call_itself() -> None:
+    """A tier whose model is agentguard/... would recurse: a config error says so."""
+    request = ModelRequest(model="agentguard/fast", messages=ASK)
+    with pytest.raises(ag.ConfigError, match="agentguard/"):
+        LiteLLMTransport().send(request)

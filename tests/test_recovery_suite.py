@@ -1,0 +1,48 @@
+"""The recovery suite's smoke run (benchmarks/recovery.py): a small seed, every fault class.
+
+The guarded stack waits on an injected clock; the raw stack is only run for fault classes where
+the openai client's own retries would not sleep for real.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openai")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import recovery
+
+NO_SLEEP = (
+    "malformed_json",
+    "text_call",
+    "hallucinated_name",
+    "missing_field",
+    "placeholder",
+    "tool_loop",
+    "runaway_output",
+)
+
+
+def test_guarded_stack_completes_every_task_under_every_fault_class() -> None:
+    """With each fault class injected, the guarded agent still finishes every task."""
+    results, baseline = recovery.suite(n_tasks=3, rate=0.4, seed=7, stacks=("guarded",))
+    assert len(baseline) == 3
+    failed = {f: r.successes for (f, _), r in results.items() if r.successes < r.runs}
+    assert failed == {}
+    assert sum(r.injected for r in results.values()) > len(recovery.FAULTS)  # faults did happen
+
+
+def test_guarded_beats_or_ties_raw_and_repairs_locally() -> None:
+    """Guarded success is never below raw; broken JSON and text calls cost no round trip."""
+    results, _ = recovery.suite(n_tasks=3, rate=0.4, seed=7, faults=NO_SLEEP)
+    for fault in NO_SLEEP:
+        assert results[(fault, "guarded")].successes >= results[(fault, "raw")].successes, fault
+    for fault in ("malformed_json", "text_call"):
+        guarded = results[(fault, "guarded")]
+        assert guarded.requests == 0, fault  # no extra round trip over the fault-free runs
+        assert guarded.repairs >= guarded.injected > 0
+    assert results[("text_call", "raw")].successes < results[("text_call", "guarded")].successes
