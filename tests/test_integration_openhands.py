@@ -285,3 +285,10 @@ async def test_async_conversation_is_guarded(tmp_path: Path) -> None:
     assert conversation.state.execution_status.value == "finished"
     assert CITIES == ["Paris"]
     assert report(conversation).guard_reports[0].repairs
+
+
+def test_documented_example_compiles() -> None:
+    """The copy-paste example of docs/integrations/openhands.md is valid Python."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openhands.md"
+    example = page.read_text().split("```python\n# example: openhands\n")[1].split("```")[0]
+    compile(example, str(page), "exec")
