@@ -20,6 +20,10 @@ BFCL = "bfcl-eval==2026.3.23"
 # need certifi>=2026.10.19, which the index does not have yet. 1.107.x was reported compromised:
 # never pin or install it (pyproject's litellm extra excludes it too).
 LITELLM = "litellm[proxy]==1.105.3"
+# The newest OpenHands SDK that installs from the package index here: 1.58.1 and 1.58.2 require
+# certifi>=2026.10.19, which the index does not have yet. 1.58.0 brings litellm<1.106 (never a
+# 1.107.x, which was reported compromised).
+OPENHANDS_SDK = "openhands-sdk==1.58.0"
 
 
 def _install_for_tests(session: nox.Session) -> None:
@@ -79,6 +83,14 @@ def litellm(session: nox.Session) -> None:
         "tests/test_integrations_litellm_proxy.py",
         *session.posargs,
     )
+
+
+@nox.session(python="3.12")
+def openhands(session: nox.Session) -> None:
+    """The OpenHands adapter against the real SDK (Python >= 3.12), offline."""
+    session.install("-e", ".[dev]", OPENHANDS_SDK)
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
+    session.run("pytest", "tests/test_integration_openhands.py", *session.posargs, env=env)
 
 
 @nox.session

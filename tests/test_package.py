@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -80,3 +81,13 @@ def test_litellm_adapter_imports_litellm_lazily(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "litellm", None)  # as if not installed
     with pytest.raises(ImportError, match=re.escape('pip install "agentguard[litellm]"')):
         register()
+
+
+def test_openhands_adapter_imports_without_its_sdk() -> None:
+    """The OpenHands adapter module imports without the SDK; GuardedLLM names the extra."""
+    if importlib.util.find_spec("openhands") is not None:
+        pytest.skip("the OpenHands SDK is installed here")
+    import agentguard.integrations.openhands as oh
+
+    with pytest.raises(ImportError, match=r"agentguard\[openhands\].*Python >= 3\.12"):
+        _ = oh.GuardedLLM

@@ -1,0 +1,327 @@
+"""The OpenHands SDK's ``LLM`` with the guard in front of every model call (Python >= 3.12).
+
+:class:`GuardMixin` puts a :class:`~agentguard.Guard` (and an :class:`~agentguard.AsyncGuard`)
+in front of ``completion`` / ``responses`` and their async twins; ``GuardedLLM`` is the SDK's
+``LLM`` with it. The guard judges each call in OpenAI chat form and drives the SDK's own call as
+its transport, so loops, broken or hallucinated tool calls, budgets and escalation are handled
+before the agent sees the answer. The SDK's own retries are switched off (the guard's retry
+layer is the only one); its stuck detector stays on, and :func:`report` gives both verdicts.
+
+Guard state lives in private attributes (the LLM is a pydantic model), so it is never
+serialised with the conversation. Streaming callbacks (``on_token``) still see every attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, PrivateAttr, SecretStr
+
+from agentguard import AgentGuardError, AsyncGuard, Guard, GuardConfig, GuardReport, Tier
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, usage_from_body
+
+from ._lazy import require
+
+# GuardedLLM is built by the module __getattr__ on first use (it subclasses the SDK's LLM).
+__all__ = ["GuardMixin", "GuardedLLM", "OpenHandsReport", "report"]  # noqa: F822
+
+_CHAT_FLAGS = {
+    "cache_enabled": False,
+    "vision_enabled": False,
+    "function_calling_enabled": True,
+    "force_string_serializer": True,
+    "send_reasoning_content": False,
+}
+
+
+def _sdk(module: str = "openhands.sdk") -> Any:
+    try:
+        return require(module, "openhands")
+    except ImportError as exc:
+        raise ImportError(f"{exc} (the OpenHands SDK needs Python >= 3.12)") from exc
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Call:
+    """One guarded call: what the transport needs to make the SDK's own call."""
+
+    llm: Any
+    method: str  # "completion" or "responses"
+    messages: Sequence[Any]  # the SDK's Message objects, as given
+    chat: Sequence[Mapping[str, Any]]  # the same in chat form, as the guard saw them
+    tools: Any
+    kwargs: Mapping[str, Any]
+
+
+# Set while a guarded call runs: the SDK's calls made inside it (its prompt-cache fallback,
+# its credential refresh) go straight through instead of nesting a second guard.
+_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "agentguard_openhands_call", default=None
+)
+
+
+def _to_sdk(chat: Mapping[str, Any], original: Any | None, method: str) -> Any:
+    """A chat message as the SDK's ``Message``, keeping what the guard did not change."""
+    sdk = _sdk("openhands.sdk.llm")
+    calls = None
+    if chat.get("tool_calls"):
+        before = {c.id: c for c in (getattr(original, "tool_calls", None) or ())}
+        calls = []
+        for c in chat["tool_calls"]:
+            fn = c.get("function") or {}
+            fields = {"name": fn.get("name", ""), "arguments": fn.get("arguments") or "{}"}
+            old = before.get(c.get("id"))
+            calls.append(
+                old.model_copy(update=fields)
+                if old is not None
+                else sdk.MessageToolCall(id=c.get("id") or "call", origin=method, **fields)
+            )
+    text = chat.get("content")
+    content = [sdk.TextContent(text=text if isinstance(text, str) else "")]
+    if original is not None and original.role == chat.get("role"):
+        return original.model_copy(update={"content": content, "tool_calls": calls})
+    return sdk.Message(
+        role=chat.get("role", "user"),
+        content=content,
+        tool_calls=calls,
+        tool_call_id=chat.get("tool_call_id"),
+        name=chat.get("name"),
+    )
+
+
+def _messages(request: ModelRequest, call: _Call) -> list[Any]:
+    """The request's messages as SDK objects: the caller's own wherever the guard left them."""
+    out = []
+    for i, chat in enumerate(request.messages):
+        original = call.messages[i] if i < len(call.messages) else None
+        same = original is not None and i < len(call.chat) and call.chat[i] == chat
+        out.append(original if same else _to_sdk(chat, original, call.method))
+    return out
+
+
+def _neutral(result: Any) -> ModelResponse:
+    """The SDK's ``LLMResponse`` as a neutral response (the ``LLMResponse`` is its ``raw``)."""
+    message = result.message.to_chat_dict(**_CHAT_FLAGS)
+    raw = result.raw_response
+    choices = getattr(raw, "choices", None)
+    finish = getattr(choices[0], "finish_reason", None) if choices else None
+    if finish == "stop" and message.get("tool_calls"):
+        finish = "tool_calls"  # some providers (and the SDK's TestLLM) say stop
+    return ModelResponse(
+        message=message,
+        finish_reason=finish or ("tool_calls" if message.get("tool_calls") else "stop"),
+        usage=usage_from_body(getattr(raw, "usage", None)),
+        model=str(getattr(raw, "model", "") or ""),
+        id=getattr(raw, "id", None),
+        raw=result,
+    )
+
+
+def _result(response: ModelResponse, method: str) -> Any:
+    """The ``LLMResponse`` to hand back: the SDK's own, rebuilt only if the guard changed it."""
+    result = response.raw
+    before, after = result.message.to_chat_dict(**_CHAT_FLAGS), response.message
+    if all((before.get(k) or None) == (after.get(k) or None) for k in ("content", "tool_calls")):
+        return result
+    message = _to_sdk(response.message, result.message, method)
+    return result.model_copy(update={"message": message})  # keeps the attached report
+
+
+def _tier_llm(llm: Any, tier: Tier) -> Any:
+    """The LLM that serves ``tier``: the caller's own, or a copy pointed at the tier."""
+    update: dict[str, Any] = {}
+    if tier.model != llm.model:
+        update["model"] = tier.model
+    if tier.base_url:
+        update["base_url"] = tier.base_url
+    if tier.api_key_env and os.environ.get(tier.api_key_env):
+        update["api_key"] = SecretStr(os.environ[tier.api_key_env])
+    if tier.timeout is not None:
+        update["timeout"] = int(tier.timeout)
+    return llm.model_copy(update=update) if update else llm
+
+
+class _Transport:
+    """The SDK's own call as a transport (sync and async), for one tier."""
+
+    def __init__(self, tier: Tier) -> None:
+        self._tier = tier
+
+    def _prepare(self, request: ModelRequest) -> tuple[Any, list[Any], _Call]:
+        call = _CURRENT.get()
+        assert call is not None, "the transport runs inside a guarded call only"
+        return _tier_llm(call.llm, self._tier), _messages(request, call), call
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        llm, messages, call = self._prepare(request)
+        method = getattr(super(GuardMixin, llm), call.method)
+        return _neutral(method(messages, call.tools, **call.kwargs))
+
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        llm, messages, call = self._prepare(request)
+        method = getattr(super(GuardMixin, llm), "a" + call.method)
+        return _neutral(await method(messages, call.tools, **call.kwargs))
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
+        raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
+
+    def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
+
+
+def _transport_for(tier: Tier) -> _Transport:
+    # A function, not the class: the class itself would pass for a transport.
+    return _Transport(tier)
+
+
+class GuardMixin(BaseModel):
+    """Guards an OpenHands ``LLM`` subclass: ``class MyLLM(GuardMixin, LLM)``.
+
+    Keyword arguments on top of the LLM's own:
+
+    Args:
+        guard_config: the guard's configuration (defaults when ``None``).
+        guard_options: further :class:`~agentguard.Guard` options (``hooks``, ``ledger``,
+            ``clock``, ``rng`` ...; ``sleep`` must suit both the sync and the async guard, or
+            leave it out).
+    """
+
+    _ag_config: GuardConfig | None = PrivateAttr(default=None)
+    _ag_options: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _ag_guards: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _ag_reports: list[GuardReport] = PrivateAttr(default_factory=list)
+    _ag_stopped: list[AgentGuardError] = PrivateAttr(default_factory=list)
+
+    def __init__(
+        self,
+        *,
+        guard_config: GuardConfig | None = None,
+        guard_options: Mapping[str, Any] | None = None,
+        **data: Any,
+    ) -> None:
+        data["num_retries"] = 0  # the guard's retry layer is the only one
+        super().__init__(**data)
+        self._ag_config = guard_config
+        self._ag_options = dict(guard_options or {})
+
+    @property
+    def guard_reports(self) -> tuple[GuardReport, ...]:
+        """The report of every guarded call of this LLM so far, in order."""
+        return tuple(self._ag_reports)
+
+    @property
+    def guard_stop(self) -> AgentGuardError | None:
+        """The guard's decision that stopped a call (``LoopDetected`` ...), if one did."""
+        return self._ag_stopped[-1] if self._ag_stopped else None
+
+    def _ag_guard(self, cls: type[Guard] | type[AsyncGuard]) -> Any:
+        guard = self._ag_guards.get(cls.__name__)
+        if guard is None:
+            options = dict(self._ag_options)
+            for other in self._ag_guards.values():  # sync and async calls share one budget
+                options.setdefault("ledger", other.pipeline.ledger)
+            guard = self._ag_guards[cls.__name__] = cls(_transport_for, self._ag_config, **options)
+        return guard
+
+    @contextlib.contextmanager
+    def _ag_scope(
+        self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]
+    ) -> Iterator[ModelRequest]:
+        """The guard's view of one call (chat form), and the context its transport reads."""
+        add_risk = bool(kwargs.get("add_security_risk_prediction"))
+        chat_tools = [t.to_openai_tool(add_security_risk_prediction=add_risk) for t in tools or ()]
+        chat = [m.to_chat_dict(**_CHAT_FLAGS) for m in messages]
+        params = {"tools": chat_tools} if chat_tools else {}
+        token = _CURRENT.set(_Call(self, method, list(messages), chat, tools, kwargs))
+        try:
+            yield ModelRequest(model=str(getattr(self, "model", "")), messages=chat, params=params)
+        except AgentGuardError as exc:
+            self._ag_stopped.append(exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
+
+    def _ag_done(self, response: ModelResponse, method: str) -> Any:
+        if response.report is not None:
+            self._ag_reports.append(response.report)
+        return _result(response, method)
+
+    def _ag_run(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
+        if _CURRENT.get() is not None:  # the SDK calling itself inside a guarded call
+            return getattr(super(), method)(messages, tools, **kwargs)
+        with self._ag_scope(method, messages, tools, kwargs) as request:
+            response = self._ag_guard(Guard).complete(request)
+        return self._ag_done(response, method)
+
+    async def _ag_arun(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
+        if _CURRENT.get() is not None:
+            return await getattr(super(), "a" + method)(messages, tools, **kwargs)
+        with self._ag_scope(method, messages, tools, kwargs) as request:
+            response = await self._ag_guard(AsyncGuard).acomplete(request)
+        return self._ag_done(response, method)
+
+    def completion(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        """The SDK's ``completion``, guarded; returns its ``LLMResponse``."""
+        return self._ag_run("completion", messages, tools, kwargs)
+
+    def responses(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        """The SDK's ``responses``, guarded; returns its ``LLMResponse``."""
+        return self._ag_run("responses", messages, tools, kwargs)
+
+    async def acompletion(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        """The SDK's ``acompletion``, guarded."""
+        return await self._ag_arun("completion", messages, tools, kwargs)
+
+    async def aresponses(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        """The SDK's ``aresponses``, guarded."""
+        return await self._ag_arun("responses", messages, tools, kwargs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpenHandsReport:
+    """Both detectors' verdicts on one conversation.
+
+    Attributes:
+        status: the conversation's execution status (``finished``, ``stuck``, ``error`` ...).
+        stuck: the SDK's stuck detector flagged the conversation.
+        guard_stop: the guard's decision that stopped a call (``LoopDetected`` ...), or ``None``.
+        guard_reports: the guard's report of every model call, in order.
+        warnings: the guard's warnings over all calls (loop hints, budget warnings ...).
+    """
+
+    status: str
+    stuck: bool
+    guard_stop: AgentGuardError | None
+    guard_reports: tuple[GuardReport, ...]
+    warnings: tuple[str, ...]
+
+
+def report(conversation: Any) -> OpenHandsReport:
+    """What agentguard and the SDK's stuck detector each made of ``conversation``."""
+    status = str(getattr(conversation.state.execution_status, "value", ""))
+    detector = getattr(conversation, "stuck_detector", None)
+    stuck = status == "stuck" or bool(detector is not None and detector.is_stuck())
+    llm = conversation.agent.llm
+    if not isinstance(llm, GuardMixin):
+        return OpenHandsReport(status, stuck, None, (), ())
+    reports = llm.guard_reports
+    warnings = tuple(w for r in reports for w in r.warnings)
+    return OpenHandsReport(status, stuck, llm.guard_stop, reports, warnings)
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``GuardedLLM`` is built on first use, so importing this module needs no SDK."""
+    if name != "GuardedLLM":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _CLASSES:
+        doc = {"__module__": __name__, "__doc__": "The OpenHands ``LLM``, guarded."}
+        _CLASSES[name] = type(name, (GuardMixin, _sdk("openhands.sdk.llm").LLM), doc)
+    return _CLASSES[name]

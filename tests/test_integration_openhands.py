@@ -1,0 +1,293 @@
+"""The OpenHands adapter, through a real ``Conversation`` with the SDK's own scripted ``TestLLM``.
+
+Runs only where the SDK is installed (``nox -s openhands``, Python >= 3.12); offline.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
+os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openhands.sdk", reason="the OpenHands SDK (Python >= 3.12) is not installed")
+
+from openhands.sdk import Agent, Conversation, Message, TextContent, Tool
+from openhands.sdk.conversation.exceptions import ConversationRunError
+from openhands.sdk.event import AgentErrorEvent, ObservationEvent
+from openhands.sdk.llm import MessageToolCall
+from openhands.sdk.testing import TestLLM
+from openhands.sdk.tool import (
+    Action,
+    Observation,
+    ToolAnnotations,
+    ToolDefinition,
+    ToolExecutor,
+    register_tool,
+)
+from pydantic import Field, PrivateAttr
+
+from agentguard import GuardConfig, LoopDetected, report_of
+from agentguard.integrations.openhands import GuardedLLM, GuardMixin, report
+
+# litellm's types trip a pydantic warning when the SDK first validates them (not ours to fix).
+pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
+
+CITIES: list[str] = []
+
+
+class WeatherAction(Action):
+    city: str = Field(description="The city.")
+
+
+class WeatherObservation(Observation):
+    pass
+
+
+class WeatherExecutor(ToolExecutor[WeatherAction, WeatherObservation]):
+    def __call__(self, action: WeatherAction, conversation: Any = None) -> WeatherObservation:
+        CITIES.append(action.city)
+        return WeatherObservation.from_text(text=f"sunny in {action.city}")
+
+
+class WeatherTool(ToolDefinition[WeatherAction, WeatherObservation]):
+    @classmethod
+    def create(cls, conv_state: Any = None, **params: Any) -> Sequence[WeatherTool]:
+        return [
+            cls(
+                description="The weather of a city.",
+                action_type=WeatherAction,
+                observation_type=WeatherObservation,
+                executor=WeatherExecutor(),
+                annotations=ToolAnnotations(readOnlyHint=True),
+            )
+        ]
+
+
+register_tool("WeatherTool", WeatherTool)
+
+
+class RecordingLLM(TestLLM):
+    """The SDK's TestLLM, keeping the messages each call was given."""
+
+    __test__ = False
+    _seen: list[list[Message]] = PrivateAttr(default_factory=list)
+
+    def completion(self, messages: list[Message], tools: Any = None, **kwargs: Any) -> Any:
+        self._seen.append(list(messages))
+        return super().completion(messages, tools, **kwargs)
+
+    async def acompletion(self, messages: list[Message], tools: Any = None, **kwargs: Any) -> Any:
+        # TestLLM's own acompletion re-enters self.completion on a worker thread (outside the
+        # guarded call's context), which would guard the call twice; a real LLM does not.
+        return RecordingLLM.completion(self, messages, tools, **kwargs)
+
+
+class ScriptedLLM(GuardMixin, RecordingLLM):
+    """The guarded scripted LLM."""
+
+    __test__ = False
+
+
+def call(name: str, arguments: str, id: str = "c1") -> Message:
+    """An assistant message with one tool call."""
+    tool_call = MessageToolCall(id=id, name=name, arguments=arguments, origin="completion")
+    return Message(role="assistant", content=[TextContent(text="")], tool_calls=[tool_call])
+
+
+FINISH = call("finish", '{"message": "It is sunny in Paris."}', "done")
+
+
+def llm(script: list[Message], config: dict[str, Any] | None = None, **kw: Any) -> ScriptedLLM:
+    return ScriptedLLM(
+        model="test-model",
+        usage_id="test",
+        scripted_responses=script,
+        guard_config=GuardConfig.from_dict(config or {}, env={}),
+        **kw,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CITIES.clear()
+
+
+def start(model: Any, tmp_path: Path) -> Any:
+    conversation = Conversation(
+        agent=Agent(llm=model, tools=[Tool(name="WeatherTool")]),
+        workspace=str(tmp_path),
+        visualizer=None,
+    )
+    conversation.send_message("What is the weather in Paris?")
+    return conversation
+
+
+def run(model: Any, tmp_path: Path) -> Any:
+    conversation = start(model, tmp_path)
+    conversation.run()
+    return conversation
+
+
+def finished_cleanly(conversation: Any) -> bool:
+    """The run finished, the weather tool ran once for Paris, and the agent saw no tool error."""
+    events = conversation.state.events
+    return (
+        conversation.state.execution_status.value == "finished"
+        and CITIES == ["Paris"]
+        and not any(isinstance(e, AgentErrorEvent) for e in events)
+    )
+
+
+def test_malformed_arguments_are_repaired_and_the_tool_runs(tmp_path: Path) -> None:
+    """Cut-off JSON arguments are repaired for free; the tool runs and the run finishes."""
+    model = llm([call("weather", '{"city": "Paris"'), FINISH])
+    conversation = run(model, tmp_path)
+    assert finished_cleanly(conversation)
+    first = report(conversation).guard_reports[0]
+    assert first.repairs
+    assert first.corrections == 0
+
+
+def test_hallucinated_tool_name_is_corrected(tmp_path: Path) -> None:
+    """A near-miss name of a read-only tool is corrected locally; the real tool runs."""
+    model = llm([call("weathr", '{"city": "Paris"}'), FINISH])
+    conversation = run(model, tmp_path)
+    assert finished_cleanly(conversation)
+    assert any("tool_name" in r for r in report(conversation).guard_reports[0].repairs)
+
+
+def test_unknown_side_effecting_tool_gets_a_corrective_reask(tmp_path: Path) -> None:
+    """A hallucinated name is never guessed for a side-effecting tool: the model is re-asked
+    with the error, and its corrected call is what the agent runs."""
+    config = {"tool_validation": {"side_effecting": ["weather"]}}
+    script = [
+        call("execute_code", '{"code": "weather(\'Paris\')"}', "bad"),
+        call("weather", '{"city": "Paris"}'),
+        FINISH,
+    ]
+    model = llm(script, config)
+    conversation = run(model, tmp_path)
+    assert finished_cleanly(conversation)
+    assert report(conversation).guard_reports[0].corrections == 1
+    reask = model._seen[1]  # the corrective re-ask, as SDK messages
+    assert reask[-2].role == "assistant"
+    assert reask[-2].tool_calls is not None
+    assert reask[-2].tool_calls[0].name == "execute_code"
+    assert reask[-1].role == "tool"
+    assert reask[-1].tool_call_id == "bad"
+    feedback = reask[-1].content[0]
+    assert isinstance(feedback, TextContent)
+    assert "weather" in feedback.text
+
+
+def test_identical_call_loop_is_flagged_by_both_detectors(tmp_path: Path) -> None:
+    """On the defaults the guard hints the model at the third identical call and result, and
+    the SDK's stuck detector (left on) stops the run at the fourth: both are reported."""
+    model = llm([call("weather", '{"city": "Paris"}', f"c{i}") for i in range(8)] + [FINISH])
+    conversation = run(model, tmp_path)
+    both = report(conversation)
+    assert both.status == "stuck"
+    assert both.stuck
+    assert both.guard_stop is None
+    assert any("identical arguments 3 times" in w for w in both.warnings), both.warnings
+    hinted = model._seen[-1][-1]  # the hint rides on the last tool result the model sees
+    assert hinted.role == "tool"
+    assert "identical arguments" in hinted.content[0].text
+    assert len(CITIES) == 4
+
+
+LOOP_FAST = {
+    "loop_detection": {
+        "no_progress_warn_at": 2,
+        "no_progress_critical_at": 2,
+        "no_progress_break_at": 3,
+    }
+}
+
+
+def test_guard_stops_a_loop_before_the_stuck_detector(tmp_path: Path) -> None:
+    """With a tighter ladder and no stronger tier, the guard refuses the next call: the run
+    stops with LoopDetected as the reason, not as a stuck conversation."""
+    model = llm([call("weather", '{"city": "Paris"}', f"c{i}") for i in range(8)], LOOP_FAST)
+    conversation = start(model, tmp_path)
+    with pytest.raises(ConversationRunError) as info:
+        conversation.run()
+    assert isinstance(info.value.__cause__, LoopDetected)
+    both = report(conversation)
+    assert isinstance(both.guard_stop, LoopDetected)
+    assert both.status == "error"
+    assert not both.stuck
+    assert len(CITIES) == 2  # the third identical attempt is refused
+
+
+def test_loop_escalates_to_a_stronger_tier_that_finishes(tmp_path: Path) -> None:
+    """With tiers configured, a loop moves the call to the stronger tier (an LLM copy on the
+    tier's model), whose answer finishes the run; the report says so."""
+    config = {
+        **LOOP_FAST,
+        "tiers": {"fast": {"model": "test-model"}, "premium": {"model": "test-model-premium"}},
+        "escalation": {"chain": ["fast", "premium"]},
+    }
+    script = [call("weather", '{"city": "Paris"}', f"c{i}") for i in range(3)] + [FINISH]
+    model = llm(script, config)
+    conversation = run(model, tmp_path)
+    assert conversation.state.execution_status.value == "finished"
+    last = report(conversation).guard_reports[-1]
+    assert last.escalated_from == "fast"
+    assert last.tier == "premium"
+    assert "loop_detected" in last.reasons
+    observations = [e for e in conversation.state.events if isinstance(e, ObservationEvent)]
+    assert observations[-1].tool_name == "finish"
+
+
+def test_sdk_retries_are_off() -> None:
+    """The SDK's own retry loop is disabled, so retries never nest with the guard's."""
+    assert llm([], num_retries=5).num_retries == 0
+
+
+def test_guarded_llm_is_the_sdk_llm() -> None:
+    """GuardedLLM is an OpenHands LLM and a GuardMixin, and serialises like one."""
+    from openhands.sdk.llm import LLM
+
+    model = GuardedLLM(model="openai/gpt-4o-mini", api_key="sk-not-a-real-key", usage_id="g")
+    assert isinstance(model, LLM)
+    assert isinstance(model, GuardMixin)
+    assert "guard" not in " ".join(model.model_dump())
+    assert model.guard_reports == ()
+
+
+def test_direct_calls_carry_the_report() -> None:
+    """completion() and responses() called directly hand back the SDK's LLMResponse, with the
+    guard's report on it; a call the SDK makes inside a guarded one is not guarded twice."""
+    model = llm([Message(role="assistant", content=[TextContent(text="hi")])] * 2)
+    ask = [Message(role="user", content=[TextContent(text="hello")])]
+    for method in (model.completion, model.responses):
+        response = method(ask)
+        assert type(response).__name__ == "LLMResponse"
+        assert response.message.content[0].text == "hi"
+        assert report_of(response) is not None
+    assert len(model.guard_reports) == 2
+
+
+@pytest.mark.anyio
+async def test_async_conversation_is_guarded(tmp_path: Path) -> None:
+    """arun() goes through acompletion and the async guard the same way."""
+    model = llm([call("weather", '{"city": "Paris"'), FINISH])
+    conversation = start(model, tmp_path)
+    await conversation.arun()
+    assert finished_cleanly(conversation)
+    assert report(conversation).guard_reports[0].repairs
+
+
+def test_documented_example_compiles() -> None:
+    """The copy-paste example of docs/integrations/openhands.md is valid Python."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openhands.md"
+    example = page.read_text().split("```python\n# example: openhands\n")[1].split("```")[0]
+    compile(example, str(page), "exec")
