@@ -62,7 +62,7 @@ def crewai(session: nox.Session) -> None:
             "OTEL_SDK_DISABLED": "true",
         }
     )
-    session.run("pytest", "tests/test_integration_crewai.py", *session.posargs)
+    session.run("pytest", "tests/test_integrations_crewai.py", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -90,7 +90,7 @@ def openhands(session: nox.Session) -> None:
     """The OpenHands adapter against the real SDK (Python >= 3.12), offline."""
     session.install("-e", ".[dev]", OPENHANDS_SDK)
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
-    session.run("pytest", "tests/test_integration_openhands.py", *session.posargs, env=env)
+    session.run("pytest", "tests/test_integrations_openhands.py", *session.posargs, env=env)
 
 
 @nox.session
