@@ -7,6 +7,9 @@ Python (and ``pip install nox``) can run all of them.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["tests", "tests_openai2", "lint", "typecheck"]
@@ -87,10 +90,29 @@ def litellm(session: nox.Session) -> None:
 
 @nox.session(python="3.12")
 def openhands(session: nox.Session) -> None:
-    """The OpenHands adapter against the real SDK (Python >= 3.12), offline."""
+    """The OpenHands adapter against the real SDK (Python >= 3.12), offline; and the OpenHands
+    app's route, the SDK's plain LLM through a real litellm proxy that guards."""
     session.install("-e", ".[dev]", OPENHANDS_SDK)
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
+    env = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENHANDS_SUPPRESS_BANNER": "1",
+        "TESTS_LITELLM_PROXY_BIN": _litellm_proxy_venv(session),
+    }
     session.run("pytest", "tests/test_integrations_openhands.py", *session.posargs, env=env)
+
+
+def _litellm_proxy_venv(session: nox.Session) -> str:
+    """A virtualenv of its own for the litellm proxy (agentguard + litellm[proxy]), inside the
+    session's; returns its ``litellm`` executable. The proxy's pins and the SDK's cannot be
+    installed into one environment (pip: ResolutionImpossible)."""
+    location = Path(session.virtualenv.location, "litellm-proxy")
+    windows = sys.platform == "win32"
+    bin_dir = location / ("Scripts" if windows else "bin")
+    python = bin_dir / ("python.exe" if windows else "python")
+    if not python.exists():
+        session.run("python", "-m", "venv", str(location))
+    session.run(str(python), "-m", "pip", "install", "--quiet", "-e", ".", LITELLM, external=True)
+    return str(bin_dir / ("litellm.exe" if windows else "litellm"))
 
 
 @nox.session

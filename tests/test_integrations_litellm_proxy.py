@@ -9,76 +9,19 @@ nox session; skipped where litellm's proxy is not installed.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import json
-import os
-import secrets
-import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from _litellm_kit import OFFLINE_FLAGS, TOOLS, polling_history
-from agentguard.testing import Fault, Reply, ScriptedModel
-from agentguard.transport import ModelRequest
+from _litellm_kit import TOOLS, Upstream, guard_config, litellm_proxy, polling_history
+from agentguard.testing import Fault, Reply
 
 pytest.importorskip("litellm.proxy.proxy_server", reason="needs litellm[proxy]: nox -s litellm")
 openai = pytest.importorskip("openai")
-httpx = pytest.importorskip("httpx")
-
-PROXY_CONFIG = {
-    "model_list": [
-        {"model_name": "agent", "litellm_params": {"model": "agentguard/fast"}},
-        {"model_name": "agent-strong", "litellm_params": {"model": "agentguard/strong"}},
-    ],
-    "litellm_settings": {
-        "custom_provider_map": [
-            {
-                "provider": "agentguard",
-                "custom_handler": "agentguard.integrations.litellm.proxy_handler",
-            }
-        ],
-        "callbacks": "agentguard.integrations.litellm.proxy_headers",
-    },
-    # the guard is the one retry layer: the proxy's router must not retry guarded calls
-    "router_settings": {"num_retries": 0},
-}
-
-
-class Upstream:
-    """The scripted upstream: each test queues the answers of each model."""
-
-    def __init__(self) -> None:
-        self.queues: dict[str, collections.deque[Reply | Fault]] = collections.defaultdict(
-            collections.deque
-        )
-        self.model = ScriptedModel({"*": [self._next]}, cycle=True)
-
-    def _next(self, request: ModelRequest) -> Reply | Fault:
-        queue = self.queues[request.model]
-        return queue.popleft() if queue else Fault.server_error(500, "nothing queued")
-
-    def script(self, **answers: list[Reply | Fault]) -> int:
-        """Queue answers per model (``fast_model=[...]``); returns the request count so far."""
-        for model, steps in answers.items():
-            self.queues[model.replace("_", "-")].extend(steps)
-        return len(self.model.requests)
-
-    def models_since(self, start: int) -> list[str]:
-        return [r.model for r in self.model.requests[start:]]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -94,69 +37,13 @@ def proxy(
 ) -> Iterator[Any]:
     """A real litellm proxy process on loopback; the openai client pointed at it."""
     _, url = upstream
-    tmp = tmp_path_factory.mktemp("proxy")
-    tier = {"base_url": url, "api_key_env": "UPSTREAM_API_KEY"}
-    guard = {
-        "tiers": {
-            "fast": {"model": "openai/fast-model", **tier},
-            "strong": {"model": "openai/strong-model", **tier},
-        },
-        "escalation": {"chain": ["fast", "strong"], "max_retries_before_escalate": 0},
-        "token_budget": {"per_session": 3000, "warn_ratio": 0.5, "max_output_tokens": 100},
-        "memory_pressure": {"enabled": False},
-    }
-    (tmp / "agentguard.yaml").write_text(yaml.safe_dump({"reliability": guard}))
-    (tmp / "config.yaml").write_text(yaml.safe_dump(PROXY_CONFIG))
-    master_key = "sk-" + secrets.token_hex(24)
-    env = {
-        **os.environ,
-        "AGENTGUARD_CONFIG": str(tmp / "agentguard.yaml"),
-        "UPSTREAM_API_KEY": "sk-test-upstream-not-real",
-        "LITELLM_MASTER_KEY": master_key,
-        "NO_PROXY": "127.0.0.1,localhost",
-        **OFFLINE_FLAGS,
-    }
-    port = _free_port()
-    litellm_cli = Path(sys.executable).with_name("litellm")
-    log = (tmp / "proxy.log").open("w")
-    command = [str(litellm_cli), "--config", str(tmp / "config.yaml"), "--host", "127.0.0.1"]
-    process = subprocess.Popen(
-        [*command, "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_until_ready(process, f"http://127.0.0.1:{port}", tmp / "proxy.log")
-        client = openai.OpenAI(
-            api_key=master_key, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0
-        )
+    budget = {"per_session": 3000, "warn_ratio": 0.5, "max_output_tokens": 100}
+    guard = guard_config(url, token_budget=budget)
+    litellm_cli = str(Path(sys.executable).with_name("litellm"))
+    with litellm_proxy(litellm_cli, tmp_path_factory.mktemp("proxy"), guard) as (base, key):
+        client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
         yield client
         client.close()
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
-def _wait_until_ready(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    """Poll the liveliness endpoint (at most ~3 minutes on a loaded machine); fail with the log."""
-    with httpx.Client(timeout=2) as http:
-        for _ in range(360):
-            if process.poll() is not None:
-                pytest.fail(f"litellm proxy exited ({process.returncode}):\n{log.read_text()}")
-            try:
-                if http.get(f"{base}/health/liveliness").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=0.5)  # the pause between polls; returns early if it dies
-    pytest.fail(f"litellm proxy not ready:\n{log.read_text()[-4000:]}")
 
 
 def _ask(client: Any, session: str, text: str = "find the install docs", **kw: Any) -> Any:

@@ -1,6 +1,9 @@
-"""The OpenHands adapter, through a real ``Conversation`` with the SDK's own scripted ``TestLLM``.
+"""The OpenHands adapter, through a real ``Conversation`` with the SDK's own scripted ``TestLLM``;
+and the OpenHands app's route, a plain SDK ``LLM`` talking to a real litellm proxy that guards.
 
-Runs only where the SDK is installed (``nox -s openhands``, Python >= 3.12); offline.
+Runs only where the SDK is installed (``nox -s openhands``, Python >= 3.12); offline. litellm's
+proxy cannot be installed next to the SDK, so the proxy test runs the ``litellm`` executable
+named by ``TESTS_LITELLM_PROXY_BIN`` (the session builds it a virtualenv of its own).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
 os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import pytest
 
 pytest.importorskip("openhands.sdk", reason="the OpenHands SDK (Python >= 3.12) is not installed")
 
-from openhands.sdk import Agent, Conversation, Message, TextContent, Tool
+from openhands.sdk import LLM, Agent, Conversation, Message, TextContent, Tool
 from openhands.sdk.conversation.exceptions import ConversationRunError
 from openhands.sdk.event import AgentErrorEvent, ObservationEvent
 from openhands.sdk.llm import MessageToolCall
@@ -33,8 +36,10 @@ from openhands.sdk.tool import (
 )
 from pydantic import Field, PrivateAttr
 
+from _litellm_kit import Upstream, guard_config, litellm_proxy
 from agentguard import GuardConfig, LoopDetected, report_of
 from agentguard.integrations.openhands import GuardedLLM, GuardMixin, report
+from agentguard.testing import Reply
 
 # litellm's types trip a pydantic warning when the SDK first validates them (not ours to fix).
 pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
@@ -284,6 +289,55 @@ async def test_async_conversation_is_guarded(tmp_path: Path) -> None:
     await conversation.arun()
     assert finished_cleanly(conversation)
     assert report(conversation).guard_reports[0].repairs
+
+
+PROXY_BIN = "TESTS_LITELLM_PROXY_BIN"
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Upstream, str, str]]:
+    """A real litellm proxy process guarding a scripted upstream: upstream, base URL, key."""
+    litellm_cli = os.environ.get(PROXY_BIN)
+    if not litellm_cli:
+        pytest.skip(f"{PROXY_BIN} is unset: no litellm proxy to run (nox -s openhands sets it)")
+    up = Upstream()
+    with (
+        up.model.serve() as url,
+        litellm_proxy(litellm_cli, tmp_path_factory.mktemp("proxy"), guard_config(url)) as proxy,
+    ):
+        yield up, *proxy
+
+
+def test_app_route_through_the_litellm_proxy(
+    proxied: tuple[Upstream, str, str], tmp_path: Path
+) -> None:
+    """The app's documented route: a plain SDK LLM on ``litellm_proxy/agent``, guarded in the
+    proxy. The fast tier is dead and the strong tier first leaves out a required argument: the
+    guard escalates and re-asks inside the proxy, and the run finishes cleanly."""
+    up, base_url, key = proxied
+    paris = {"city": "Paris"}
+    done = {"message": "It is sunny in Paris."}
+    steps = [Reply.call("weather", {}), Reply.call("weather", paris), Reply.call("finish", done)]
+    start = up.script(strong_model=steps)
+    model = LLM(
+        model="litellm_proxy/agent",
+        base_url=base_url,
+        api_key=key,
+        usage_id="agent",
+        num_retries=0,
+        # the SDK prices calls by model name, and warns for a proxy alias it cannot price
+        input_cost_per_token=0.0,
+        output_cost_per_token=0.0,
+    )
+    conversation = run(model, tmp_path)
+    assert finished_cleanly(conversation)
+    requests = up.model.requests[start:]
+    assert requests[0].model == "fast-model"  # dead: every answer came from the next tier
+    answered = [r for r in requests if r.model == "strong-model"]
+    assert len(answered) == len(steps)
+    correction = answered[1].messages[-1]  # the re-ask with the validation error
+    assert correction["role"] == "tool"
+    assert "city" in correction["content"]
 
 
 def test_documented_example_compiles() -> None:
