@@ -42,13 +42,21 @@ def _peer_notes(results: dict[tuple[str, str], Any], stacks: tuple[str, ...]) ->
         for f in recovery.FAULTS
         if results[(f, peer)].successes >= results[(f, "guarded")].successes
     ]
+    dead = {s: results[("dead_tier", s)] for s in (peer, "guarded")}
+    trips = {
+        s: r.requests / max(1, sum(o.injected for o in r.outcomes if o.success))
+        for s, r in dead.items()
+    }
     return [
-        f"The LiteLLM Router is level with agentguard on {', '.join(ties) or 'no fault class'}: "
-        "transport faults are what a router's retries and fallbacks are for (its fallback to "
-        "the never-faulty backup even rescues runs whose retries ran out). It passes the "
-        "model's output through untouched, so on faults in the content (a call written as "
-        "text, a loop, runaway output) it does what the raw client does; and with no breaker "
-        "it asks a dead tier again on every call (more extra round trips).",
+        f"The LiteLLM Router matches agentguard's task success on {', '.join(ties) or 'none'}. "
+        "On transport faults that is what a router's retries and fallbacks are for (its "
+        "fallback to the never-faulty backup even rescues runs whose retries ran out); on "
+        "broken or invalid calls the agent loop's own error messages recover it as they do the "
+        "raw client, one round trip per fault where agentguard often repairs locally. It "
+        "passes the model's output through untouched, so a call written as text, a tool loop "
+        "or runaway output fare as on the raw client. With no breaker it asks a dead tier "
+        f"again on every call: {trips[peer]:.1f} extra round trips per run with a dead tier, "
+        f"against agentguard's {trips['guarded']:.1f}.",
     ]
 
 
