@@ -390,11 +390,19 @@ def _catches() -> Table:
             "a timestamp, or whose arguments are paraphrased never matches; agentguard "
             "identifies calls by canonical arguments, results with volatile fields stripped, "
             "and groups near-duplicate arguments with the same result.",
-            "Where OpenHands is ahead: it stops an identical loop sooner (4 repeats; 6 events "
-            "for ping-pong; 3 messages for a monologue). agentguard's thresholds are "
-            "deliberately higher, because a legitimate poll looks the same for its first few "
-            "calls, and it answers a WARNING with a hint before it ever blocks a call. Both are "
+            "Where OpenHands is ahead: it *stops* an identical loop sooner (after 4 identical "
+            "action/observation pairs, 4 identical errors, 6 alternating steps). "
+            "agentguard hints earlier (a WARNING puts a note in front of the model) but lets "
+            "the run go on until its BREAK (7 identical calls; 5 errors; 10 ping-pong steps), "
+            "since a legitimate retry or poll looks the same for its first calls. Both are "
             "configurable (`loop_detection.*`, `StuckDetectionThresholds`).",
+            "Where agentguard is wrong: a poll that makes progress for 10 calls gets a hint "
+            "(`generic_repeat` counts identical calls; progress caps it at a WARNING, so it "
+            "never blocks). Declaring the tool as a poll (`ToolLoopPolicy(polling=True)`) "
+            "silences it; OpenHands sees the changing result and says nothing. A paraphrased "
+            "search that keeps returning a short result ('no match') is missed by design: "
+            "results under `near_duplicate_min_result_chars` (48) say nothing about whether "
+            "two calls differed.",
             "OpenHands' monologue check counts consecutive agent messages whatever they say, "
             "so three different messages in a row count as stuck (the last scenario). In an "
             "OpenHands conversation an agent message without a tool call normally ends the "
