@@ -53,4 +53,4 @@ def litellm() -> ModuleType | None:
 def missing(title: str, package: str, columns: Sequence[str]) -> Table:
     """The table that stands in for a peer comparison when the peer is not installed."""
     row: list[object] = [f"{package} not installed — run `{SESSION}`"]
-    return Table(title, columns, [row + ["-"] * (len(columns) - 1)])
+    return Table(title, columns, [row + ["-"] * (len(columns) - 1)], placeholder=True)
