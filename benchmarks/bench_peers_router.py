@@ -26,6 +26,7 @@ table says so.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import statistics
 import time
@@ -82,6 +83,16 @@ def run(quick: bool) -> list[Table]:
     if lite is None:
         return [missing(title, "litellm", columns)]
     openai = __import__("openai")
+    quiet = logging.getLogger("agentguard")  # litellm's loggers are quieted too (_peers)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return [_table(lite, openai, title, columns, quick)]
+    finally:
+        quiet.setLevel(level)
+
+
+def _table(lite: Any, openai: Any, title: str, columns: list[str], quick: bool) -> Table:
     repeat = 3 if quick else 7
     min_time = 0.05 if quick else 0.3
     runs = 5 if quick else 25
@@ -192,31 +203,30 @@ def run(quick: bool) -> list[Table]:
                     _wall_ms(floor, runs),
                 ]
             )
-    return [
-        Table(
-            title,
-            columns,
-            rows,
-            description=(
-                "One upstream (ScriptedModel over loopback HTTP): `primary` always answers 503, "
-                "`backup` and `clean` answer. CPU time in alternating rounds against the floor "
-                "of the same case (see the module docstring of "
-                "`benchmarks/bench_peers_router.py`); wall time is informational."
-            ),
-            notes=[
-                "Comparable: the calls, the upstream and the number of upstream requests per "
-                "call (shown). Both stacks call the upstream through the openai SDK. Not "
-                "comparable: what else each does per call — agentguard runs its whole pipeline "
-                "(loop checks, validation, token ledger, report); the Router translates the "
-                "request for the provider, picks a deployment, and runs its callbacks and cost "
-                "tracking.",
-                "The steady-state row has no Router counterpart: with one deployment per "
-                "model the Router tries the dead primary on every call (its cooldown applies to "
-                "groups of several deployments), while agentguard's tier breaker opens after "
-                "a few failures and later calls go straight to the backup (one request).",
-                "Retries are not compared: both stacks sleep between retries (here the Router's "
-                "`num_retries=2` on a 503 took seconds of wall time), and a wait policy is not "
-                "overhead.",
-            ],
-        )
-    ]
+    return Table(
+        title,
+        columns,
+        rows,
+        description=(
+            "One upstream (ScriptedModel over loopback HTTP): `primary` always answers 503, "
+            "`backup` and `clean` answer. CPU time in alternating rounds against the floor "
+            "of the same case (see the module docstring of "
+            "`benchmarks/bench_peers_router.py`); wall time is informational."
+        ),
+        notes=[
+            "Comparable: the calls, the upstream and the number of upstream requests per "
+            "call (shown). Both stacks call the upstream through the openai SDK; both "
+            "libraries' loggers are set to ERROR, so neither pays for logging. Not "
+            "comparable: what else each does per call — agentguard runs its whole pipeline "
+            "(loop checks, validation, token ledger, report); the Router translates the "
+            "request for the provider, picks a deployment, and runs its callbacks and cost "
+            "tracking.",
+            "The steady-state row has no Router counterpart: with one deployment per "
+            "model the Router tries the dead primary on every call (its cooldown applies to "
+            "groups of several deployments), while agentguard's tier breaker opens after "
+            "a few failures and later calls go straight to the backup (one request).",
+            "Retries are not compared: both stacks sleep between retries (here the Router's "
+            "`num_retries=2` on a 503 took seconds of wall time), and a wait policy is not "
+            "overhead.",
+        ],
+    )
