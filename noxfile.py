@@ -1,5 +1,6 @@
 """The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
-``docs``, and one session per framework integration (``crewai``, ``litellm``, ``openhands``).
+``docs``, one session per framework integration (``crewai``, ``litellm``, ``openhands``), and
+``bench_peers`` (benchmarks against peer libraries).
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
 Python (and ``pip install nox``) can run all of them.
@@ -135,6 +136,33 @@ def bench(session: nox.Session) -> None:
     """Run every benchmark and rewrite docs/benchmarks.md (``-- --quick`` for a smoke run)."""
     session.install("-e", ".[dev]", "matplotlib")  # matplotlib: the report's plots
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+# The peer benchmarks' peers. openhands-sdk 1.58.0 is the newest that installs from the index here
+# (1.58.1+ need certifi>=2026.10.19); it brings litellm<1.106, pinned to the project's tested
+# 1.105.3 (never a 1.107.x). litellm's proxy extra cannot be resolved next to this SDK, and the
+# Router needs only the plain package.
+PEERS = [OPENHANDS_SDK, "litellm==1.105.3"]
+PEER_MODULES = ["peers_loops", "peers_router", "recovery"]
+
+
+@nox.session(python="3.12")
+def bench_peers(session: nox.Session) -> None:
+    """Benchmarks against peers (the OpenHands SDK's stuck detector, the LiteLLM Router), and
+    the recovery suite with its LiteLLM Router stack; rewrites only their sections of
+    docs/benchmarks.md (``-- --quick`` for a smoke run, ``--output FILE`` elsewhere)."""
+    session.install("-e", ".[openai]", "matplotlib", *PEERS)
+    session.env.update(
+        {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_TELEMETRY": "False",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "LMNR_DISABLE": "true",
+            "OTEL_SDK_DISABLED": "true",
+        }
+    )
+    only = [arg for name in PEER_MODULES for arg in ("--only", name)]
+    session.run("python", "benchmarks/run.py", *only, *session.posargs)
 
 
 @nox.session

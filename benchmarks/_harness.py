@@ -29,6 +29,9 @@ class Table:
     notes: list[str] = field(default_factory=list)
     #: an optional plot: (file name, a function drawing it into a matplotlib Axes)
     figure: tuple[str, Callable[[Any], None]] | None = None
+    #: stands in for results that need a peer not installed here (``run.py`` then keeps the
+    #: report's earlier section of that module, if it has one)
+    placeholder: bool = False
 
     def to_markdown(self, images: Path | None = None) -> str:
         """The table in Markdown; with ``images`` (a folder), its plot is drawn there too."""

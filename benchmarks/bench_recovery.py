@@ -29,9 +29,40 @@ def _per_fault(
     return row
 
 
+def _peer_notes(results: dict[tuple[str, str], Any], stacks: tuple[str, ...]) -> list[str]:
+    """What the peer stack did as well as the guard, or how to get it."""
+    peer = recovery.PEER_STACK
+    if peer not in stacks:
+        return [
+            f"The peer stack (`{peer}`: the LiteLLM Router with retries and fallbacks) needs "
+            "litellm: run `nox -s bench_peers` for its column."
+        ]
+    ties = [
+        f.replace("_", " ")
+        for f in recovery.FAULTS
+        if results[(f, peer)].successes >= results[(f, "guarded")].successes
+    ]
+    dead = {s: results[("dead_tier", s)] for s in (peer, "guarded")}
+    trips = {
+        s: r.requests / max(1, sum(o.injected for o in r.outcomes if o.success))
+        for s, r in dead.items()
+    }
+    return [
+        f"The LiteLLM Router matches agentguard's task success on {', '.join(ties) or 'none'}. "
+        "On transport faults that is what a router's retries and fallbacks are for (its "
+        "fallback to the never-faulty backup even rescues runs whose retries ran out); on "
+        "broken or invalid calls the agent loop's own error messages recover it as they do the "
+        "raw client, one round trip per fault where agentguard often repairs locally. It "
+        "passes the model's output through untouched, so a call written as text, a tool loop "
+        "or runaway output fare as on the raw client. With no breaker it asks a dead tier "
+        f"again on every call: {trips[peer]:.1f} extra round trips per run with a dead tier, "
+        f"against agentguard's {trips['guarded']:.1f}.",
+    ]
+
+
 def run(quick: bool) -> list[Table]:
     n_tasks, rate, seed = (3, 0.4, 7) if quick else (12, 0.3, 7)
-    stacks = recovery.STACKS
+    stacks = recovery.available_stacks()
     results, _ = recovery.suite(n_tasks=n_tasks, rate=rate, seed=seed, stacks=stacks)
     rows = [_per_fault(results, fault, stacks) for fault in recovery.FAULTS]
     totals: list[object] = ["**all faults**"]
@@ -76,11 +107,13 @@ def run(quick: bool) -> list[Table]:
                 "runaway output, a dead tier — persist until a hint or another tier breaks them), "
                 f"seed {seed}. The same minimal agent loop on the real openai client (its own "
                 "2 retries) over an in-process HTTP mock, raw or wrapped by agentguard (two "
-                "tiers). "
+                "tiers); the peer stack, `litellm_router`, is the LiteLLM Router (2 retries, "
+                "then a fallback to the backup tier) over the same oracle served on loopback. "
                 "Extra round trips and tokens are counted against the fault-free run of the same "
                 "task, over successful runs, per injected fault."
             ),
             notes=[
+                *_peer_notes(results, stacks),
                 "Where raw and guarded tie (missing fields, placeholders, rate limits, 5xx, "
                 "timeouts) both recover the same way: one correction or one retry. The guard "
                 "wins where a plain loop cannot tell something is wrong (a call written as text, "

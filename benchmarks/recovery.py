@@ -5,8 +5,10 @@ Deterministic for a seed. The upstream is an *oracle* model (:class:`Oracle`): i
 task's plan and answers the next correct tool call — unless the fault injector, drawing from a
 seeded RNG, replaces that answer with the fault under test. Faults that are "sticky" (a tool
 loop, runaway output, a dead tier) persist the way they do in real models until something breaks
-them: a hint from the guard, or a stronger tier. Everything runs through the real openai client
-over an in-process HTTP mock (:class:`agentguard.testing.ScriptedModel`).
+them: a hint from the guard, or a stronger tier. The raw and guarded stacks run through the real
+openai client over an in-process HTTP mock (:class:`agentguard.testing.ScriptedModel`); the peer
+stack, ``litellm_router`` (only where litellm is installed), through ``litellm.Router`` over the
+same oracle served on loopback HTTP (:meth:`ScriptedModel.serve`).
 
 Used by ``bench_recovery.py`` (``nox -s bench``) and by ``tests/test_recovery_suite.py`` (a
 small seed, in CI).
@@ -14,6 +16,7 @@ small seed, in CI).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import tempfile
@@ -23,6 +26,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+import _peers
 import agentguard as ag
 from agentguard.budget import estimate_tokens
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
@@ -361,6 +365,13 @@ def agent(client: Any, task: Task, workspace: Workspace) -> tuple[bool, str | No
 
 
 STACKS = ("raw", "guarded")
+#: The peer stack: the LiteLLM Router with retries and a fallback to the backup tier.
+PEER_STACK = "litellm_router"
+
+
+def available_stacks() -> tuple[str, ...]:
+    """:data:`STACKS`, and the peer stack where litellm is installed (``nox -s bench_peers``)."""
+    return (*STACKS, PEER_STACK) if _peers.litellm() is not None else STACKS
 
 
 def run_task(task: Task, fault: str | None, rate: float, seed: int, stack: str) -> Outcome:
@@ -379,10 +390,13 @@ def run_task(task: Task, fault: str | None, rate: float, seed: int, stack: str) 
         api_key="sk-recovery",
         base_url="http://recovery.invalid/v1",
         http_client=http.Client(transport=model.mock_transport(http)),
-        max_retries=2,  # the SDK's default: the peer stack's own retries
+        max_retries=2,  # the SDK's default: the raw stack's own retries
     )
     reports: list[ag.GuardReport] = []
-    if stack == "guarded":
+    upstream = contextlib.ExitStack()
+    if stack == PEER_STACK:
+        client = _RouterClient(upstream.enter_context(model.serve()), openai)
+    elif stack == "guarded":
         clock = FakeClock()
         config = ag.GuardConfig.from_dict(
             {
@@ -401,6 +415,7 @@ def run_task(task: Task, fault: str | None, rate: float, seed: int, stack: str) 
         success, stopped = agent(client, task, workspace)
     finally:
         workspace.close()
+        upstream.close()
     return Outcome(
         success=success,
         requests=len(model.requests),
@@ -409,6 +424,42 @@ def run_task(task: Task, fault: str | None, rate: float, seed: int, stack: str) 
         repairs=sum(len(r.repairs) for r in reports),
         stopped=stopped,
     )
+
+
+class _RouterClient:
+    """The agent's client on the peer stack: ``litellm.Router.completion`` over real HTTP.
+
+    Two deployments on the same oracle upstream (served on loopback), ``num_retries=2`` (the
+    openai client's default, as on the raw stack) and a fallback from ``primary`` to ``backup``.
+    The Router's waits between retries are skipped — the guarded stack waits on a fake clock
+    too — so only its decisions count, not its sleeping. Answers come back as openai objects,
+    so the agent loop is the same for every stack.
+    """
+
+    def __init__(self, url: str, openai: Any) -> None:
+        litellm = _peers.litellm()
+        assert litellm is not None
+
+        class Router(litellm.Router):  # type: ignore[misc, name-defined]
+            def _time_to_sleep_before_retry(self, *args: Any, **kwargs: Any) -> float:
+                return 0.0
+
+        def deployment(name: str) -> dict[str, Any]:
+            params = {"model": f"openai/{name}", "api_base": url, "api_key": "sk-recovery"}
+            return {"model_name": name, "litellm_params": params}
+
+        self._router = Router(
+            model_list=[deployment("primary"), deployment("backup")],
+            num_retries=2,
+            fallbacks=[{"primary": ["backup"]}],
+        )
+        self._completion = openai.types.chat.ChatCompletion
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs: Any) -> Any:
+        response = self._router.completion(**kwargs)
+        return self._completion.model_validate(response.model_dump())
 
 
 class _Recorder:

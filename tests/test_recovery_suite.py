@@ -46,3 +46,15 @@ def test_guarded_beats_or_ties_raw_and_repairs_locally() -> None:
         assert guarded.requests == 0, fault  # no extra round trip over the fault-free runs
         assert guarded.repairs >= guarded.injected > 0
     assert results[("text_call", "raw")].successes < results[("text_call", "guarded")].successes
+
+
+def test_peer_stack_is_offered_only_where_litellm_is_installed() -> None:
+    """The LiteLLM Router stack is listed exactly when litellm imports; STACKS never has it."""
+    try:
+        import litellm  # noqa: F401
+    except ImportError:
+        installed = False
+    else:
+        installed = True
+    assert recovery.PEER_STACK not in recovery.STACKS
+    assert (recovery.PEER_STACK in recovery.available_stacks()) is installed

@@ -321,6 +321,9 @@ class ScriptedModel:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out as two writes: without TCP_NODELAY, Nagle's algorithm and
+            # the client's delayed ACK add ~40 ms to every answer on a kept-alive connection
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
