@@ -37,9 +37,8 @@ HISTORY = [
 
 # (case, what the model sent, how many independent errors it holds)
 CASES: list[tuple[str, Reply, int]] = [
-    ("single quotes", Reply.call("read_file", str(GOOD)), 1)(  # Python repr,
-        "trailing comma", Reply.call("read_file", json.dumps(GOOD)[:-1] + ",}"), 1
-    ),
+    ("single quotes", Reply.call("read_file", str(GOOD)), 1),  # a Python repr
+    ("trailing comma", Reply.call("read_file", json.dumps(GOOD)[:-1] + ",}"), 1),
     ("markdown-fenced JSON", Reply.call("read_file", f"```json\n{json.dumps(GOOD)}\n```"), 1),
     ("near-miss tool name", Reply.call("read_files", GOOD), 1),
     ("synonym tool name", Reply.call("open_file", GOOD), 1),
