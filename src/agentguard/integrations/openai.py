@@ -23,6 +23,7 @@ from agentguard.config import GuardConfig
 from agentguard.escalation import Tier
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Usage
 
 from ._lazy import require
 from ._tiers import tier_api_key
@@ -58,7 +59,79 @@ def _dump(obj: Any) -> Mapping[str, Any]:
 def _response(request: ModelRequest, raw: Any) -> ModelResponse:
     if request.api == "responses":
         return response_from_responses(_dump(raw), raw=raw)
-    return ModelResponse.from_body(_dump(raw), raw=raw)
+    choices: Any = getattr(raw, "choices", None)
+    message = _message(choices[0].message) if choices else None
+    if message is None:  # something unusual: the SDK's own full dump
+        return ModelResponse.from_body(_dump(raw), raw=raw)
+    return ModelResponse(
+        message=message,
+        finish_reason=choices[0].finish_reason,
+        usage=_usage(raw.usage),
+        model=str(raw.model or ""),
+        id=raw.id,
+        raw=raw,
+    )
+
+
+# Reading the SDK objects' few fields the pipeline needs is several times cheaper than
+# model_dump(), which serialises every field of every nested model on every call and chunk.
+
+
+def _message(msg: Any) -> dict[str, Any] | None:
+    """An SDK assistant message as the pipeline's dict, or ``None`` when it holds more than
+    text and function calls (custom tool calls ...) and needs the full dump."""
+    message: dict[str, Any] = {"role": msg.role or "assistant", "content": msg.content}
+    calls = msg.tool_calls
+    if calls:
+        out = []
+        for call in calls:
+            fn = getattr(call, "function", None)
+            if fn is None:
+                return None
+            out.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": fn.name, "arguments": fn.arguments},
+                }
+            )
+        message["tool_calls"] = out
+    return message
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+
+
+def _chunk(raw: Any) -> StreamChunk:
+    """An SDK ``ChatCompletionChunk`` as a neutral chunk (its raw object kept)."""
+    usage = _usage(getattr(raw, "usage", None))
+    if not raw.choices:
+        return StreamChunk(usage=usage, raw=raw)
+    choice = raw.choices[0]
+    delta = choice.delta
+    calls: tuple[Mapping[str, Any], ...] = ()
+    if delta.tool_calls:
+        calls = tuple(_call_delta(c) for c in delta.tool_calls)
+    return StreamChunk(
+        content=delta.content,
+        tool_calls=calls,
+        finish_reason=choice.finish_reason,
+        usage=usage,
+        raw=raw,
+    )
+
+
+def _call_delta(call: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": call.index}
+    if call.id:
+        out["id"] = call.id
+    fn = call.function
+    if fn is not None:
+        out["function"] = {"name": fn.name, "arguments": fn.arguments}
+    return out
 
 
 def _endpoint(client: Any, request: ModelRequest) -> Any:
@@ -91,7 +164,7 @@ class OpenAITransport:
         stream = self._client.chat.completions.create(**_call_kwargs(request, stream=True))
         with stream:
             for chunk in stream:
-                yield StreamChunk.from_body(_dump(chunk), raw=chunk)
+                yield _chunk(chunk)
 
 
 class AsyncOpenAITransport:
@@ -119,7 +192,7 @@ class AsyncOpenAITransport:
         stream = await self._client.chat.completions.create(**_call_kwargs(request, stream=True))
         async with stream:
             async for chunk in stream:
-                yield StreamChunk.from_body(_dump(chunk), raw=chunk)
+                yield _chunk(chunk)
 
 
 # -- wrap(): the drop-in client ----------------------------------------------------------------
@@ -179,7 +252,10 @@ def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
     raw = response.raw
     if raw is None or not hasattr(raw, "choices"):
         return raw
-    original = raw.choices[0].message.model_dump(mode="json") if raw.choices else None
+    original = None
+    if raw.choices:
+        first = raw.choices[0].message
+        original = _message(first) or first.model_dump(mode="json")
     if original is not None and _same_message(
         original, response.message, raw.choices[0].finish_reason, response.finish_reason
     ):
