@@ -11,6 +11,7 @@ from typing import Any
 import agentguard as ag
 from _harness import Table, side_by_side, us, verdict
 from agentguard.testing import Reply, ScriptedModel
+from agentguard.types import Usage
 
 
 def _tools(n: int) -> list[dict[str, Any]]:
@@ -92,7 +93,13 @@ def run(quick: bool) -> list[Table]:
             "guard's; the next table isolates the guard's own cost.",
         ],
     )
-    pipeline = _pipeline_table(config, tools, reply, repeat, min_time)
+
+    def fixed_usage(request: Any) -> Reply:  # usage given: the transport's cost is flat too
+        return Reply.call(
+            "tool_3", {"path": f"/srv/{next(counter)}.txt", "limit": 5}, usage=Usage(900, 20)
+        )
+
+    pipeline = _pipeline_table(config, tools, fixed_usage, repeat, min_time)
     return [clean, pipeline, _ttft_table(openai, client, config, quick)]
 
 
@@ -192,6 +199,10 @@ def _pipeline_table(config: Any, tools: Any, reply: Any, repeat: int, min_time: 
         "The pipeline's own cost vs history length (Guard over the scripted transport, no HTTP)",
         ["history", "transport alone µs", "guarded µs", "guard overhead µs"],
         pipeline_rows,
+        description=(
+            "The scripted transport reports usage itself here, so its own cost does not grow "
+            "with the history either and the difference is the guard's alone."
+        ),
         figure=("overhead_vs_history.png", draw),
         notes=[
             f"Overhead at 1,000 messages vs 30: {at_1000:.2f}× (goal ≤ 1.2×: "
