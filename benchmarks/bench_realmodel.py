@@ -45,6 +45,10 @@ TITLE = "A real model: SmolLM2-135M-Instruct (llama.cpp) degenerating"
 ALIAS = "smollm2"
 SEED = 7
 MAX_TOKENS = 1024
+#: No repetition penalty, as vLLM, llama.cpp's own server and most OpenAI-compatible endpoints
+#: default to (llama-cpp-python's server defaults to 1.1: measured too, raw only).
+REPEAT_PENALTY = 1.0
+SERVER_DEFAULT_PENALTY = 1.1
 #: Long-form requests at temperature 0: a 135M model runs out of things to say and repeats.
 PROMPTS: dict[str, str] = {
     "story": "Write a very long story about a cat who loves fish.",
@@ -52,11 +56,13 @@ PROMPTS: dict[str, str] = {
     "essay": "Write a 3000-word essay about the history of the Roman Empire.",
     "computer": "Explain in great detail how a computer works.",
     "poem": "Write a poem about the sea with at least 40 stanzas.",
-    "names": "Give me a long list of names for a pet dog.",
     "bread": "Explain step by step, in as much detail as possible, how to bake bread.",
     "mars": "Tell me everything you know about the planet Mars.",
+    "day": "Describe your ideal day hour by hour, in detail.",
+    "python": "Write a long tutorial on Python programming for beginners.",
+    "meaning": "What is the meaning of life? Answer at length.",
 }
-QUICK = ("story", "names")
+QUICK = ("story", "poem")
 _LEVELS = {"WARNING": 1, "CRITICAL": 2, "BREAK": 4}  # x degenerate_min_repeats (the ladder)
 
 
@@ -132,18 +138,25 @@ class Result:
 
     name: str
     pieces: list[str] = field(default_factory=list)  # raw stream: one content delta per token
-    raw_tokens: int = 0  # completion_tokens of the raw answer
     raw_seconds: float = 0.0
-    cut_tokens: int = 0  # content deltas received through the guard before the cut
-    cut_chars: int = 0
+    received: list[str] = field(default_factory=list)  # through the guard, before the cut
     cut_seconds: float = 0.0
     cut_finish: str | None = None
+    after_cut_seconds: float = 0.0  # a 1-token request right after the cut
     outcome: str = ""  # what the guard did with the non-streamed answer
     check_ms: float = 0.0  # the degenerate-text check on the whole answer
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def raw_tokens(self) -> int:
+        return len(self.pieces)  # llama_cpp.server sends no usage chunk; one delta per token
+
+    @property
+    def cut_tokens(self) -> int:
+        return len(self.received)
 
     @property
     def cut(self) -> bool:
@@ -153,14 +166,20 @@ class Result:
     def saved(self) -> int:
         return self.raw_tokens - self.cut_tokens if self.cut else 0
 
+    @property
+    def same_tokens(self) -> bool:
+        """Whether the guarded stream got the raw stream's tokens (temperature 0 holds)."""
+        return self.pieces[: self.cut_tokens] == self.received
 
-def _request(prompt: str, max_tokens: int) -> dict[str, Any]:
+
+def _request(prompt: str, max_tokens: int, penalty: float = REPEAT_PENALTY) -> dict[str, Any]:
     return {
         "model": ALIAS,
         "messages": [{"role": "user", "content": prompt}],
         "temperature": 0.0,
         "seed": SEED,
         "max_tokens": max_tokens,
+        "extra_body": {"repeat_penalty": penalty},  # llama.cpp's sampler option
     }
 
 
@@ -175,51 +194,82 @@ def _config() -> ag.GuardConfig:
     )
 
 
-def _measure(openai: Any, base: str, name: str, prompt: str, max_tokens: int) -> Result:
-    result = Result(name)
-    request = _request(prompt, max_tokens)
+def _client(openai: Any, base: str) -> Any:
+    return openai.OpenAI(api_key="sk-local", base_url=base, max_retries=0, timeout=900)
 
-    def client() -> Any:
-        return openai.OpenAI(api_key="sk-local", base_url=base, max_retries=0, timeout=900)
 
-    raw = client()
+def _stream(client: Any, request: dict[str, Any]) -> tuple[list[str], str | None, float]:
+    """The content deltas of one streamed answer, its finish reason, and its seconds.
+
+    The finish reason is ``"LoopDetected"`` when the guard raised it at the end of the stream
+    (the answer ended between two checks, its last check below BREAK, the whole text above).
+    """
+    pieces: list[str] = []
+    finish = None
     start = time.perf_counter()
-    usage = None
-    for chunk in raw.chat.completions.create(
-        **request, stream=True, stream_options={"include_usage": True}
-    ):
-        usage = chunk.usage or usage
-        if chunk.choices and chunk.choices[0].delta.content:
-            result.pieces.append(chunk.choices[0].delta.content)
-    result.raw_seconds = time.perf_counter() - start
-    result.raw_tokens = usage.completion_tokens if usage is not None else len(result.pieces)
-    raw.close()
-
-    guarded = ag.wrap(client(), _config())  # a fresh guard: no session state carried over
-    start = time.perf_counter()
-    for chunk in guarded.chat.completions.create(**request, stream=True):
-        if not chunk.choices:
-            continue
-        if chunk.choices[0].delta.content:
-            result.cut_tokens += 1
-            result.cut_chars += len(chunk.choices[0].delta.content)
-        result.cut_finish = chunk.choices[0].finish_reason or result.cut_finish
-    result.cut_seconds = time.perf_counter() - start
-    guarded.close()
-
-    guarded = ag.wrap(client(), _config())
     try:
-        answer = guarded.chat.completions.create(**request)
-    except ag.LoopDetected as exc:
-        result.outcome = f"LoopDetected ({exc.count} repeats)"
-    else:
-        report = ag.report_of(answer)
-        warned = [w for w in (report.warnings if report else ()) if "repeats" in w]
-        result.outcome = "warning" if warned else "passed"
-    guarded.close()
+        for chunk in client.chat.completions.create(**request, stream=True):
+            if not chunk.choices:
+                continue
+            if chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+            finish = chunk.choices[0].finish_reason or finish
+    except ag.LoopDetected:
+        finish = "LoopDetected"
+    return pieces, finish, time.perf_counter() - start
+
+
+def _new_prompt(client: Any) -> float:
+    """One token of an unrelated prompt, so the next request's prompt is new to the server.
+
+    llama.cpp reuses the cached prefix of a repeated prompt, and the logits of a prompt evaluated
+    in one batch and of one evaluated a token at a time differ in the last bits: at temperature
+    0 that changes the answer (measured here). Every measured request follows this one, as a
+    user's new question follows someone else's. Returns its seconds: it waits for the server
+    to finish any generation still running.
+    """
+    start = time.perf_counter()
+    client.chat.completions.create(**_request("Say hello.", 1))
+    return time.perf_counter() - start
+
+
+def _measure(openai: Any, base: str, name: str, max_tokens: int) -> Result:
+    result = Result(name)
+    request = _request(PROMPTS[name], max_tokens)
+    with _client(openai, base) as raw:
+        _new_prompt(raw)
+        result.pieces, _, result.raw_seconds = _stream(raw, request)
+        _new_prompt(raw)
+    # a fresh guard per call: no session state carried over between the modes
+    with ag.wrap(_client(openai, base), _config()) as guarded:
+        result.received, result.cut_finish, result.cut_seconds = _stream(guarded, request)
+    with _client(openai, base) as raw:
+        # one request at a time: this waits if the server kept generating after the cut
+        result.after_cut_seconds = _new_prompt(raw)
+    with ag.wrap(_client(openai, base), _config()) as guarded:
+        try:
+            answer = guarded.chat.completions.create(**request)
+        except ag.LoopDetected as exc:
+            result.outcome = f"LoopDetected ({exc.count} repeats)"
+        else:
+            report = ag.report_of(answer)
+            warned = [w for w in (report.warnings if report else ()) if "repeats" in w]
+            result.outcome = "warning" if warned else "passed"
     text = result.text
     result.check_ms = per_call(lambda: degenerate_repeats(text), repeat=3, min_time=0.05) * 1e3
     return result
+
+
+def _penalised(openai: Any, base: str, names: Sequence[str], max_tokens: int) -> list[Result]:
+    """Raw answers at llama-cpp-python's default repeat_penalty, for the blind-spot table."""
+    results = []
+    with _client(openai, base) as raw:
+        for name in names:
+            request = _request(PROMPTS[name], max_tokens, SERVER_DEFAULT_PENALTY)
+            _new_prompt(raw)
+            pieces, _, seconds = _stream(raw, request)
+            results.append(Result(name, pieces, seconds))
+    return results
 
 
 def _replay(pieces: Sequence[str], limit: int) -> int | None:
@@ -265,9 +315,19 @@ def run(quick: bool) -> list[Table]:
         results = []
         for name in names:
             print(f"  {name} ...", flush=True)
-            results.append(_measure(openai, base, name, PROMPTS[name], max_tokens))
+            results.append(_measure(openai, base, name, max_tokens))
+        print(f"  repeat_penalty {SERVER_DEFAULT_PENALTY} ...", flush=True)
+        penalised = _penalised(openai, base, names, max_tokens)
     minimum = ag.GuardConfig().loop_detection.degenerate_min_repeats
-    return [_main_table(results, gguf, max_tokens, minimum), _levels_table(results, minimum)]
+    return [
+        _main_table(results, gguf, max_tokens, minimum),
+        _levels_table(results, minimum),
+        _penalty_table(penalised, minimum),
+    ]
+
+
+def _degenerate(r: Result, minimum: int) -> bool:
+    return degenerate_repeats(r.text) >= 4 * minimum
 
 
 def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int) -> Table:
@@ -278,8 +338,8 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
                 f"`{r.name}`",
                 r.raw_tokens,
                 degenerate_repeats(r.text),
-                "yes" if degenerate_repeats(r.text) >= 4 * minimum else "no",
-                r.cut_tokens if r.cut else "not cut",
+                "yes" if _degenerate(r, minimum) else "no",
+                r.cut_tokens if r.cut else f"not cut ({r.cut_finish})",
                 _pct(r.saved, r.raw_tokens),
                 f"{r.cut_seconds:.1f} / {r.raw_seconds:.1f}",
                 r.outcome,
@@ -288,12 +348,13 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
         )
     raw = sum(r.raw_tokens for r in results)
     saved = sum(r.saved for r in results)
+    cut = [r for r in results if r.cut]
     rows.append(
         [
             "**total**",
             raw,
             "",
-            f"{sum(degenerate_repeats(r.text) >= 4 * minimum for r in results)}/{len(results)}",
+            f"{sum(_degenerate(r, minimum) for r in results)}/{len(results)}",
             raw - saved,
             f"**{_pct(saved, raw)}**",
             f"{sum(r.cut_seconds for r in results):.1f} / "
@@ -302,6 +363,8 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
             "",
         ]
     )
+    same = sum(r.same_tokens for r in results)
+    after = max((r.after_cut_seconds for r in cut), default=0.0)
 
     def draw(ax: Any) -> None:
         xs = range(len(results))
@@ -345,6 +408,11 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
             "to the report — and the check itself costs the milliseconds in the last column.",
             "Prompts whose answer stays under the BREAK level stream to the end (`not cut`); "
             "the thresholds table shows where lower levels would have cut them.",
+            f"Cut streams saved {_pct(sum(r.saved for r in cut), sum(r.raw_tokens for r in cut))}"
+            f" of their tokens ({len(cut)} of {len(results)} streams cut). "
+            f"The guarded stream got the raw stream's very tokens in {same} of {len(results)} "
+            "runs (temperature 0). The server stops generating when the guard closes the "
+            f"stream: a 1-token request sent right after a cut took at most {after:.2f} s.",
         ],
     )
 
@@ -373,5 +441,27 @@ def _levels_table(results: list[Result], minimum: int) -> Table:
             "Each raw stream replayed through the stream watch's schedule (a check every "
             f"{_DegenerationWatch.STEP} characters): the tokens received before the cut, had "
             "the cut been at that level. The default cuts at BREAK; `–`: never reached."
+        ),
+    )
+
+
+def _penalty_table(results: list[Result], minimum: int) -> Table:
+    rows: list[list[object]] = [
+        [
+            f"`{r.name}`",
+            r.raw_tokens,
+            degenerate_repeats(r.text),
+            "yes" if _degenerate(r, minimum) else "no",
+        ]
+        for r in results
+    ]
+    return Table(
+        f"The same prompts at llama-cpp-python's default repeat_penalty {SERVER_DEFAULT_PENALTY}",
+        ["prompt", "raw tokens", "repeats (degenerate_repeats)", "degenerate (≥ BREAK)"],
+        rows,
+        description=(
+            "Raw answers only. The penalty stops verbatim repetition, so the text drifts instead: "
+            "numbered lists that cycle through the same items, paragraphs that repeat with a "
+            "word changed — repetition `degenerate_text` does not count as copies."
         ),
     )
