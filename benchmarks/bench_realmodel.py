@@ -115,7 +115,9 @@ def _server(gguf: Path, *, timeout: float = 600.0) -> Iterator[str]:
                 process.wait()
 
 
-def _wait_until_ready(process: subprocess.Popen[str], base: str, log: Any, timeout: float) -> None:
+def _wait_until_ready(
+    process: subprocess.Popen[bytes], base: str, log: Any, timeout: float
+) -> None:
     """Poll ``/v1/models`` until it answers; fail with the server's log if it dies or stalls."""
     for _ in range(int(timeout / 0.5)):
         if process.poll() is not None:
@@ -143,6 +145,7 @@ class Result:
     cut_seconds: float = 0.0
     cut_finish: str | None = None
     after_cut_seconds: float = 0.0  # a 1-token request right after the cut
+    idle_seconds: float = 0.0  # the same request to an idle server
     outcome: str = ""  # what the guard did with the non-streamed answer
     check_ms: float = 0.0  # the degenerate-text check on the whole answer
 
@@ -239,7 +242,7 @@ def _measure(openai: Any, base: str, name: str, max_tokens: int) -> Result:
     with _client(openai, base) as raw:
         _new_prompt(raw)
         result.pieces, _, result.raw_seconds = _stream(raw, request)
-        _new_prompt(raw)
+        result.idle_seconds = _new_prompt(raw)
     # a fresh guard per call: no session state carried over between the modes
     with ag.wrap(_client(openai, base), _config()) as guarded:
         result.received, result.cut_finish, result.cut_seconds = _stream(guarded, request)
@@ -331,7 +334,7 @@ def _degenerate(r: Result, minimum: int) -> bool:
 
 
 def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int) -> Table:
-    rows: list[list[object]] = []
+    rows: list[Sequence[object]] = []
     for r in results:
         rows.append(
             [
@@ -365,6 +368,9 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
     )
     same = sum(r.same_tokens for r in results)
     after = max((r.after_cut_seconds for r in cut), default=0.0)
+    idle = max((r.idle_seconds for r in results), default=0.0)
+    # the least time the server would have spent finishing a cut answer
+    rest = min((r.saved * r.raw_seconds / r.raw_tokens for r in cut), default=0.0)
 
     def draw(ax: Any) -> None:
         xs = range(len(results))
@@ -412,13 +418,15 @@ def _main_table(results: list[Result], gguf: Path, max_tokens: int, minimum: int
             f" of their tokens ({len(cut)} of {len(results)} streams cut). "
             f"The guarded stream got the raw stream's very tokens in {same} of {len(results)} "
             "runs (temperature 0). The server stops generating when the guard closes the "
-            f"stream: a 1-token request sent right after a cut took at most {after:.2f} s.",
+            f"stream: a 1-token request sent right after a cut took at most {after:.2f} s "
+            f"({idle:.2f} s to an idle server), where finishing the cut answer would have kept "
+            f"it busy for {rest:.1f} s or more.",
         ],
     )
 
 
 def _levels_table(results: list[Result], minimum: int) -> Table:
-    rows: list[list[object]] = []
+    rows: list[Sequence[object]] = []
     totals = dict.fromkeys(_LEVELS, 0)
     for r in results:
         row: list[object] = [f"`{r.name}`", r.raw_tokens]
@@ -446,7 +454,7 @@ def _levels_table(results: list[Result], minimum: int) -> Table:
 
 
 def _penalty_table(results: list[Result], minimum: int) -> Table:
-    rows: list[list[object]] = [
+    rows: list[Sequence[object]] = [
         [
             f"`{r.name}`",
             r.raw_tokens,
@@ -460,8 +468,9 @@ def _penalty_table(results: list[Result], minimum: int) -> Table:
         ["prompt", "raw tokens", "repeats (degenerate_repeats)", "degenerate (≥ BREAK)"],
         rows,
         description=(
-            "Raw answers only. The penalty stops verbatim repetition, so the text drifts instead: "
-            "numbered lists that cycle through the same items, paragraphs that repeat with a "
-            "word changed — repetition `degenerate_text` does not count as copies."
+            "Raw answers only. The penalty suppresses verbatim repetition; what repetition "
+            "remains is mostly numbered list items that cycle (a new number on each line) or "
+            "paragraphs repeated with words changed, which `degenerate_text` does not count as "
+            "copies."
         ),
     )
