@@ -108,11 +108,10 @@ def _server(gguf: Path, *, timeout: float = 600.0) -> Iterator[str]:
             yield base
         finally:
             process.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            process.kill()  # a no-op once it has exited
+            process.wait()
 
 
 def _wait_until_ready(
