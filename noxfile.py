@@ -134,9 +134,14 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Run every benchmark and rewrite docs/benchmarks.md (``-- --quick`` for a smoke run)."""
+    """Run every benchmark and rewrite docs/benchmarks.md (``-- --quick`` for a smoke run).
+
+    The peer comparisons need Python 3.12 and packages that cannot share this environment:
+    ``bench_peers`` runs right after and fills in their sections of the same report.
+    """
     session.install("-e", ".[dev]", "matplotlib")  # matplotlib: the report's plots
     session.run("python", "benchmarks/run.py", *session.posargs)
+    session.notify("bench_peers", posargs=session.posargs)
 
 
 # The peer benchmarks' peers. openhands-sdk 1.58.0 is the newest that installs from the index here
