@@ -45,6 +45,8 @@ FAULTS = (
     "timeout",
     "dead_tier",
 )
+#: Faults at the transport (an HTTP error, no answer): a plain client's own retries sleep on them.
+TRANSPORT_FAULTS = frozenset({"rate_limited", "server_error", "timeout", "dead_tier"})
 #: Faults that stay until something breaks them (a hint, another tier).
 STICKY = {"tool_loop", "runaway_output", "dead_tier"}
 MAX_STEPS = 10

@@ -16,15 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import recovery
 
-NO_SLEEP = (
-    "malformed_json",
-    "text_call",
-    "hallucinated_name",
-    "missing_field",
-    "placeholder",
-    "tool_loop",
-    "runaway_output",
-)
+NO_SLEEP = tuple(f for f in recovery.FAULTS if f not in recovery.TRANSPORT_FAULTS)
 
 
 def test_guarded_stack_completes_every_task_under_every_fault_class() -> None:

@@ -280,7 +280,7 @@ class Pipeline:
             else:
                 final = yield from self._check(call, response)
             if final is not None:
-                for chunk in _tool_call_chunks(final, since=response):
+                for chunk in _tool_call_chunks(final):
                     yield Emit(chunk)
                 yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
                 if call.usage_chunk is not None:  # asked for with stream_options.include_usage
@@ -780,7 +780,7 @@ class _DegenerationWatch:
         return degenerate_repeats("".join(acc.content)) >= self._limit
 
 
-def _tool_call_chunks(final: ModelResponse, *, since: ModelResponse) -> list[StreamChunk]:
+def _tool_call_chunks(final: ModelResponse) -> list[StreamChunk]:
     """The held-back tool calls, released as whole deltas once valid."""
     calls = final.message.get("tool_calls") or []
     return [StreamChunk(tool_calls=({"index": i, **call},)) for i, call in enumerate(calls)]
