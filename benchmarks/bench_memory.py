@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from _harness import Table, per_call, us
-from agentguard.memory import MemoryPressureProbe
+from agentguard.pressure import MemoryPressureProbe
 
 
 def run(quick: bool) -> list[Table]:

@@ -15,7 +15,7 @@ Per prompt, at temperature 0 with a fixed seed (the same tokens on every run):
   check's own time is measured.
 
 The thresholds table replays each raw stream through the stream watch's schedule (a check every
-``_DegenerationWatch.STEP`` characters) to show where each severity level would have cut.
+``DegenerationWatch.STEP`` characters) to show where each severity level would have cut.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 
 import agentguard as ag
 from _harness import Table, per_call
-from agentguard._pipeline import _DegenerationWatch
+from agentguard.guard._stream import DegenerationWatch
 from agentguard.loops._text import degenerate_repeats
 
 TITLE = "A real model: SmolLM2-135M-Instruct (llama.cpp) degenerating"
@@ -277,12 +277,12 @@ def _penalised(openai: Any, base: str, names: Sequence[str], max_tokens: int) ->
 
 def _replay(pieces: Sequence[str], limit: int) -> int | None:
     """Tokens the stream watch lets through before the text reaches ``limit`` repeats."""
-    chars, at, text = 0, _DegenerationWatch.STEP, []
+    chars, at, text = 0, DegenerationWatch.STEP, []
     for i, piece in enumerate(pieces, 1):
         text.append(piece)
         chars += len(piece)
         if chars >= at:
-            at = chars + _DegenerationWatch.STEP
+            at = chars + DegenerationWatch.STEP
             if degenerate_repeats("".join(text)) >= limit:
                 return i
     return None
@@ -449,7 +449,7 @@ def _levels_table(results: list[Result], minimum: int) -> Table:
         rows,
         description=(
             "Each raw stream replayed through the stream watch's schedule (a check every "
-            f"{_DegenerationWatch.STEP} characters): the tokens received before the cut, had "
+            f"{DegenerationWatch.STEP} characters): the tokens received before the cut, had "
             "the cut been at that level. The default cuts at BREAK; `–`: never reached."
         ),
     )

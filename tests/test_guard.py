@@ -16,11 +16,11 @@ from agentguard import (
     TiersExhausted,
     ToolValidationFailed,
 )
-from agentguard._report import report_of
 from agentguard.budget import estimate_tokens
 from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.events import Escalated, GuardInternalError
 from agentguard.guard import AsyncGuard, Guard
+from agentguard.guard._report import report_of
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 from agentguard.transport import ModelRequest
 

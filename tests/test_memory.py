@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agentguard import GuardConfig
 from agentguard.config import MemoryPressureConfig
 from agentguard.events import MemoryPressureChanged
-from agentguard.memory import MemoryPressureProbe, PressureLevel, parse_psi
+from agentguard.pressure import MemoryPressureProbe, PressureLevel, parse_psi
 from agentguard.testing import FakeClock, capture_events
 
 CGROUP_V2 = "0::/system.slice/agent.service\n"

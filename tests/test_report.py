@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentguard._report import GuardReport, attach_report, report_of
 from agentguard.escalation import Attempt
+from agentguard.guard._report import GuardReport, attach_report, report_of
 from agentguard.types import Usage
 
 openai = pytest.importorskip("openai")

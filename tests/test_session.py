@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentguard._session import current_session, resolve_session, session
+from agentguard.guard._session import current_session, resolve_session, session
 
 CONVO = [
     {"role": "system", "content": "You are a build bot."},

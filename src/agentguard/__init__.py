@@ -11,12 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
-    from ._report import GuardReport, report_of
-    from ._session import session
     from ._wrap import wrap
     from .budget import PriceTable, TokenLedger
     from .config import GuardConfig
-    from .escalation import EscalationPolicy, Tier
+    from .escalation import EscalationPolicy
     from .events import Event, add_hook, remove_hook
     from .exceptions import (
         AgentGuardError,
@@ -32,13 +30,13 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
         ToolSchemaError,
         ToolValidationFailed,
     )
-    from .guard import AsyncGuard, Guard
+    from .guard import AsyncGuard, Guard, GuardReport, report_of, session
     from .loops import Finding, LoopDetector, ToolLoopPolicy, Verdict, scan_transcript
-    from .memory import MemoryPressureProbe, PressureLevel, PressureReading
+    from .pressure import MemoryPressureProbe, PressureLevel, PressureReading
     from .resilience import CircuitBreaker, RetryPolicy
     from .storage import MemoryStore, RedisStore, SQLiteStore
     from .tools import DeadLetter, HandOff, ToolError, ToolGuard, ToolOutcome
-    from .types import Severity, ToolCall, Usage
+    from .types import Severity, Tier, ToolCall, Usage
     from .validation import ToolCallValidator, ValidationReport
 
 # Public names are imported on first use (PEP 562): `import agentguard` stays cheap, and a
@@ -56,16 +54,16 @@ _LAZY = {
     "Finding": ".loops",
     "Guard": ".guard",
     "GuardConfig": ".config",
-    "GuardReport": "._report",
+    "GuardReport": ".guard",
     "HandOff": ".tools",
     "LoopDetected": ".exceptions",
     "LoopDetector": ".loops",
-    "MemoryPressureProbe": ".memory",
+    "MemoryPressureProbe": ".pressure",
     "MemoryStore": ".storage",
     "ModelError": ".exceptions",
     "ModelTimeout": ".exceptions",
-    "PressureLevel": ".memory",
-    "PressureReading": ".memory",
+    "PressureLevel": ".pressure",
+    "PressureReading": ".pressure",
     "PriceTable": ".budget",
     "RedisStore": ".storage",
     "RetryPolicy": ".resilience",
@@ -73,7 +71,7 @@ _LAZY = {
     "Severity": ".types",
     "StoreError": ".exceptions",
     "StoreUnavailable": ".exceptions",
-    "Tier": ".escalation",
+    "Tier": ".types",
     "TiersExhausted": ".exceptions",
     "TokenLedger": ".budget",
     "ToolCall": ".types",
@@ -89,9 +87,9 @@ _LAZY = {
     "Verdict": ".loops",
     "add_hook": ".events",
     "remove_hook": ".events",
-    "report_of": "._report",
+    "report_of": ".guard",
     "scan_transcript": ".loops",
-    "session": "._session",
+    "session": ".guard",
     "wrap": "._wrap",
 }
 

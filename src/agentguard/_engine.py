@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mappin
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from .escalation import EscalationPrompt, Tier
 from .transport import ModelRequest, StreamChunk
+from .types import EscalationPrompt, Tier
 
 __all__ = [
     "END",

@@ -9,12 +9,12 @@ mode (the decision's action is then ``"confirm"``, with an :class:`EscalationPro
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import EscalationConfig, GuardConfig, TierConfig
+from .config import EscalationConfig, GuardConfig
+from .types import Attempt, Choice, EscalationPrompt, Tier
 
 __all__ = [
     "Attempt",
@@ -24,100 +24,6 @@ __all__ = [
     "EscalationPrompt",
     "Tier",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Tier:
-    """One model tier.
-
-    Attributes:
-        name: the tier's name in the chain (``"default"`` when no tiers are configured).
-        model: the model name sent upstream.
-        base_url: the tier's own endpoint, or ``None`` for the wrapped client's.
-        api_key_env: the environment variable holding its key (the key itself is never kept).
-        timeout: per-attempt timeout in seconds, or ``None``.
-    """
-
-    name: str
-    model: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    timeout: float | None = None
-
-    @classmethod
-    def from_config(cls, name: str, config: TierConfig) -> Tier:
-        """A tier from its configuration section."""
-        return cls(name, config.model, config.base_url, config.api_key_env, config.timeout)
-
-
-class Choice(str, enum.Enum):
-    """What the user may answer in confirm mode."""
-
-    RETRY = "retry"
-    USE_BACKUP = "use_backup"
-    CANCEL = "cancel"
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One try of a request on one tier, for the attempt history.
-
-    Attributes:
-        tier: the tier's name.
-        model: the model tried.
-        outcome: ``ok`` or the trigger that ended it (``server_error``, ``timeout`` ...).
-        detail: a short, redacted description.
-    """
-
-    tier: str
-    model: str
-    outcome: str
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class EscalationPrompt:
-    """What confirm mode asks the user: no silent failover, costs shown.
-
-    Attributes:
-        reason: the trigger (``timeout``, ``server_error`` ...).
-        message: what happened, in words.
-        current: the tier that failed.
-        proposed: the tier the guard would move to, or ``None`` when there is none.
-        options: the choices on offer (``use_backup`` only when there is a tier to move to).
-        tokens_spent: tokens spent on this request so far, all attempts included.
-        cost_spent: their cost in the price table's currency, or ``None`` when unknown.
-        attempts: attempts made so far.
-    """
-
-    reason: str
-    message: str
-    current: Tier
-    proposed: Tier | None
-    options: tuple[Choice, ...]
-    tokens_spent: int = 0
-    cost_spent: float | None = None
-    attempts: int = 0
-
-    def render(self) -> str:
-        """The prompt as text for a terminal: what failed, what it cost, the options."""
-        cost = "" if self.cost_spent is None else f" (~${self.cost_spent:,.4f})"
-        lines = [
-            f"{self.current.name} ({self.current.model}) failed: {self.message}",
-            f"Used so far: {self.tokens_spent:,} tokens{cost} over {self.attempts} attempt(s).",
-            "Options:",
-        ]
-        labels = {
-            Choice.RETRY: f"Try again with {self.current.name} ({self.current.model})",
-            Choice.USE_BACKUP: (
-                f"Use backup: {self.proposed.name} ({self.proposed.model})"
-                if self.proposed
-                else "Use backup"
-            ),
-            Choice.CANCEL: "Cancel",
-        }
-        lines += [f"  [{i}] {labels[o]}" for i, o in enumerate(self.options, 1)]
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)

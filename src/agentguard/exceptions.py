@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .escalation import Attempt, EscalationPrompt
+    from .types import Attempt, EscalationPrompt
 
 __all__ = [
     "AgentGuardError",

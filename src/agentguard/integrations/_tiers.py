@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from agentguard.escalation import Tier
 from agentguard.exceptions import ConfigError
+from agentguard.types import Tier
 
 
 def tier_api_key(tier: Tier) -> str | None:

@@ -18,13 +18,12 @@ from typing import Any
 
 import anyio.to_thread
 
-from agentguard._report import GuardReport
 from agentguard.config import GuardConfig
-from agentguard.escalation import Tier
 from agentguard.guard import Guard
+from agentguard.guard._report import GuardReport
 from agentguard.tools import ToolGuard, ToolOutcome
 from agentguard.transport import ModelRequest, ModelResponse
-from agentguard.types import Usage
+from agentguard.types import Tier, Usage
 
 from ._lazy import require
 

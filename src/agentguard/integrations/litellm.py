@@ -32,10 +32,7 @@ import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from agentguard._report import GuardReport, attach_report, report_of
-from agentguard._session import SESSION_HEADER
 from agentguard.config import GuardConfig
-from agentguard.escalation import Tier
 from agentguard.exceptions import (
     AgentGuardError,
     BudgetExceeded,
@@ -46,7 +43,10 @@ from agentguard.exceptions import (
     ToolValidationFailed,
 )
 from agentguard.guard import AsyncGuard, Guard
+from agentguard.guard._report import GuardReport, attach_report, report_of
+from agentguard.guard._session import SESSION_HEADER
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Tier
 
 from ._lazy import require
 from ._tiers import tier_api_key

@@ -11,19 +11,18 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from agentguard._report import GuardReport, attach_report, report_of
 from agentguard._responses import (
     request_from_responses,
     response_from_responses,
     responses_body,
     responses_output,
 )
-from agentguard._session import SESSION_HEADER
 from agentguard.config import GuardConfig
-from agentguard.escalation import Tier
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream
+from agentguard.guard._report import GuardReport, attach_report, report_of
+from agentguard.guard._session import SESSION_HEADER
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
-from agentguard.types import Usage
+from agentguard.types import Tier, Usage
 
 from ._lazy import require
 from ._tiers import tier_api_key

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import agentguard as ag
-from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.events import (
     BreakerStateChanged,
     BudgetExhausted,
@@ -34,6 +33,7 @@ from agentguard.events import (
     ToolDeadLettered,
 )
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, Step
+from agentguard.types import Choice, EscalationPrompt
 
 from ._scenarios import Scenario, base_config
 from ._workspace import TASK, TOOLS, TicketService, Workspace

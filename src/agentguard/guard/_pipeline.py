@@ -24,25 +24,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from . import _clock
-from ._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
-from ._fingerprint import fingerprint, fingerprint_bytes
-from ._report import GuardReport
-from ._responses import ITEM
+from agentguard import _clock
+from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
+from agentguard._fingerprint import fingerprint_bytes
+from agentguard._responses import ITEM
+from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
+from agentguard.config import GuardConfig
+from agentguard.escalation import EscalationDecision, EscalationPolicy
+from agentguard.events import Emitter, Escalated, Hook
+from agentguard.exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
+from agentguard.loops import LoopDetector, Verdict
+from agentguard.pressure import MemoryPressureProbe
+from agentguard.resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Attempt, Choice, Severity, Tier
+from agentguard.validation import ToolCallValidator, ValidationReport
+
+from ._report import GuardReport, ReportBuilder
 from ._session import resolve_session
-from .budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
-from .budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
-from .config import GuardConfig
-from .escalation import Attempt, Choice, EscalationDecision, EscalationPolicy, Tier
-from .events import Emitter, Escalated, Hook
-from .exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
-from .loops import LoopDetector, Verdict
-from .loops._text import degenerate_repeats
-from .memory import MemoryPressureProbe
-from .resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
-from .transport import ModelRequest, ModelResponse, StreamChunk
-from .types import Severity, Usage
-from .validation import ToolCallValidator, ValidationReport
+from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
+from ._transcript import New, SessionState, message_key, new_messages
 
 __all__ = ["Budget", "Pipeline"]
 
@@ -61,87 +63,6 @@ class Budget:
     op: str
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-class _SessionState:
-    """What the guard remembers about one session: its loop detector and what it has seen."""
-
-    __slots__ = ("detector", "forced_tier", "last", "marks", "memory")
-
-    def __init__(self, detector: LoopDetector, memory: int) -> None:
-        self.detector = detector
-        #: message key -> (its index in the conversation, tokens of the conversation up to it),
-        #: least recently seen first
-        self.marks: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
-        self.memory = memory
-        self.forced_tier: Tier | None = None
-        #: the latest message remembered: (index, key, tokens up to it)
-        self.last: tuple[int, str, int] | None = None
-
-    def remember(self, key: str, index: int, tokens: int) -> None:
-        self.last = (index, key, tokens)
-        self.marks[key] = (index, tokens)
-        self.marks.move_to_end(key)
-        if len(self.marks) > self.memory:
-            self.marks.popitem(last=False)
-
-    def recall(self, key: str) -> tuple[int, int] | None:
-        """The mark of a message seen before (kept fresh: it is in use), or ``None``."""
-        mark = self.marks.get(key)
-        if mark is not None:
-            self.marks.move_to_end(key)
-        return mark
-
-
-class _Builder:
-    """Collects what happened during one call into a :class:`GuardReport`."""
-
-    def __init__(self, session: str, source: str) -> None:
-        self.session = session
-        self.source = source
-        self.start: Tier | None = None
-        self.tier: Tier | None = None
-        self.reasons: list[str] = []
-        self.attempts: list[Attempt] = []
-        self.retries = 0
-        self.repairs: list[str] = []
-        self.corrections = 0
-        self.usage = Usage()
-        self.cost: float | None = None
-        self.budget = "off"
-        self.memory = "unknown"
-        self.warnings: list[str] = []
-
-    def add_usage(self, usage: Usage, cost: float | None) -> None:
-        self.usage = self.usage + usage
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + cost
-
-    def build(
-        self, *, session_tokens: int | None = None, session_cost: float | None = None
-    ) -> GuardReport:
-        escalated_from = None
-        if self.start is not None and self.tier is not None and self.start.name != self.tier.name:
-            escalated_from = self.start.name
-        return GuardReport(
-            session=self.session,
-            session_source=self.source,
-            tier=self.tier.name if self.tier else None,
-            model=self.tier.model if self.tier else None,
-            escalated_from=escalated_from,
-            reasons=tuple(self.reasons),
-            attempts=tuple(self.attempts),
-            retries=self.retries,
-            repairs=tuple(self.repairs),
-            corrections=self.corrections,
-            usage=self.usage,
-            cost=self.cost,
-            session_tokens=session_tokens,
-            session_cost=session_cost,
-            budget=self.budget,  # type: ignore[arg-type]
-            memory_pressure=self.memory,
-            warnings=tuple(self.warnings),
-        )
 
 
 class Pipeline:
@@ -197,7 +118,7 @@ class Pipeline:
         self._validators: collections.OrderedDict[str, tuple[ToolCallValidator, int]] = (
             collections.OrderedDict()
         )
-        self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
+        self._sessions: collections.OrderedDict[str, SessionState] = collections.OrderedDict()
         self._max_sessions = max_sessions
 
     @staticmethod
@@ -223,11 +144,11 @@ class Pipeline:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _state(self, session: str) -> _SessionState:
+    def _state(self, session: str) -> SessionState:
         state = self._sessions.get(session)
         if state is None:
             detector = LoopDetector(self.config, clock=self.clock, hooks=self.emitter.hooks)
-            state = _SessionState(detector, memory=4 * self.config.loop_detection.tool_window)
+            state = SessionState(detector, memory=4 * self.config.loop_detection.tool_window)
             self._sessions[session] = state
             if len(self._sessions) > self._max_sessions:
                 self._sessions.popitem(last=False)
@@ -280,7 +201,7 @@ class Pipeline:
             else:
                 final = yield from self._check(call, response)
             if final is not None:
-                for chunk in _tool_call_chunks(final):
+                for chunk in tool_call_chunks(final):
                     yield Emit(chunk)
                 yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
                 if call.usage_chunk is not None:  # asked for with stream_options.include_usage
@@ -291,10 +212,10 @@ class Pipeline:
 
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
-        b = _Builder(sid, source)
+        b = ReportBuilder(sid, source)
         state = self._state(sid)
         tools = request.tools
-        new, message_tokens = _new_messages(state, request.messages)
+        new, message_tokens = new_messages(state, request.messages)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
         prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
         requested_output = _requested_output(request.params)
@@ -434,9 +355,9 @@ class Pipeline:
         """
         yield Open(tier, request)
         call.usage_chunk = None
-        acc = _Accumulator()
+        acc = Accumulator()
         live = not call.content_sent
-        watch = _DegenerationWatch(self.config) if live else None
+        watch = DegenerationWatch(self.config) if live else None
         while True:
             chunk = yield Pull()
             if chunk is END:
@@ -545,8 +466,8 @@ class Pipeline:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def _check_transcript(self, state: _SessionState, new: Sequence[_New]) -> Verdict:
-        """Remember and judge the messages this session had not seen (see :func:`_new_messages`)."""
+    def _check_transcript(self, state: SessionState, new: Sequence[New]) -> Verdict:
+        """Remember and judge the messages this session had not seen (see :func:`new_messages`)."""
         worst = Verdict()
         for index, key, tokens, message in new:
             state.remember(key, index, tokens)
@@ -558,75 +479,8 @@ class Pipeline:
         """Remember and judge the answer, which the next request will carry after the history."""
         index, tokens = call.history
         tokens += estimate_tokens([message]) - REPLY_PRIMING
-        call.state.remember(_message_key(message), index, tokens)
+        call.state.remember(message_key(message), index, tokens)
         return _worst(call.state.detector.observe(message))
-
-
-#: A message not seen before: its index, key, the history's tokens up to it, the message.
-_New = tuple[int, str, int, Mapping[str, Any]]
-
-
-def _message_key(message: Mapping[str, Any]) -> str:
-    """What identifies a message across calls: role, text, calls, call id — not the SDK's extra
-    null fields (``refusal``, ``audio`` ...) an agent adds when it echoes an answer back, nor
-    the spacing of re-serialised call arguments."""
-    calls = [
-        (c.get("id"), fn.get("name"), fingerprint(fn.get("arguments") or ""))
-        for c in message.get("tool_calls") or ()
-        for fn in (c.get("function") or {},)
-    ]
-    parts = [
-        message.get("role"),
-        message.get("content") or "",
-        message.get("tool_call_id"),
-        calls,
-        message.get(ITEM),
-    ]
-    return fingerprint_bytes(json.dumps(parts, default=str).encode("utf-8", "surrogatepass"))
-
-
-def _message_tokens(message: Mapping[str, Any]) -> int:
-    return estimate_tokens([message]) - REPLY_PRIMING
-
-
-def _new_messages(
-    state: _SessionState, messages: Sequence[Mapping[str, Any]]
-) -> tuple[list[_New], int]:
-    """The messages this session has not seen, and the token estimate of all of them.
-
-    An append-only conversation (the usual case) carries the last message the session saw — the
-    previous answer — at the index it had: everything after it is new, even a message repeating
-    an older one word for word (a poll returning the same result is a loop signal, not something
-    seen), and the tokens up to it are known. Both the loop check and the estimate then cost
-    O(new messages). An edited or trimmed history falls back to walking back to the last message
-    seen anywhere — at most as far as the session remembers: older messages are taken as seen,
-    never judged twice — and to an estimate over the whole history.
-    """
-    start = len(messages)
-    base: int | None = None
-    keys: list[str] = []
-    last = state.last
-    if last is not None and last[0] < start and _message_key(messages[last[0]]) == last[1]:
-        start, base = last[0] + 1, last[2]
-        keys = [_message_key(m) for m in reversed(messages[start:])]
-    else:
-        floor = max(0, start - state.memory)
-        while start > floor:
-            key = _message_key(messages[start - 1])
-            mark = state.recall(key)
-            if mark is not None:
-                if mark[0] == start - 1:  # e.g. the same request again: its tokens are known
-                    base = mark[1]
-                break
-            keys.append(key)
-            start -= 1
-    tokens = base if base is not None else sum(_message_tokens(m) for m in messages[:start])
-    new: list[_New] = []
-    for offset, key in enumerate(reversed(keys)):
-        message = messages[start + offset]
-        tokens += _message_tokens(message)
-        new.append((start + offset, key, tokens, message))
-    return new, tokens
 
 
 @dataclass
@@ -634,8 +488,8 @@ class _Call:
     """The mutable state of one guarded call while its plan runs."""
 
     request: ModelRequest
-    state: _SessionState
-    b: _Builder
+    state: SessionState
+    b: ReportBuilder
     tools: list[Mapping[str, Any]]
     prompt_tokens: int
     validator: ToolCallValidator | None = None
@@ -713,74 +567,3 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
         message["content"] = report.content
     finish = "tool_calls" if calls else response.finish_reason
     return dataclasses.replace(response, message=message, finish_reason=finish)
-
-
-class _Accumulator:
-    """Assembles a streamed answer into one message (tool-call fragments joined by index)."""
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.chars = 0
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish: str | None = None
-        self.usage: Usage | None = None
-        self.id: str | None = None
-
-    def add(self, chunk: StreamChunk) -> None:
-        if chunk.content:
-            self.content.append(chunk.content)
-            self.chars += len(chunk.content)
-        for delta in chunk.tool_calls:
-            slot = self.calls.setdefault(
-                int(delta.get("index", 0)),
-                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-            )
-            if delta.get("id"):
-                slot["id"] = delta["id"]
-            fn = delta.get("function") or {}
-            if fn.get("name"):
-                slot["function"]["name"] += fn["name"]
-            if fn.get("arguments"):
-                slot["function"]["arguments"] += fn["arguments"]
-        if chunk.finish_reason:
-            self.finish = chunk.finish_reason
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        raw = chunk.raw
-        if self.id is None and isinstance(raw, Mapping):
-            self.id = raw.get("id")
-
-    def response(self, *, cut: bool = False) -> ModelResponse:
-        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.calls and not cut:
-            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        finish = "length" if cut else self.finish
-        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
-
-
-class _DegenerationWatch:
-    """Judges a streaming text every few hundred characters for degenerate repetition."""
-
-    __slots__ = ("_at", "_enabled", "_limit")
-
-    STEP = 512
-
-    def __init__(self, config: GuardConfig) -> None:
-        loops = config.loop_detection
-        self._enabled = loops.enabled and loops.cut_degenerate_streams
-        self._limit = 4 * loops.degenerate_min_repeats  # the detector's BREAK level
-        self._at = self.STEP
-
-    def degenerate(self, acc: _Accumulator) -> bool:
-        """Whether the text so far degenerates (judged once per ``STEP`` new characters)."""
-        if not self._enabled or acc.chars < self._at:
-            return False
-        self._at = acc.chars + self.STEP
-        return degenerate_repeats("".join(acc.content)) >= self._limit
-
-
-def _tool_call_chunks(final: ModelResponse) -> list[StreamChunk]:
-    """The held-back tool calls, released as whole deltas once valid."""
-    calls = final.message.get("tool_calls") or []
-    return [StreamChunk(tool_calls=({"index": i, **call},)) for i, call in enumerate(calls)]

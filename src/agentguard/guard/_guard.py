@@ -1,6 +1,6 @@
 """Guard and AsyncGuard: the pipeline, driven through a transport.
 
-A guard puts the whole pipeline (see :mod:`agentguard._pipeline`) in front of any
+A guard puts the whole pipeline (see :mod:`agentguard.guard._pipeline`) in front of any
 :class:`~agentguard.transport.Transport`::
 
     guard = Guard(ScriptedModel([...]), config)
@@ -22,19 +22,20 @@ from typing import Any
 
 import anyio
 
-from . import _clock
-from ._engine import Ask, Open, Send, Sleep, arun, astream, run, stream
+from agentguard import _clock
+from agentguard._engine import Ask, Open, Send, Sleep, arun, astream, run, stream
+from agentguard._redact import redact
+from agentguard.budget import TokenLedger
+from agentguard.config import GuardConfig
+from agentguard.events import GuardInternalError, Hook
+from agentguard.exceptions import AgentGuardError, EscalationRequired
+from agentguard.pressure import MemoryPressureProbe
+from agentguard.transport import AsyncTransport, ModelRequest, ModelResponse, StreamChunk, Transport
+from agentguard.types import Choice, EscalationPrompt, Tier
+
 from ._pipeline import Budget, Pipeline
-from ._redact import redact
 from ._report import GuardReport, attach_report
 from ._session import resolve_session
-from .budget import TokenLedger
-from .config import GuardConfig
-from .escalation import Choice, EscalationPrompt, Tier
-from .events import GuardInternalError, Hook
-from .exceptions import AgentGuardError, EscalationRequired
-from .memory import MemoryPressureProbe
-from .transport import AsyncTransport, ModelRequest, ModelResponse, StreamChunk, Transport
 
 __all__ = ["AsyncGuard", "Confirm", "Guard"]
 

@@ -6,10 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .escalation import Attempt
-from .types import Usage
+from agentguard.types import Attempt, Tier, Usage
 
-__all__ = ["GuardReport", "attach_report", "report_of"]
+__all__ = ["GuardReport", "ReportBuilder", "attach_report", "report_of"]
 
 _ATTR = "_agentguard_report"
 BudgetState = Literal["ok", "warning", "exceeded", "off"]
@@ -121,3 +120,54 @@ def report_of(response: Any) -> GuardReport | None:
     if report is None:  # a neutral ModelResponse carries it as a field
         report = getattr(response, "report", None)
     return report if isinstance(report, GuardReport) else None
+
+
+class ReportBuilder:
+    """Collects what happened during one call into a :class:`GuardReport`."""
+
+    def __init__(self, session: str, source: str) -> None:
+        self.session = session
+        self.source = source
+        self.start: Tier | None = None
+        self.tier: Tier | None = None
+        self.reasons: list[str] = []
+        self.attempts: list[Attempt] = []
+        self.retries = 0
+        self.repairs: list[str] = []
+        self.corrections = 0
+        self.usage = Usage()
+        self.cost: float | None = None
+        self.budget = "off"
+        self.memory = "unknown"
+        self.warnings: list[str] = []
+
+    def add_usage(self, usage: Usage, cost: float | None) -> None:
+        self.usage = self.usage + usage
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+
+    def build(
+        self, *, session_tokens: int | None = None, session_cost: float | None = None
+    ) -> GuardReport:
+        escalated_from = None
+        if self.start is not None and self.tier is not None and self.start.name != self.tier.name:
+            escalated_from = self.start.name
+        return GuardReport(
+            session=self.session,
+            session_source=self.source,
+            tier=self.tier.name if self.tier else None,
+            model=self.tier.model if self.tier else None,
+            escalated_from=escalated_from,
+            reasons=tuple(self.reasons),
+            attempts=tuple(self.attempts),
+            retries=self.retries,
+            repairs=tuple(self.repairs),
+            corrections=self.corrections,
+            usage=self.usage,
+            cost=self.cost,
+            session_tokens=session_tokens,
+            session_cost=session_cost,
+            budget=self.budget,  # type: ignore[arg-type]
+            memory_pressure=self.memory,
+            warnings=tuple(self.warnings),
+        )

@@ -20,10 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, Literal, TypeAlias
 
-from ._responses import request_from_responses
-from .exceptions import ModelError, ModelTimeout
-from .transport import ModelRequest, ModelResponse, StreamChunk
-from .types import Usage
+from agentguard._responses import request_from_responses
+from agentguard.exceptions import ModelError, ModelTimeout
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Usage
 
 __all__ = ["Fault", "Reply", "ScriptExhausted", "ScriptedModel", "Step"]
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from ._fingerprint import fingerprint
-from .types import Message
+from agentguard._fingerprint import fingerprint
+from agentguard.types import Message
 
 __all__ = ["SESSION_HEADER", "SessionSource", "current_session", "resolve_session", "session"]
 

@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from agentguard.events import Event, add_hook, remove_hook
+
 from ._scripted import Fault, Reply, ScriptedModel, ScriptExhausted, Step
-from .events import Event, add_hook, remove_hook
 
 __all__ = [
     "CapturedEvents",

@@ -22,8 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agentguard import _clock
-from agentguard._demo import SCENARIOS, DemoEvent, RunResult, run_scenario
-from agentguard.escalation import Choice, EscalationPrompt
+from agentguard.cli.demo import SCENARIOS, DemoEvent, RunResult, run_scenario
+from agentguard.types import Choice, EscalationPrompt
 
 #: Waits longer than this get a progress indicator.
 PROGRESS_AFTER = 3.0

@@ -1,0 +1,85 @@
+"""Streaming: assembling a streamed answer, watching its text for degeneration, and releasing
+held-back tool calls once they are valid."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentguard.config import GuardConfig
+from agentguard.loops._text import degenerate_repeats
+from agentguard.transport import ModelResponse, StreamChunk
+from agentguard.types import Usage
+
+__all__ = ["Accumulator", "DegenerationWatch", "tool_call_chunks"]
+
+
+class Accumulator:
+    """Assembles a streamed answer into one message (tool-call fragments joined by index)."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.chars = 0
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+        self.id: str | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.content:
+            self.content.append(chunk.content)
+            self.chars += len(chunk.content)
+        for delta in chunk.tool_calls:
+            slot = self.calls.setdefault(
+                int(delta.get("index", 0)),
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if delta.get("id"):
+                slot["id"] = delta["id"]
+            fn = delta.get("function") or {}
+            if fn.get("name"):
+                slot["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                slot["function"]["arguments"] += fn["arguments"]
+        if chunk.finish_reason:
+            self.finish = chunk.finish_reason
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        raw = chunk.raw
+        if self.id is None and isinstance(raw, Mapping):
+            self.id = raw.get("id")
+
+    def response(self, *, cut: bool = False) -> ModelResponse:
+        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls and not cut:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        finish = "length" if cut else self.finish
+        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+class DegenerationWatch:
+    """Judges a streaming text every few hundred characters for degenerate repetition."""
+
+    __slots__ = ("_at", "_enabled", "_limit")
+
+    STEP = 512
+
+    def __init__(self, config: GuardConfig) -> None:
+        loops = config.loop_detection
+        self._enabled = loops.enabled and loops.cut_degenerate_streams
+        self._limit = 4 * loops.degenerate_min_repeats  # the detector's BREAK level
+        self._at = self.STEP
+
+    def degenerate(self, acc: Accumulator) -> bool:
+        """Whether the text so far degenerates (judged once per ``STEP`` new characters)."""
+        if not self._enabled or acc.chars < self._at:
+            return False
+        self._at = acc.chars + self.STEP
+        return degenerate_repeats("".join(acc.content)) >= self._limit
+
+
+def tool_call_chunks(final: ModelResponse) -> list[StreamChunk]:
+    """The held-back tool calls, released as whole deltas once valid."""
+    calls = final.message.get("tool_calls") or []
+    return [StreamChunk(tool_calls=({"index": i, **call},)) for i, call in enumerate(calls)]
