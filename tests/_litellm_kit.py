@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import agentguard
 from agentguard.testing import Fault, Reply, ScriptedModel
 from agentguard.transport import ModelRequest
 
@@ -132,6 +133,12 @@ def litellm_proxy(
         "UPSTREAM_API_KEY": "sk-test-upstream-not-real",
         "LITELLM_MASTER_KEY": master_key,
         "NO_PROXY": "127.0.0.1,localhost",
+        # the proxy runs the agentguard under test, not whichever its environment installed
+        "PYTHONPATH": os.pathsep.join(
+            p
+            for p in (str(Path(agentguard.__file__).parents[1]), os.environ.get("PYTHONPATH"))
+            if p
+        ),
         **OFFLINE_FLAGS,
     }
     base = f"http://127.0.0.1:{_free_port()}"

@@ -20,9 +20,10 @@ from agentguard.budget import estimate_tokens
 from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.events import Escalated, GuardInternalError
 from agentguard.guard import AsyncGuard, Guard
-from agentguard.guard._report import report_of
+from agentguard.guard import session as ag_session
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
-from agentguard.transport import ModelRequest
+from agentguard.transport import SESSION_HEADER, ModelRequest, report_of
+from agentguard.types import Tier
 
 TOOLS = [
     {
@@ -395,7 +396,8 @@ def test_output_cap_is_applied_to_the_request() -> None:
         model="fast", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 5000}
     )
     guard.complete(request)
-    assert model.requests[0].params["max_tokens"] == 64
+    assert model.requests[0].max_output_tokens == 64
+    assert model.requests[0].to_body()["max_tokens"] == 64
 
 
 def test_missing_usage_is_estimated() -> None:
@@ -535,3 +537,57 @@ def test_canary_key_never_leaks() -> None:
     assert canary not in str(info.value)
     assert all(canary not in repr(a) for a in info.value.attempts)
     assert all(canary not in str(e.to_dict()) for e in events)
+
+
+def test_one_session_precedence_explicit_header_context_fingerprint() -> None:
+    """The most specific source names the session, and the report says which it was."""
+    model = ScriptedModel([Reply.text("ok")], cycle=True)
+    guard, _ = _guard(model)
+    header = {"X-AgentGuard-Session": "from-header"}
+
+    def source(session: str | None = None, **kw: Any) -> tuple[str, str]:
+        request = ModelRequest("fast", [{"role": "user", "content": "hi"}], **kw)
+        report = report_of(guard.complete(request, session=session))
+        assert report is not None
+        return report.session, report.session_source
+
+    with ag_session("from-context"):
+        assert source("given", headers=header) == ("given", "explicit")
+        assert source(headers=header) == ("from-header", "header")
+        assert source() == ("from-context", "context")
+    assert source()[1] == "fingerprint"
+    # the guard's own header never reaches the transport
+    assert all(SESSION_HEADER not in {k.lower() for k in r.headers} for r in model.requests)
+
+
+def test_transport_and_tier_transport_are_explicit() -> None:
+    """A guard takes exactly one of transport= and tier_transport=, and says so otherwise."""
+    model = ScriptedModel([Reply.text("one"), Reply.text("two")])
+    seen: list[str] = []
+
+    def per_tier(tier: Tier) -> ScriptedModel:
+        seen.append(tier.name)
+        return model
+
+    assert Guard(transport=model).complete(_req(tools=False)).message["content"] == "one"
+    guard = Guard(tier_transport=per_tier, config=_cfg())
+    assert guard.complete(_req(tools=False)).message["content"] == "two"
+    assert seen == ["fast"]
+    with pytest.raises(TypeError, match="exactly one"):
+        Guard()
+    with pytest.raises(TypeError, match="exactly one"):
+        Guard(model, tier_transport=per_tier)
+    with pytest.raises(TypeError, match="tier_transport"):
+        Guard(per_tier)  # type: ignore[arg-type]  # a function is not a transport
+    with pytest.raises(TypeError, match="instance"):
+        AsyncGuard(ScriptedModel)  # type: ignore[arg-type]  # the class, not an instance
+
+
+def test_extensions_reach_the_transport_on_every_attempt() -> None:
+    """An adapter's per-call context in ModelRequest.extensions reaches each attempt as given."""
+    model = ScriptedModel([Fault.server_error(502), Reply.text("ok")])
+    guard, _ = _guard(model)
+    context = object()
+    request = ModelRequest("fast", [{"role": "user", "content": "hi"}], extensions={"x": context})
+    guard.complete(request)
+    assert [r.extensions["x"] for r in model.requests] == [context, context]

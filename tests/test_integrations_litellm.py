@@ -136,7 +136,7 @@ async def test_async_completion_runs_the_same_guard() -> None:
         )
     report = ag.report_of(response)
     assert report is not None
-    assert (report.session, report.session_source, report.corrections) == ("async-1", "explicit", 1)
+    assert (report.session, report.session_source, report.corrections) == ("async-1", "header", 1)
     assert handler.aguard.pipeline is handler.guard.pipeline
 
 

@@ -1,4 +1,4 @@
-"""Session resolution: explicit, context, header, fingerprint."""
+"""Session resolution: explicit, header, context, fingerprint."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ CONVO = [
 ]
 
 
-def test_precedence_explicit_context_header_fingerprint() -> None:
-    """An explicit id wins over the context, which wins over the header."""
+def test_precedence_explicit_header_context_fingerprint() -> None:
+    """The most specific source wins: explicit, then the header, then the context block."""
     headers = {"X-AgentGuard-Session": "from-header"}
     with session("from-context"):
         assert resolve_session(CONVO, explicit="given", headers=headers) == ("given", "explicit")
-        assert resolve_session(CONVO, headers=headers) == ("from-context", "context")
+        assert resolve_session(CONVO, headers=headers) == ("from-header", "header")
+        assert resolve_session(CONVO) == ("from-context", "context")
     assert resolve_session(CONVO, headers=headers) == ("from-header", "header")
     sid, source = resolve_session(CONVO)
     assert source == "fingerprint"

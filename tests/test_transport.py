@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, usage_from_body
+from agentguard.guard import GuardReport
+from agentguard.transport import (
+    SESSION_HEADER,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    attach_report,
+    report_of,
+    split_session_header,
+    usage_from_body,
+)
 from agentguard.types import Usage
 
 
@@ -58,3 +69,50 @@ def test_usage_chunk_has_no_choices() -> None:
     assert chunk.usage == Usage(1, 1)
     assert chunk.content is None
     assert chunk.finish_reason is None
+
+
+def test_request_reads_tools_and_output_cap_from_a_chat_body() -> None:
+    """tools and max_output_tokens are fields; a chat body's own fields fill them."""
+    request = ModelRequest("m", [], {"tools": [{"type": "function"}], "max_completion_tokens": 9})
+    assert request.tools == [{"type": "function"}]
+    assert "tools" not in request.params
+    assert request.max_output_tokens == 9
+    assert ModelRequest("m", [], {"max_tokens": 7}).max_output_tokens == 7
+    assert ModelRequest("m", []).max_output_tokens is None
+
+
+def test_output_cap_is_written_where_the_caller_put_it() -> None:
+    """to_body lowers the caller's own cap field, or sets max_tokens when there was none."""
+    asked = ModelRequest("m", [], {"max_completion_tokens": 500})
+    lowered = dataclasses.replace(asked, max_output_tokens=64).to_body()
+    assert (lowered["max_completion_tokens"], "max_tokens" in lowered) == (64, False)
+    assert ModelRequest("m", [], max_output_tokens=64).to_body()["max_tokens"] == 64
+    assert ModelRequest("m", [], {"max_tokens": 10}, max_output_tokens=64).to_body() == {
+        "model": "m",
+        "messages": [],
+        "max_tokens": 10,
+    }
+
+
+def test_split_session_header() -> None:
+    """The session header is found in any case and split off; other headers stay."""
+    headers = {"X-AgentGuard-Session": "s1", "x-trace": "t"}
+    assert split_session_header(headers) == ("s1", {"x-trace": "t"})
+    plain = {"x-trace": "t"}
+    found, rest = split_session_header(plain)
+    assert (found, rest is plain) == (None, True)
+    assert SESSION_HEADER == "x-agentguard-session"
+
+
+def test_report_of_reads_the_attached_report_or_the_neutral_field() -> None:
+    """attach_report/report_of work on SDK-like objects and on a neutral response."""
+    report = GuardReport(session="s")
+
+    class Obj:
+        pass
+
+    obj = Obj()
+    attach_report(obj, report)
+    assert report_of(obj) is report
+    assert report_of(ModelResponse({}, report=report)) is report
+    assert report_of(ModelResponse({})) is None

@@ -93,15 +93,27 @@ def test_retries_are_the_guards_alone_and_escalation_works() -> None:
 
 
 def test_session_header_is_used_and_not_sent_upstream() -> None:
-    """x-agentguard-session names the session and stays on this side."""
+    """x-agentguard-session names the session (reported as such) and stays on this side."""
     model = ScriptedModel([Reply.text("ok")])
     completion = _wrapped(model).chat.completions.create(
         model="fast", messages=MESSAGES, extra_headers={"x-agentguard-session": "run-42"}
     )
     report = ag.report_of(completion)
     assert report is not None
-    assert (report.session, report.session_source) == ("run-42", "explicit")
+    assert (report.session, report.session_source) == ("run-42", "header")
     assert "x-agentguard-session" not in {k.lower() for k in model.requests[0].headers}
+
+
+def test_session_precedence_is_the_guards() -> None:
+    """A header beats an ag.session() block, an explicit argument aside: as for Guard itself."""
+    model = ScriptedModel([Reply.text("ok")], cycle=True)
+    create = _wrapped(model).chat.completions.create
+    header = {"x-agentguard-session": "from-header"}
+    with ag.session("from-context"):
+        by_header = ag.report_of(create(model="fast", messages=MESSAGES, extra_headers=header))
+        by_context = ag.report_of(create(model="fast", messages=MESSAGES))
+    assert (by_header.session, by_header.session_source) == ("from-header", "header")
+    assert (by_context.session, by_context.session_source) == ("from-context", "context")
 
 
 def test_streaming_through_the_wrapped_client() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
-from agentguard._responses import (
+from agentguard.integrations.openai._responses import (
     ITEM,
     messages_to_items,
     request_from_responses,
@@ -80,7 +80,7 @@ def test_responses_create_returns_a_response_with_a_report() -> None:
     assert report.usage.total_tokens > 0
     sent = model.requests[0]
     assert sent.model == "small"
-    assert sent.params["max_output_tokens"] == 512
+    assert sent.max_output_tokens == 512  # the cap, sent as the Responses API names it
     assert "max_tokens" not in sent.params
 
 

@@ -9,40 +9,72 @@ Transports report upstream failures by raising: the openai client's own exceptio
 :class:`~agentguard.exceptions.ModelError` / :class:`~agentguard.exceptions.ModelTimeout` for
 transports without an SDK of their own. Every such exception exposes ``status_code`` and
 ``response.headers`` (or is a ``TimeoutError``), which is what error classification reads.
+
+This module is also everything an adapter (``agentguard.integrations.*``) needs from the core
+besides the guards themselves: the values above, :func:`attach_report` / :func:`report_of`,
+the session header (:data:`SESSION_HEADER`, :func:`split_session_header`) and the
+:data:`ORIGINAL` marker of translated messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .types import Message, Usage
 
+if TYPE_CHECKING:
+    from .guard import GuardReport
+
 __all__ = [
+    "ORIGINAL",
+    "SESSION_HEADER",
     "AsyncTransport",
     "ModelRequest",
     "ModelResponse",
     "StreamChunk",
     "Transport",
+    "attach_report",
+    "report_of",
+    "split_session_header",
     "usage_from_body",
+    "write_output_cap",
 ]
+
+#: The request header that names a session (never sent upstream: the guard takes it off).
+SESSION_HEADER = "x-agentguard-session"
+
+#: The key under which a message translated from another wire form (a Responses API item ...)
+#: keeps the object it came from, so the transport can send an unchanged message back exactly as
+#: received. Whoever changes such a message drops the key: the original no longer stands for it.
+ORIGINAL = "x-agentguard-original"
+
+# The chat-completions body fields that cap a request's output, newest first.
+_CHAT_OUTPUT_KEYS = ("max_completion_tokens", "max_tokens")
+_REPORT_ATTR = "_agentguard_report"
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """One chat-completion request in neutral (OpenAI chat) form.
+    """One model request in neutral (OpenAI chat) form.
 
     Attributes:
         model: the model name the request is for.
         messages: the conversation, OpenAI chat format.
-        params: every other body parameter (``tools``, ``tool_choice``, ``max_tokens``,
+        params: every other body parameter of the caller's wire form (``tool_choice``,
             ``temperature``, ``stream_options`` ...), passed through untouched.
         headers: extra HTTP headers for this request (never logged or reported).
         timeout: per-attempt timeout in seconds, or ``None`` for the transport's default.
-        api: ``"chat"`` (chat completions) or ``"responses"`` (the Responses API: ``messages``
-            are its input items in chat form, ``params`` its other arguments, tools included,
-            in Responses format).
+        tools: the request's function tools, chat ``tools`` format.
+        max_output_tokens: the cap on the answer's tokens, or ``None`` for none. Adapters read
+            it from whichever wire field the caller used; each transport writes it to its own.
+        extensions: per-call context of the adapter that built the request, for its transport
+            (like httpx's ``Request.extensions``); the guard passes it through untouched.
+
+    For requests built from a chat body (:meth:`from_body`, or ``params`` holding ``tools``,
+    ``max_tokens`` / ``max_completion_tokens``), ``tools`` and ``max_output_tokens`` are read
+    from ``params`` when not given.
     """
 
     model: str
@@ -50,27 +82,34 @@ class ModelRequest:
     params: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = None
-    api: Literal["chat", "responses"] = "chat"
+    tools: Sequence[Mapping[str, Any]] = ()
+    max_output_tokens: int | None = None
+    extensions: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def tools(self) -> list[Mapping[str, Any]]:
-        """The request's function tools in chat ``tools`` format, or an empty list."""
-        tools = self.params.get("tools")
-        if self.api == "responses":
-            from ._responses import chat_tools  # noqa: PLC0415 - avoids an import cycle
-
-            return chat_tools(tools)
-        return list(tools) if isinstance(tools, Sequence) else []
-
-    @property
-    def output_key(self) -> str:
-        """The parameter that caps this request's output tokens when it sets none."""
-        return "max_output_tokens" if self.api == "responses" else "max_tokens"
+    def __post_init__(self) -> None:
+        params = self.params
+        if "tools" in params and not self.tools:
+            tools = params["tools"]
+            object.__setattr__(self, "tools", list(tools) if isinstance(tools, Sequence) else [])
+            object.__setattr__(self, "params", {k: v for k, v in params.items() if k != "tools"})
+        if self.max_output_tokens is None:
+            for key in _CHAT_OUTPUT_KEYS:
+                value = params.get(key)
+                if isinstance(value, int):
+                    object.__setattr__(self, "max_output_tokens", value)
+                    break
 
     def to_body(self, *, stream: bool = False) -> dict[str, Any]:
-        """The OpenAI JSON body for this request."""
+        """The OpenAI chat-completions JSON body for this request.
+
+        ``max_output_tokens`` is written where the caller put its cap (``max_tokens`` or
+        ``max_completion_tokens``, each lowered to it), else as ``max_tokens``.
+        """
         body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
         body.update(self.params)
+        if self.tools:
+            body["tools"] = list(self.tools)
+        write_output_cap(body, self.max_output_tokens, _CHAT_OUTPUT_KEYS, "max_tokens")
         if stream:
             body["stream"] = True
         else:
@@ -204,3 +243,63 @@ class AsyncTransport(Protocol):
     def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """Async twin of :meth:`Transport.stream`."""
         ...
+
+
+def write_output_cap(
+    body: MutableMapping[str, Any], cap: int | None, keys: Sequence[str], default_key: str | None
+) -> None:
+    """Cap the output of a wire ``body`` at ``cap``, in place.
+
+    Each of ``keys`` (the wire form's output-cap fields) present is lowered to ``cap`` when
+    larger; when none is present, ``default_key`` (if not ``None``) is set to ``cap``, so a model
+    cannot run past the cap by default. ``None`` or ``0`` changes nothing.
+    """
+    if not cap:
+        return
+    present = False
+    for key in keys:
+        value = body.get(key)
+        if value is not None:
+            present = True
+            if value > cap:
+                body[key] = cap
+    if not present and default_key is not None:
+        body[default_key] = cap
+
+
+def split_session_header(headers: Mapping[str, str]) -> tuple[str | None, Mapping[str, str]]:
+    """The session named by :data:`SESSION_HEADER` in ``headers`` (any case), and the headers
+    without it (``headers`` itself when it holds none).
+
+    The header is the guard's own: an adapter that builds requests from a caller's headers
+    leaves it in ``ModelRequest.headers``; the guard reads it and never sends it upstream.
+    """
+    found: str | None = None
+    rest: dict[str, str] | None = None
+    for key, value in headers.items():
+        if key.lower() == SESSION_HEADER:
+            if rest is None:
+                rest = {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER}
+            if isinstance(value, str) and value:
+                found = value
+    return found, (headers if rest is None else rest)
+
+
+def attach_report(response: Any, report: GuardReport) -> None:
+    """Attach ``report`` to ``response`` so :func:`report_of` finds it.
+
+    Works on SDK objects (openai's pydantic models) without changing what they serialise to.
+    Objects that take no attributes (``None``, tuples ...) are left alone.
+    """
+    try:
+        object.__setattr__(response, _REPORT_ATTR, report)
+    except (AttributeError, TypeError):
+        return
+
+
+def report_of(response: Any) -> GuardReport | None:
+    """What the guard did for the call that returned ``response``, or ``None`` if unguarded."""
+    if isinstance(response, ModelResponse):  # a neutral response carries it as a field
+        report: GuardReport | None = response.report
+        return report
+    return getattr(response, _REPORT_ATTR, None)

@@ -29,6 +29,7 @@ from agentguard.storage._base import (
     Hold,
     window_resets_at,
 )
+from agentguard.transport import write_output_cap
 from agentguard.types import Clock, Usage
 
 from ._pricing import PriceTable
@@ -191,17 +192,7 @@ def clamp_output_tokens(
         default_key: the key to add when the request sets no limit.
     """
     out = dict(request)
-    if not cap:
-        return out
-    present = False
-    for key in _OUTPUT_KEYS:
-        value = out.get(key)
-        if value is not None:
-            present = True
-            if value > cap:
-                out[key] = cap
-    if not present and default_key is not None:
-        out[default_key] = cap
+    write_output_cap(out, cap, _OUTPUT_KEYS, default_key)
     return out
 
 

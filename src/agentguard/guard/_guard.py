@@ -7,9 +7,12 @@ A guard puts the whole pipeline (see :mod:`agentguard.guard._pipeline`) in front
     response = guard.complete(ModelRequest(model="fast", messages=[...]))
     report_of(response)
 
-:func:`agentguard.wrap` builds one around an openai client; use a guard directly for other
-transports. The guard must never break the agent it protects: a fault inside agentguard itself
-lets the call through unguarded (``fail_mode: open``, the default), reports it as a
+When tiers have their own endpoints, give a function of the tier instead:
+``Guard(tier_transport=lambda tier: ..., config=config)``. :func:`agentguard.wrap` builds a
+guard around an openai client; use one directly for other transports.
+
+The guard must never break the agent it protects: a fault inside agentguard itself lets the
+call through unguarded (``fail_mode: open``, the default), reports it as a
 :class:`~agentguard.events.GuardInternalError` event and marks the report ``fail_open``.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -30,7 +33,14 @@ from agentguard.config import GuardConfig
 from agentguard.events import GuardInternalError, Hook
 from agentguard.exceptions import AgentGuardError, EscalationRequired
 from agentguard.pressure import MemoryPressureProbe
-from agentguard.transport import AsyncTransport, ModelRequest, ModelResponse, StreamChunk, Transport
+from agentguard.transport import (
+    AsyncTransport,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    Transport,
+    split_session_header,
+)
 from agentguard.types import Choice, EscalationPrompt, Tier
 
 from ._pipeline import Budget, Pipeline
@@ -39,6 +49,8 @@ from ._session import resolve_session
 
 __all__ = ["AsyncGuard", "Confirm", "Guard"]
 
+T = TypeVar("T")
+
 #: Confirm mode's callback: shown the prompt, returns the user's choice (may be async for
 #: :class:`AsyncGuard`).
 Confirm = Callable[[EscalationPrompt], "Choice | Awaitable[Choice]"]
@@ -46,6 +58,25 @@ Confirm = Callable[[EscalationPrompt], "Choice | Awaitable[Choice]"]
 
 def _no_callback(prompt: EscalationPrompt) -> Choice:
     raise EscalationRequired(prompt)
+
+
+def _tier_transport(
+    guard: str, method: str, transport: T | None, tier_transport: Callable[[Tier], T] | None
+) -> Callable[[Tier], T]:
+    """The guard's tier -> transport function, from exactly one of its two arguments."""
+    if (transport is None) == (tier_transport is None):
+        raise TypeError(
+            f"{guard} takes exactly one of transport= (one transport for every tier) and "
+            "tier_transport= (a function giving the transport of a tier)"
+        )
+    if tier_transport is not None:
+        return tier_transport
+    if isinstance(transport, type) or not callable(getattr(transport, method, None)):
+        raise TypeError(
+            f"{guard}(transport=...) takes a transport instance (with a {method}() method), "
+            f"not {transport!r}; pass a function of the tier as tier_transport="
+        )
+    return lambda tier: transport  # type: ignore[return-value]
 
 
 class _Base:
@@ -88,6 +119,12 @@ class _Base:
         return GuardReport(session=sid, session_source=source, model=request.model, fail_open=True)
 
 
+def _unguarded(request: ModelRequest) -> ModelRequest:
+    """``request`` as sent when the guard fails open: without the guard's own header."""
+    _, headers = split_session_header(request.headers)
+    return request if headers is request.headers else dataclasses.replace(request, headers=headers)
+
+
 class _Trace:
     """Tells the guard's own faults from upstream errors and policy decisions."""
 
@@ -108,10 +145,13 @@ class _Trace:
 class Guard(_Base):
     """The pipeline over a synchronous transport.
 
+    Give exactly one of ``transport`` and ``tier_transport``.
+
     Args:
-        transport: the model transport, or a function giving the transport of a tier (tiers can
-            have their own endpoints).
+        transport: the model transport, for every tier.
         config: the configuration (defaults when ``None``).
+        tier_transport: a function giving the transport of a tier (tiers can have their own
+            endpoints), called for every model call.
         ledger: a token ledger to share (default: one built from the config).
         probe: a memory-pressure probe (default: one built from the config).
         confirm: confirm mode's callback; without one, confirm mode raises
@@ -124,9 +164,10 @@ class Guard(_Base):
 
     def __init__(
         self,
-        transport: Transport | Callable[[Tier], Transport],
+        transport: Transport | None = None,
         config: GuardConfig | None = None,
         *,
+        tier_transport: Callable[[Tier], Transport] | None = None,
         ledger: TokenLedger | None = None,
         probe: MemoryPressureProbe | None = None,
         confirm: Callable[[EscalationPrompt], Choice] | None = None,
@@ -138,9 +179,7 @@ class Guard(_Base):
         super().__init__(
             config, ledger=ledger, probe=probe, confirm=confirm, clock=clock, rng=rng, hooks=hooks
         )
-        self._transport_for = (
-            (lambda tier: transport) if isinstance(transport, Transport) else transport
-        )
+        self._transport_for = _tier_transport("Guard", "send", transport, tier_transport)
         self._sleep = sleep or _clock.sleep
 
     def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
@@ -178,7 +217,7 @@ class Guard(_Base):
             report = self._fail_open(request, session, exc)
             response = trace.last or self._transport_for(
                 self.pipeline.policy.tier_for(request.model)
-            ).send(request)
+            ).send(_unguarded(request))
         attach_report(response.raw, report)
         return dataclasses.replace(response, report=report)
 
@@ -231,9 +270,12 @@ class GuardedStream:
 class AsyncGuard(_Base):
     """The pipeline over an asynchronous transport; the same logic as :class:`Guard`.
 
+    Give exactly one of ``transport`` and ``tier_transport``.
+
     Args:
-        transport: the async model transport, or a function giving the transport of a tier.
+        transport: the async model transport, for every tier.
         config: as for :class:`Guard`.
+        tier_transport: a function giving the async transport of a tier.
         ledger: as for :class:`Guard`.
         probe: as for :class:`Guard`.
         confirm: confirm mode's callback, sync or async.
@@ -245,9 +287,10 @@ class AsyncGuard(_Base):
 
     def __init__(
         self,
-        transport: AsyncTransport | Callable[[Tier], AsyncTransport],
+        transport: AsyncTransport | None = None,
         config: GuardConfig | None = None,
         *,
+        tier_transport: Callable[[Tier], AsyncTransport] | None = None,
         ledger: TokenLedger | None = None,
         probe: MemoryPressureProbe | None = None,
         confirm: Confirm | None = None,
@@ -259,9 +302,7 @@ class AsyncGuard(_Base):
         super().__init__(
             config, ledger=ledger, probe=probe, confirm=confirm, clock=clock, rng=rng, hooks=hooks
         )
-        self._transport_for = (
-            (lambda tier: transport) if isinstance(transport, AsyncTransport) else transport
-        )
+        self._transport_for = _tier_transport("AsyncGuard", "asend", transport, tier_transport)
         self._sleep = sleep or anyio.sleep
 
     def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
@@ -301,7 +342,7 @@ class AsyncGuard(_Base):
             report = self._fail_open(request, session, exc)
             response = trace.last or await self._transport_for(
                 self.pipeline.policy.tier_for(request.model)
-            ).asend(request)
+            ).asend(_unguarded(request))
         attach_report(response.raw, report)
         return dataclasses.replace(response, report=report)
 

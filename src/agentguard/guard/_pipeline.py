@@ -27,8 +27,7 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
 from agentguard._fingerprint import fingerprint_bytes
-from agentguard._responses import ITEM
-from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.budget import TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
@@ -37,7 +36,13 @@ from agentguard.exceptions import LoopDetected, TiersExhausted, ToolValidationFa
 from agentguard.loops import LoopDetector, Verdict
 from agentguard.pressure import MemoryPressureProbe
 from agentguard.resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.transport import (
+    ORIGINAL,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    split_session_header,
+)
 from agentguard.types import Attempt, Choice, Severity, Tier
 from agentguard.validation import ToolCallValidator, ValidationReport
 
@@ -212,13 +217,16 @@ class Pipeline:
 
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        _, headers = split_session_header(request.headers)
+        if headers is not request.headers:  # the guard's own header: never sent upstream
+            request = dataclasses.replace(request, headers=headers)
         b = ReportBuilder(sid, source)
         state = self._state(sid)
-        tools = request.tools
+        tools = list(request.tools)
         new, message_tokens = new_messages(state, request.messages)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
         prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
-        requested_output = _requested_output(request.params)
+        requested_output = request.max_output_tokens
 
         # 2. memory pressure picks the starting tier
         sustained = False
@@ -275,18 +283,16 @@ class Pipeline:
     def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
         """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
         b, tier = call.b, call.tier
-        params = dict(call.request.params)
+        max_output_tokens = call.request.max_output_tokens
         reservation = None
         if self.ledger is not None:
             reservation = yield Budget(
                 "reserve",
                 (b.session, self._prompt_tokens(call)),
-                {"max_output_tokens": _requested_output(params), "model": tier.model},
+                {"max_output_tokens": max_output_tokens, "model": tier.model},
             )
             if reservation.output_tokens:
-                params = clamp_output_tokens(
-                    params, reservation.output_tokens, default_key=call.request.output_key
-                )
+                max_output_tokens = _capped(max_output_tokens, reservation.output_tokens)
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
@@ -299,7 +305,7 @@ class Pipeline:
             call.request,
             model=tier.model,
             messages=call.messages,
-            params=params,
+            max_output_tokens=max_output_tokens,
             timeout=tier.timeout or call.request.timeout,
         )
         breaker = self.breaker(tier)
@@ -536,12 +542,9 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
     raise error
 
 
-def _requested_output(params: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = params.get(key)
-        if isinstance(value, int):
-            return value
-    return None
+def _capped(requested: int | None, cap: int) -> int:
+    """The output cap to send: the caller's own when lower than the reservation's, else that."""
+    return cap if requested is None or requested > cap else requested
 
 
 def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str, Any]]:
@@ -553,8 +556,8 @@ def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str
         and last.get("role") in ("tool", "user")
         and isinstance(last.get("content"), str)
     ):
-        # a changed message is no longer the Responses item it came from (if it was one)
-        hinted = {k: v for k, v in last.items() if k != ITEM}
+        # a changed message no longer stands for the wire object it was translated from
+        hinted = {k: v for k, v in last.items() if k != ORIGINAL}
         return [*messages[:-1], {**hinted, "content": f"{last['content']}\n\n{text}"}]
     return [*messages, {"role": "user", "content": text}]
 

@@ -6,11 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentguard.transport import attach_report, report_of
 from agentguard.types import Attempt, Tier, Usage
 
 __all__ = ["GuardReport", "ReportBuilder", "attach_report", "report_of"]
 
-_ATTR = "_agentguard_report"
 BudgetState = Literal["ok", "warning", "exceeded", "off"]
 
 
@@ -100,26 +100,6 @@ class GuardReport:
         if self.fail_open:
             out["x-agentguard-fail-open"] = "true"
         return out
-
-
-def attach_report(response: Any, report: GuardReport) -> None:
-    """Attach ``report`` to ``response`` so :func:`report_of` finds it.
-
-    Works on SDK objects (openai's pydantic models) without changing what they serialise to.
-    Objects that take no attributes (``None``, tuples ...) are left alone.
-    """
-    try:
-        object.__setattr__(response, _ATTR, report)
-    except (AttributeError, TypeError):
-        return
-
-
-def report_of(response: Any) -> GuardReport | None:
-    """What the guard did for the call that returned ``response``, or ``None`` if unguarded."""
-    report = getattr(response, _ATTR, None)
-    if report is None:  # a neutral ModelResponse carries it as a field
-        report = getattr(response, "report", None)
-    return report if isinstance(report, GuardReport) else None
 
 
 class ReportBuilder:

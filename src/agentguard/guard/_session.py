@@ -1,9 +1,11 @@
 """Which session (agent run) a model call belongs to.
 
-In order: an explicit id (an argument), the innermost :func:`session` context, the
-``x-agentguard-session`` request header, and otherwise a stable fingerprint of the
-conversation's opening messages (its system messages and first user message), so that a guard
-works with no set-up at all: every call of one agent run starts with the same messages.
+The most specific source wins: an explicit id (an argument), then the
+``x-agentguard-session`` header of the request, then the innermost :func:`session` block, and
+otherwise a stable fingerprint of the conversation's opening messages (its system messages and
+first user message), so that a guard works with no set-up at all: every call of one agent run
+starts with the same messages. :func:`resolve_session` is the one place that decides; ``Guard``,
+``AsyncGuard`` and every adapter go through it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,12 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from agentguard._fingerprint import fingerprint
+from agentguard.transport import SESSION_HEADER, split_session_header
 from agentguard.types import Message
 
 __all__ = ["SESSION_HEADER", "SessionSource", "current_session", "resolve_session", "session"]
 
-#: The request header that names a session.
-SESSION_HEADER = "x-agentguard-session"
-
-SessionSource = Literal["explicit", "context", "header", "fingerprint"]
+SessionSource = Literal["explicit", "header", "context", "fingerprint"]
 
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "agentguard_session", default=None
@@ -56,18 +56,28 @@ def resolve_session(
     messages: Sequence[Message],
     *,
     explicit: str | None = None,
-    headers: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[str, SessionSource]:
-    """The session id of a call, and where it came from."""
+    """The session id of a call, and where it came from.
+
+    Args:
+        messages: the request's messages (their opening makes the fingerprint).
+        explicit: the id given as an argument (``session=``), if any.
+        headers: the request's headers; :data:`SESSION_HEADER` names a session.
+
+    Returns:
+        The id, and its source: ``explicit`` > ``header`` > ``context`` (an :func:`session`
+        block) > ``fingerprint``.
+    """
     if explicit:
         return explicit, "explicit"
+    if headers:
+        header, _ = split_session_header(headers)
+        if header:
+            return header, "header"
     ctx = _current.get()
     if ctx:
         return ctx, "context"
-    if headers:
-        for key, value in headers.items():
-            if key.lower() == SESSION_HEADER and isinstance(value, str) and value:
-                return value, "header"
     return "auto-" + fingerprint(_opening(messages))[:16], "fingerprint"
 
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentguard._fingerprint import fingerprint, fingerprint_bytes
-from agentguard._responses import ITEM
 from agentguard.budget import estimate_tokens
 from agentguard.budget._estimate import REPLY_PRIMING
 from agentguard.loops import LoopDetector
+from agentguard.transport import ORIGINAL
 from agentguard.types import Tier
 
 __all__ = ["New", "SessionState", "message_key", "message_tokens", "new_messages"]
@@ -71,7 +71,7 @@ def message_key(message: Mapping[str, Any]) -> str:
         message.get("content") or "",
         message.get("tool_call_id"),
         calls,
-        message.get(ITEM),
+        message.get(ORIGINAL),
     ]
     return fingerprint_bytes(json.dumps(parts, default=str).encode("utf-8", "surrogatepass"))
 

@@ -10,7 +10,6 @@ only retry layer. See ``docs/integrations/crewai.md``.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,8 +18,7 @@ from typing import Any
 import anyio.to_thread
 
 from agentguard.config import GuardConfig
-from agentguard.guard import Guard
-from agentguard.guard._report import GuardReport
+from agentguard.guard import Guard, GuardReport
 from agentguard.tools import ToolGuard, ToolOutcome
 from agentguard.transport import ModelRequest, ModelResponse
 from agentguard.types import Tier, Usage
@@ -41,10 +39,9 @@ from pydantic import PrivateAttr  # noqa: E402
 
 __all__ = ["CrewAITransport", "GuardedLLM", "ToolHooks", "instrument", "without_retries"]
 
-# What the guarded call's transport needs from the crewai call in progress.
-_CALL: contextvars.ContextVar[tuple[GuardedLLM, dict[str, Any]]] = contextvars.ContextVar(
-    "agentguard_crewai_call"
-)
+# The ModelRequest.extensions key of the crewai call in progress: (its GuardedLLM, the crewai
+# call's own keyword arguments). A shared guard serves several GuardedLLMs: the request says whose.
+_CALL = "agentguard.crewai.call"
 
 
 def without_retries(llm: BaseLLM) -> BaseLLM:
@@ -85,7 +82,7 @@ class CrewAITransport:
 
     The model named in the request is ignored (the LLM object knows its model); the crewai
     call's own arguments (callbacks, task, agent, response model) are those of the
-    :class:`GuardedLLM` call in progress.
+    :class:`GuardedLLM` call that made the request (in its extensions).
     """
 
     def __init__(self, llm: BaseLLM) -> None:
@@ -94,10 +91,11 @@ class CrewAITransport:
 
     def send(self, request: ModelRequest) -> ModelResponse:
         """One call of the wrapped LLM, its answer in neutral form."""
-        current = _CALL.get(None)
+        current = request.extensions.get(_CALL)
         kwargs = dict(current[1]) if current else {}
+        tools = list(request.tools) or None
         before = self.llm.get_token_usage_summary()
-        answer = self._call(list(request.messages), tools=request.params.get("tools"), **kwargs)
+        answer = self._call(list(request.messages), tools=tools, **kwargs)
         after = self.llm.get_token_usage_summary()
         prompt = after.prompt_tokens - before.prompt_tokens
         completion = after.completion_tokens - before.completion_tokens
@@ -116,9 +114,18 @@ class CrewAITransport:
         raise NotImplementedError("CrewAITransport does not stream")
 
 
-def _transport_for(tier: Tier) -> CrewAITransport:
-    llm, _ = _CALL.get()
-    return llm._transport(tier)
+class _TierTransport:
+    """A tier's transport for whichever :class:`GuardedLLM` made the request."""
+
+    def __init__(self, tier: Tier) -> None:
+        self._tier = tier
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        llm: GuardedLLM = request.extensions[_CALL][0]
+        return llm._transport(self._tier).send(request)
+
+    def stream(self, request: ModelRequest) -> Iterator[Any]:
+        raise NotImplementedError("CrewAITransport does not stream")
 
 
 class GuardedLLM(BaseLLM):
@@ -169,7 +176,7 @@ class GuardedLLM(BaseLLM):
         self._inner = llm
         self._tiers = {name: CrewAITransport(t) for name, t in tiers.items()}
         self._tiers.setdefault("", CrewAITransport(llm))
-        self._guard = guard or Guard(_transport_for, config, **options)
+        self._guard = guard or Guard(config=config, tier_transport=_TierTransport, **options)
 
     @property
     def guard(self) -> Guard:
@@ -208,12 +215,10 @@ class GuardedLLM(BaseLLM):
             "from_agent": from_agent,
             "response_model": response_model,
         }
-        request = ModelRequest(self._start, messages, {"tools": tools} if tools else {})
-        token = _CALL.set((self, kwargs))
-        try:
-            response = self._guard.complete(request)
-        finally:
-            _CALL.reset(token)
+        request = ModelRequest(
+            self._start, messages, tools=tools or (), extensions={_CALL: (self, kwargs)}
+        )
+        response = self._guard.complete(request)
         self._report = response.report
         message = response.message
         calls = message.get("tool_calls")

@@ -42,10 +42,16 @@ from agentguard.exceptions import (
     TiersExhausted,
     ToolValidationFailed,
 )
-from agentguard.guard import AsyncGuard, Guard
-from agentguard.guard._report import GuardReport, attach_report, report_of
-from agentguard.guard._session import SESSION_HEADER
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.guard import AsyncGuard, Guard, GuardReport
+from agentguard.transport import (
+    SESSION_HEADER,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    attach_report,
+    report_of,
+    split_session_header,
+)
 from agentguard.types import Tier
 
 from ._lazy import require
@@ -134,26 +140,27 @@ class LiteLLMTransport:
             yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
 
 
-def _transport(tier: Tier) -> LiteLLMTransport:
-    # a function of the tier: the class itself would pass for a transport instance
-    return LiteLLMTransport(tier)
-
-
 def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
-    """The neutral request of a custom-provider call, and its explicit session."""
+    """The neutral request of a custom-provider call, and its explicit session.
+
+    An ``x-agentguard-session`` header (the call's own, or the proxy client's) stays in the
+    request's headers, where the guard reads it (and never sends it upstream); litellm's
+    ``litellm_session_id`` is the explicit session of calls without one.
+    """
     params = dict(kwargs.get("optional_params") or {})
     params.pop("stream", None)
     litellm_params = kwargs.get("litellm_params") or {}
-    headers = {str(k): str(v) for k, v in (kwargs.get("headers") or {}).items()}
     # through the proxy, the client's own headers are in the proxy request, not in `headers`
     client_headers = (litellm_params.get("proxy_server_request") or {}).get("headers") or {}
-    session = litellm_params.get("litellm_session_id")
-    for source in (client_headers, headers):
-        for key in list(source):
-            if key.lower() == SESSION_HEADER:
-                session = str(source[key])
-                if source is headers:
-                    del headers[key]  # ours: never sent upstream
+    header, headers = split_session_header(
+        {str(k): str(v) for k, v in (kwargs.get("headers") or {}).items()}
+    )
+    header = header or split_session_header(client_headers)[0]
+    session = None
+    if header:
+        headers = {**headers, SESSION_HEADER: header}
+    else:
+        session = litellm_params.get("litellm_session_id")
     if kwargs.get("api_base"):
         params["api_base"] = kwargs["api_base"]
     if kwargs.get("api_key"):
@@ -246,8 +253,10 @@ class GuardedLLM:
         asleep: Any = None,
         **options: Any,
     ) -> None:
-        self.guard = Guard(_transport, config, sleep=sleep, **options)
-        self.aguard = AsyncGuard(_transport, config, sleep=asleep, **options)
+        self.guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=sleep, **options)
+        self.aguard = AsyncGuard(
+            config=config, tier_transport=LiteLLMTransport, sleep=asleep, **options
+        )
         self.aguard.pipeline = self.guard.pipeline  # one pipeline, two drivers
 
     def completion(self, **kwargs: Any) -> Any:

@@ -58,10 +58,15 @@ class _Call:
     kwargs: Mapping[str, Any]
 
 
-# Set while a guarded call runs: the SDK's calls made inside it (its prompt-cache fallback,
-# its credential refresh) go straight through instead of nesting a second guard.
-_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "agentguard_openhands_call", default=None
+# The ModelRequest.extensions key of the call in progress (a _Call): what the transport needs to
+# make the SDK's own call.
+_CALL = "agentguard.openhands.call"
+
+# Set while the transport runs the SDK's own call: the SDK's calls made inside it (its
+# prompt-cache fallback, its credential refresh) go straight through instead of nesting a second
+# guard. A re-entrancy flag, not a channel: the call's context travels in the request.
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "agentguard_openhands_inside", default=False
 )
 
 
@@ -153,30 +158,32 @@ class _Transport:
         self._tier = tier
 
     def _prepare(self, request: ModelRequest) -> tuple[Any, list[Any], _Call]:
-        call = _CURRENT.get()
-        assert call is not None, "the transport runs inside a guarded call only"
+        call: _Call = request.extensions[_CALL]
         return _tier_llm(call.llm, self._tier), _messages(request, call), call
 
     def send(self, request: ModelRequest) -> ModelResponse:
         llm, messages, call = self._prepare(request)
         method = getattr(super(GuardMixin, llm), call.method)
-        return _neutral(method(messages, call.tools, **call.kwargs))
+        token = _INSIDE.set(True)
+        try:
+            return _neutral(method(messages, call.tools, **call.kwargs))
+        finally:
+            _INSIDE.reset(token)
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         llm, messages, call = self._prepare(request)
         method = getattr(super(GuardMixin, llm), "a" + call.method)
-        return _neutral(await method(messages, call.tools, **call.kwargs))
+        token = _INSIDE.set(True)
+        try:
+            return _neutral(await method(messages, call.tools, **call.kwargs))
+        finally:
+            _INSIDE.reset(token)
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
 
     def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
-
-
-def _transport_for(tier: Tier) -> _Transport:
-    # A function, not the class: the class itself would pass for a transport.
-    return _Transport(tier)
 
 
 class GuardMixin(BaseModel):
@@ -225,26 +232,29 @@ class GuardMixin(BaseModel):
             options = dict(self._ag_options)
             for other in self._ag_guards.values():  # sync and async calls share one budget
                 options.setdefault("ledger", other.pipeline.ledger)
-            guard = self._ag_guards[cls.__name__] = cls(_transport_for, self._ag_config, **options)
+            guard = cls(config=self._ag_config, tier_transport=_Transport, **options)
+            self._ag_guards[cls.__name__] = guard
         return guard
 
     @contextlib.contextmanager
     def _ag_scope(
         self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]
     ) -> Iterator[ModelRequest]:
-        """The guard's view of one call (chat form), and the context its transport reads."""
+        """The guard's view of one call (chat form), carrying what its transport needs."""
         add_risk = bool(kwargs.get("add_security_risk_prediction"))
         chat_tools = [t.to_openai_tool(add_security_risk_prediction=add_risk) for t in tools or ()]
         chat = [m.to_chat_dict(**_CHAT_FLAGS) for m in messages]
-        params = {"tools": chat_tools} if chat_tools else {}
-        token = _CURRENT.set(_Call(self, method, list(messages), chat, tools, kwargs))
+        call = _Call(self, method, list(messages), chat, tools, kwargs)
         try:
-            yield ModelRequest(model=str(getattr(self, "model", "")), messages=chat, params=params)
+            yield ModelRequest(
+                model=str(getattr(self, "model", "")),
+                messages=chat,
+                tools=chat_tools,
+                extensions={_CALL: call},
+            )
         except AgentGuardError as exc:
             self._ag_stopped.append(exc)
             raise
-        finally:
-            _CURRENT.reset(token)
 
     def _ag_done(self, response: ModelResponse, method: str) -> Any:
         if response.report is not None:
@@ -252,14 +262,14 @@ class GuardMixin(BaseModel):
         return _result(response, method)
 
     def _ag_run(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
-        if _CURRENT.get() is not None:  # the SDK calling itself inside a guarded call
+        if _INSIDE.get():  # the SDK calling itself inside a guarded call
             return getattr(super(), method)(messages, tools, **kwargs)
         with self._ag_scope(method, messages, tools, kwargs) as request:
             response = self._ag_guard(Guard).complete(request)
         return self._ag_done(response, method)
 
     async def _ag_arun(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
-        if _CURRENT.get() is not None:
+        if _INSIDE.get():
             return await getattr(super(), "a" + method)(messages, tools, **kwargs)
         with self._ag_scope(method, messages, tools, kwargs) as request:
             response = await self._ag_guard(AsyncGuard).acomplete(request)

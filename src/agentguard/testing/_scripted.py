@@ -20,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, Literal, TypeAlias
 
-from agentguard._responses import request_from_responses
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from agentguard.types import Usage
@@ -281,8 +280,13 @@ class ScriptedModel:
         if method != "POST" or not (path.endswith("/chat/completions") or responses_api):
             return _json_answer(404, {"error": {"message": f"no route {path}"}})
         body = json.loads(content or b"{}")
-        parse = request_from_responses if responses_api else ModelRequest.from_body
-        request = parse(body)
+        if responses_api:
+            # the adapter's translation; importing it loads no SDK, and only a test server needs it
+            from agentguard.integrations.openai import request_from_responses  # noqa: PLC0415
+
+            request = request_from_responses(body)
+        else:
+            request = ModelRequest.from_body(body)
         try:
             step = self._next(request)
         except ScriptExhausted as exc:
@@ -297,7 +301,7 @@ class ScriptedModel:
             if body.get("stream"):
                 error = {"message": "scripted: Responses streaming not served"}
                 return _json_answer(400, {"error": error})
-            return _json_answer(200, self._response_object(request, step, rid))
+            return _json_answer(200, self._response_object(request, step, rid, body))
         if body.get("stream"):
             sse = "".join(f"data: {json.dumps(c)}\n\n" for c in self._chunks(request, step, rid))
             return 200, {"content-type": "text/event-stream"}, (sse + "data: [DONE]\n\n").encode()
@@ -398,8 +402,10 @@ class ScriptedModel:
             body["usage"] = usage
         return body
 
-    def _response_object(self, request: ModelRequest, reply: Reply, rid: str) -> dict[str, Any]:
-        """``reply`` as a Responses API ``response`` object."""
+    def _response_object(
+        self, request: ModelRequest, reply: Reply, rid: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``reply`` as a Responses API ``response`` object (``body``: the request's)."""
         output: list[dict[str, Any]] = []
         if reply.content is not None:
             output.append(
@@ -424,7 +430,7 @@ class ScriptedModel:
                 }
             )
         length = reply.finish() == "length"
-        body: dict[str, Any] = {
+        answer: dict[str, Any] = {
             "id": rid.replace("chatcmpl", "resp"),
             "object": "response",
             "created_at": 1_700_000_000,
@@ -434,18 +440,18 @@ class ScriptedModel:
             "output": output,
             "parallel_tool_calls": True,
             "tool_choice": request.params.get("tool_choice", "auto"),
-            "tools": list(request.params.get("tools") or []),
+            "tools": list(body.get("tools") or []),
         }
         usage = self._usage(request, reply)
         if usage is not None:
-            body["usage"] = {
+            answer["usage"] = {
                 "input_tokens": usage["prompt_tokens"],
                 "input_tokens_details": {"cached_tokens": 0},
                 "output_tokens": usage["completion_tokens"],
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": usage["total_tokens"],
             }
-        return body
+        return answer
 
     def _chunks(self, request: ModelRequest, reply: Reply, rid: str) -> Iterator[dict[str, Any]]:
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:

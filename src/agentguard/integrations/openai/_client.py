@@ -1,8 +1,8 @@
-"""The openai client as a model transport (openai 2.x on httpx and 3.x on httpx2, sync and async).
+"""``wrap()``: an openai client whose ``chat.completions`` and ``responses`` run through a guard.
 
-The transports call ``chat.completions.create`` on a copy of the user's client whose own
-retries are off (``max_retries=0``): agentguard's retry layer is the only one, so retries never
-multiply. Upstream errors are the SDK's own exceptions, passed through untouched.
+The wrapped client is a copy of the user's, still an instance of its class; its ``create``
+methods build a neutral request, run it through the guard and hand back the SDK's own objects
+(rebuilt only when the guard changed the answer), the report attached.
 """
 
 from __future__ import annotations
@@ -11,214 +11,40 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from agentguard._responses import (
-    request_from_responses,
-    response_from_responses,
-    responses_body,
-    responses_output,
-)
 from agentguard.config import GuardConfig
-from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream
-from agentguard.guard._report import GuardReport, attach_report, report_of
-from agentguard.guard._session import SESSION_HEADER
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
-from agentguard.types import Tier, Usage
+from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream, GuardReport
+from agentguard.integrations._lazy import require
+from agentguard.integrations._tiers import tier_api_key
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, attach_report, report_of
+from agentguard.types import Tier
 
-from ._lazy import require
-from ._tiers import tier_api_key
+from ._responses import request_from_responses, response_from_responses, responses_output
+from ._transport import AsyncOpenAITransport, OpenAITransport, dump, is_async_client, sdk_message
 
-__all__ = ["AsyncOpenAITransport", "OpenAITransport", "is_async_client", "wrap"]
+__all__ = ["wrap"]
 
 T = TypeVar("T")
-
-
-def is_async_client(client: Any) -> bool:
-    """Whether ``client`` is an ``openai.AsyncOpenAI`` (or a subclass such as Azure's)."""
-    openai = require("openai", "openai")
-    return isinstance(client, openai.AsyncOpenAI)
-
-
-def _call_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    if request.api == "responses":
-        kwargs = responses_body(request, stream=stream)
-    else:
-        kwargs = request.to_body(stream=stream)
-    if request.headers:
-        kwargs["extra_headers"] = dict(request.headers)
-    if request.timeout is not None:
-        kwargs["timeout"] = request.timeout
-    return kwargs
-
-
-def _dump(obj: Any) -> Mapping[str, Any]:
-    data: Mapping[str, Any] = obj.model_dump(mode="json")
-    return data
-
-
-def _response(request: ModelRequest, raw: Any) -> ModelResponse:
-    if request.api == "responses":
-        return response_from_responses(_dump(raw), raw=raw)
-    choices: Any = getattr(raw, "choices", None)
-    message = _message(choices[0].message) if choices else None
-    if message is None:  # something unusual: the SDK's own full dump
-        return ModelResponse.from_body(_dump(raw), raw=raw)
-    return ModelResponse(
-        message=message,
-        finish_reason=choices[0].finish_reason,
-        usage=_usage(raw.usage),
-        model=str(raw.model or ""),
-        id=raw.id,
-        raw=raw,
-    )
-
-
-# Reading the SDK objects' few fields the pipeline needs is several times cheaper than
-# model_dump(), which serialises every field of every nested model on every call and chunk.
-
-
-def _message(msg: Any) -> dict[str, Any] | None:
-    """An SDK assistant message as the pipeline's dict, or ``None`` when it holds more than
-    text and function calls (custom tool calls ...) and needs the full dump."""
-    message: dict[str, Any] = {"role": msg.role or "assistant", "content": msg.content}
-    calls = msg.tool_calls
-    if calls:
-        out = []
-        for call in calls:
-            fn = getattr(call, "function", None)
-            if fn is None:
-                return None
-            out.append(
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": fn.name, "arguments": fn.arguments},
-                }
-            )
-        message["tool_calls"] = out
-    return message
-
-
-def _usage(usage: Any) -> Usage | None:
-    if usage is None:
-        return None
-    return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
-
-
-def _chunk(raw: Any) -> StreamChunk:
-    """An SDK ``ChatCompletionChunk`` as a neutral chunk (its raw object kept)."""
-    usage = _usage(getattr(raw, "usage", None))
-    if not raw.choices:
-        return StreamChunk(usage=usage, raw=raw)
-    choice = raw.choices[0]
-    delta = choice.delta
-    calls: tuple[Mapping[str, Any], ...] = ()
-    if delta.tool_calls:
-        calls = tuple(_call_delta(c) for c in delta.tool_calls)
-    return StreamChunk(
-        content=delta.content,
-        tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        usage=usage,
-        raw=raw,
-    )
-
-
-def _call_delta(call: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": call.index}
-    if call.id:
-        out["id"] = call.id
-    fn = call.function
-    if fn is not None:
-        out["function"] = {"name": fn.name, "arguments": fn.arguments}
-    return out
-
-
-def _endpoint(client: Any, request: ModelRequest) -> Any:
-    return client.responses if request.api == "responses" else client.chat.completions
-
-
-class OpenAITransport:
-    """A synchronous transport over an ``openai.OpenAI`` client.
-
-    Args:
-        client: the user's client; a copy with ``max_retries=0`` is used, the original is not
-            changed.
-    """
-
-    def __init__(self, client: Any) -> None:
-        self._client = client.with_options(max_retries=0)
-
-    @property
-    def client(self) -> Any:
-        """The retry-less client copy the transport calls."""
-        return self._client
-
-    def send(self, request: ModelRequest) -> ModelResponse:
-        """One ``chat.completions.create`` (or ``responses.create``) call."""
-        raw = _endpoint(self._client, request).create(**_call_kwargs(request, stream=False))
-        return _response(request, raw)
-
-    def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
-        """One streamed ``chat.completions.create`` call, chunk by chunk."""
-        stream = self._client.chat.completions.create(**_call_kwargs(request, stream=True))
-        with stream:
-            for chunk in stream:
-                yield _chunk(chunk)
-
-
-class AsyncOpenAITransport:
-    """An asynchronous transport over an ``openai.AsyncOpenAI`` client.
-
-    Args:
-        client: the user's async client; a copy with ``max_retries=0`` is used.
-    """
-
-    def __init__(self, client: Any) -> None:
-        self._client = client.with_options(max_retries=0)
-
-    @property
-    def client(self) -> Any:
-        """The retry-less client copy the transport calls."""
-        return self._client
-
-    async def asend(self, request: ModelRequest) -> ModelResponse:
-        """One ``chat.completions.create`` (or ``responses.create``) call."""
-        raw = await _endpoint(self._client, request).create(**_call_kwargs(request, stream=False))
-        return _response(request, raw)
-
-    async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        """One streamed ``chat.completions.create`` call, chunk by chunk."""
-        stream = await self._client.chat.completions.create(**_call_kwargs(request, stream=True))
-        async with stream:
-            async for chunk in stream:
-                yield _chunk(chunk)
-
-
-# -- wrap(): the drop-in client ----------------------------------------------------------------
 
 _OWN_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
-def _request(kwargs: Mapping[str, Any], api: str = "chat") -> tuple[ModelRequest, str | None]:
-    """The neutral request of a ``create`` call, and its explicit session."""
+def _request(kwargs: Mapping[str, Any], *, responses: bool = False) -> ModelRequest:
+    """The neutral request of a ``create`` call (a session header stays in its headers: the
+    guard reads it and never sends it upstream)."""
     params = dict(kwargs)
     headers = dict(params.pop("extra_headers", None) or {})
     timeout = params.pop("timeout", None)
-    session = None
-    for key in list(headers):
-        if key.lower() == SESSION_HEADER:
-            session = str(headers.pop(key))  # ours: never sent upstream
     for key in ("extra_query", "extra_body"):
         if params.get(key) is None:
             params.pop(key, None)
-    if api == "responses":
+    if responses:
         base = request_from_responses(params)
     else:
         params.pop("stream", None)
         model = params.pop("model")
         base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None
-    return dataclasses.replace(base, headers=headers, timeout=seconds), session
+    return dataclasses.replace(base, headers=headers, timeout=seconds)
 
 
 def _rebuild(raw: Any, data: Mapping[str, Any]) -> Any:
@@ -232,13 +58,13 @@ def _responses_result(response: ModelResponse, report: GuardReport | None) -> An
     raw = response.raw
     if raw is None or not hasattr(raw, "output"):
         return raw
-    original = response_from_responses(_dump(raw))
+    original = response_from_responses(dump(raw))
     if _same_message(
         original.message, response.message, original.finish_reason, response.finish_reason
     ):
         out = raw
     else:
-        data = dict(_dump(raw))
+        data = dict(dump(raw))
         data["output"] = responses_output(data, response.message)
         out = _rebuild(raw, data)
     if report is not None:
@@ -254,7 +80,7 @@ def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
     original = None
     if raw.choices:
         first = raw.choices[0].message
-        original = _message(first) or first.model_dump(mode="json")
+        original = sdk_message(first) or first.model_dump(mode="json")
     if original is not None and _same_message(
         original, response.message, raw.choices[0].finish_reason, response.finish_reason
     ):
@@ -357,10 +183,10 @@ class _Completions:
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
-        request, session = _request(kwargs)
+        request = _request(kwargs)
         if kwargs.get("stream"):
-            return _Stream(self._guard.stream(request, session=session), request.model)
-        response = self._guard.complete(request, session=session)
+            return _Stream(self._guard.stream(request), request.model)
+        response = self._guard.complete(request)
         return _completion(response, report_of(response))
 
     def __getattr__(self, name: str) -> Any:
@@ -373,10 +199,10 @@ class _AsyncCompletions:
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
-        request, session = _request(kwargs)
+        request = _request(kwargs)
         if kwargs.get("stream"):
-            return _AsyncStream(self._guard.astream(request, session=session), request.model)
-        response = await self._guard.acomplete(request, session=session)
+            return _AsyncStream(self._guard.astream(request), request.model)
+        response = await self._guard.acomplete(request)
         return _completion(response, report_of(response))
 
     def __getattr__(self, name: str) -> Any:
@@ -393,8 +219,7 @@ class _Responses:
     def create(self, **kwargs: Any) -> Any:
         if kwargs.get("stream"):
             return self._inner.create(**kwargs)
-        request, session = _request(kwargs, "responses")
-        response = self._guard.complete(request, session=session)
+        response = self._guard.complete(_request(kwargs, responses=True))
         return _responses_result(response, report_of(response))
 
     def __getattr__(self, name: str) -> Any:
@@ -411,8 +236,7 @@ class _AsyncResponses:
     async def create(self, **kwargs: Any) -> Any:
         if kwargs.get("stream"):
             return await self._inner.create(**kwargs)
-        request, session = _request(kwargs, "responses")
-        response = await self._guard.acomplete(request, session=session)
+        response = await self._guard.acomplete(_request(kwargs, responses=True))
         return _responses_result(response, report_of(response))
 
     def __getattr__(self, name: str) -> Any:
@@ -447,9 +271,12 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
 
     guard: Guard | AsyncGuard
     if is_async_client(client):
-        guard = AsyncGuard(_per_client(client_for, AsyncOpenAITransport), config, **options)
+        transports = _per_client(client_for, AsyncOpenAITransport)
+        guard = AsyncGuard(config=config, tier_transport=transports, **options)
     else:
-        guard = Guard(_per_client(client_for, OpenAITransport), config, **options)
+        guard = Guard(
+            config=config, tier_transport=_per_client(client_for, OpenAITransport), **options
+        )
     return _install(client.with_options(), guard)
 
 

@@ -1,25 +1,31 @@
 """The OpenAI Responses API in the pipeline's neutral (chat) form, and back.
 
 The pipeline judges chat messages; a ``responses.create`` call speaks *items*. Each input item
-becomes one chat message that remembers its item (under :data:`ITEM`), so an unchanged message
-turns back into exactly the item it came from (reasoning items, ids and all), and only what the
-guard added — corrective messages, a loop hint — is converted. Function tools are flattened in
-the Responses format (``{"type": "function", "name": ...}``); the validator gets them in chat
-format. Output items become one assistant message: its text, and ``function_call`` items as
-``tool_calls``.
+becomes one chat message that remembers its item (under :data:`~agentguard.transport.ORIGINAL`),
+so an unchanged message turns back into exactly the item it came from (reasoning items, ids and
+all), and only what the guard added — corrective messages, a loop hint — is converted. Function
+tools are flattened in the Responses format (``{"type": "function", "name": ...}``); the
+validator gets them in chat format (``ModelRequest.tools``) while the caller's own tool list
+travels in the request's extensions and goes back upstream as given. ``max_output_tokens`` is
+the Responses API's own name for the output cap. Output items become one assistant message: its
+text, and ``function_call`` items as ``tool_calls``.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .transport import ModelRequest, ModelResponse, usage_from_body
+from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, usage_from_body
 
 __all__ = [
     "ITEM",
+    "RESPONSES",
+    "ResponsesCall",
     "chat_tools",
+    "is_responses",
     "messages_to_items",
     "request_from_responses",
     "response_from_responses",
@@ -28,7 +34,9 @@ __all__ = [
 ]
 
 #: The key under which a converted message keeps the Responses item it came from.
-ITEM = "x-agentguard-item"
+ITEM = ORIGINAL
+#: The ``ModelRequest.extensions`` key of a Responses API call (a :class:`ResponsesCall`).
+RESPONSES = "agentguard.openai.responses"
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
 
@@ -135,6 +143,23 @@ def chat_tools(tools: Any) -> list[Mapping[str, Any]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ResponsesCall:
+    """What a Responses API call keeps beside its neutral request (in its extensions).
+
+    Attributes:
+        tools: the caller's ``tools`` argument as given (every kind, Responses format), or
+            ``None`` when it gave none.
+    """
+
+    tools: Any = None
+
+
+def is_responses(request: ModelRequest) -> bool:
+    """Whether ``request`` is a Responses API call (built by :func:`request_from_responses`)."""
+    return RESPONSES in request.extensions
+
+
 def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
     """The neutral request of ``responses.create(**kwargs)`` (``model`` and ``input`` required).
 
@@ -146,15 +171,32 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
     raw_input = params.pop("input", None)
     if raw_input is None:
         raw_input = []
+    tools = params.pop("tools", None)
+    cap = params.get("max_output_tokens")
+    if isinstance(cap, int):
+        del params["max_output_tokens"]
     items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
     messages = [_message(item) for item in items if isinstance(item, Mapping)]
-    return ModelRequest(model=str(model), messages=messages, params=params, api="responses")
+    return ModelRequest(
+        model=str(model),
+        messages=messages,
+        params=params,
+        tools=chat_tools(tools),
+        max_output_tokens=cap if isinstance(cap, int) else None,
+        extensions={RESPONSES: ResponsesCall(tools)},
+    )
 
 
 def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``responses.create`` for a neutral request."""
     body: dict[str, Any] = {"model": request.model, "input": messages_to_items(request.messages)}
     body.update(request.params)
+    call = request.extensions.get(RESPONSES)
+    tools = call.tools if isinstance(call, ResponsesCall) else None
+    if tools is not None:
+        body["tools"] = tools
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
     if stream:
         body["stream"] = True
     return body

@@ -1,0 +1,180 @@
+"""The openai client as a model transport (openai 2.x on httpx and 3.x on httpx2, sync and async).
+
+The transports call ``chat.completions.create`` (or ``responses.create`` for a request built
+from a Responses call) on a copy of the user's client whose own retries are off
+(``max_retries=0``): agentguard's retry layer is the only one, so retries never multiply.
+Upstream errors are the SDK's own exceptions, passed through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from agentguard.integrations._lazy import require
+from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Usage
+
+from ._responses import is_responses, response_from_responses, responses_body
+
+__all__ = ["AsyncOpenAITransport", "OpenAITransport", "dump", "is_async_client", "sdk_message"]
+
+
+def is_async_client(client: Any) -> bool:
+    """Whether ``client`` is an ``openai.AsyncOpenAI`` (or a subclass such as Azure's)."""
+    openai = require("openai", "openai")
+    return isinstance(client, openai.AsyncOpenAI)
+
+
+def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dict[str, Any]]:
+    """The endpoint to call for ``request``, and its keyword arguments (the wire form)."""
+    if is_responses(request):
+        endpoint, kwargs = client.responses, responses_body(request, stream=stream)
+    else:
+        endpoint, kwargs = client.chat.completions, request.to_body(stream=stream)
+    if request.headers:
+        kwargs["extra_headers"] = dict(request.headers)
+    if request.timeout is not None:
+        kwargs["timeout"] = request.timeout
+    return endpoint, kwargs
+
+
+def dump(obj: Any) -> Mapping[str, Any]:
+    """An SDK object as JSON-ready data."""
+    data: Mapping[str, Any] = obj.model_dump(mode="json")
+    return data
+
+
+def _response(request: ModelRequest, raw: Any) -> ModelResponse:
+    if is_responses(request):
+        return response_from_responses(dump(raw), raw=raw)
+    choices: Any = getattr(raw, "choices", None)
+    message = sdk_message(choices[0].message) if choices else None
+    if message is None:  # something unusual: the SDK's own full dump
+        return ModelResponse.from_body(dump(raw), raw=raw)
+    return ModelResponse(
+        message=message,
+        finish_reason=choices[0].finish_reason,
+        usage=_usage(raw.usage),
+        model=str(raw.model or ""),
+        id=raw.id,
+        raw=raw,
+    )
+
+
+# Reading the SDK objects' few fields the pipeline needs is several times cheaper than
+# model_dump(), which serialises every field of every nested model on every call and chunk.
+
+
+def sdk_message(msg: Any) -> dict[str, Any] | None:
+    """An SDK assistant message as the pipeline's dict, or ``None`` when it holds more than
+    text and function calls (custom tool calls ...) and needs the full dump."""
+    message: dict[str, Any] = {"role": msg.role or "assistant", "content": msg.content}
+    calls = msg.tool_calls
+    if calls:
+        out = []
+        for call in calls:
+            fn = getattr(call, "function", None)
+            if fn is None:
+                return None
+            out.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": fn.name, "arguments": fn.arguments},
+                }
+            )
+        message["tool_calls"] = out
+    return message
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+
+
+def _chunk(raw: Any) -> StreamChunk:
+    """An SDK ``ChatCompletionChunk`` as a neutral chunk (its raw object kept)."""
+    usage = _usage(getattr(raw, "usage", None))
+    if not raw.choices:
+        return StreamChunk(usage=usage, raw=raw)
+    choice = raw.choices[0]
+    delta = choice.delta
+    calls: tuple[Mapping[str, Any], ...] = ()
+    if delta.tool_calls:
+        calls = tuple(_call_delta(c) for c in delta.tool_calls)
+    return StreamChunk(
+        content=delta.content,
+        tool_calls=calls,
+        finish_reason=choice.finish_reason,
+        usage=usage,
+        raw=raw,
+    )
+
+
+def _call_delta(call: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": call.index}
+    if call.id:
+        out["id"] = call.id
+    fn = call.function
+    if fn is not None:
+        out["function"] = {"name": fn.name, "arguments": fn.arguments}
+    return out
+
+
+class OpenAITransport:
+    """A synchronous transport over an ``openai.OpenAI`` client.
+
+    Args:
+        client: the user's client; a copy with ``max_retries=0`` is used, the original is not
+            changed.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client.with_options(max_retries=0)
+
+    @property
+    def client(self) -> Any:
+        """The retry-less client copy the transport calls."""
+        return self._client
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        """One ``chat.completions.create`` (or ``responses.create``) call."""
+        endpoint, kwargs = _call(self._client, request, stream=False)
+        return _response(request, endpoint.create(**kwargs))
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
+        """One streamed ``chat.completions.create`` call, chunk by chunk."""
+        endpoint, kwargs = _call(self._client, request, stream=True)
+        with endpoint.create(**kwargs) as stream:
+            for chunk in stream:
+                yield _chunk(chunk)
+
+
+class AsyncOpenAITransport:
+    """An asynchronous transport over an ``openai.AsyncOpenAI`` client.
+
+    Args:
+        client: the user's async client; a copy with ``max_retries=0`` is used.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client.with_options(max_retries=0)
+
+    @property
+    def client(self) -> Any:
+        """The retry-less client copy the transport calls."""
+        return self._client
+
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        """One ``chat.completions.create`` (or ``responses.create``) call."""
+        endpoint, kwargs = _call(self._client, request, stream=False)
+        return _response(request, await endpoint.create(**kwargs))
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        """One streamed ``chat.completions.create`` call, chunk by chunk."""
+        endpoint, kwargs = _call(self._client, request, stream=True)
+        async with await endpoint.create(**kwargs) as stream:
+            async for chunk in stream:
+                yield _chunk(chunk)
