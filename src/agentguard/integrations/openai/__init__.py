@@ -2,7 +2,8 @@
 
 - ``_transport``: :class:`OpenAITransport` / :class:`AsyncOpenAITransport`, chat and Responses;
 - ``_responses``: the Responses API in the pipeline's neutral (chat) form, and back;
-- ``_client``: :func:`wrap`, the guarded ``chat.completions`` and ``responses`` resources.
+- ``_client``: :func:`wrap`, the guarded ``chat.completions`` and ``responses`` resources;
+- ``_stream``: the SDK chunk objects a guarded ``create(stream=True)`` yields.
 
 Importing this package does not import the openai SDK; using it does.
 """

@@ -8,24 +8,22 @@ methods build a neutral request, run it through the guard and hand back the SDK'
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from agentguard.config import GuardConfig
-from agentguard.guard import AsyncGuard, AsyncGuardedStream, Guard, GuardedStream, GuardReport
-from agentguard.integrations._lazy import require
+from agentguard.guard import AsyncGuard, Guard, GuardReport
 from agentguard.integrations._tiers import tier_api_key
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, attach_report, report_of
+from agentguard.transport import ModelRequest, ModelResponse, attach_report, report_of
 from agentguard.types import Tier
 
 from ._responses import request_from_responses, response_from_responses, responses_output
+from ._stream import AsyncStream, Stream
 from ._transport import AsyncOpenAITransport, OpenAITransport, dump, is_async_client, sdk_message
 
 __all__ = ["wrap"]
 
 T = TypeVar("T")
-
-_OWN_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
 def _request(kwargs: Mapping[str, Any], *, responses: bool = False) -> ModelRequest:
@@ -105,78 +103,6 @@ def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) 
     return fa == fb and all((a.get(k) or None) == (b.get(k) or None) for k in keys)
 
 
-class _ChunkMaker:
-    """Turns the guard's stream chunks into the SDK's ``ChatCompletionChunk`` objects."""
-
-    def __init__(self, model: str) -> None:
-        self._cls = require("openai.types.chat", "openai").ChatCompletionChunk
-        self._head = {"id": "chatcmpl-agentguard", "created": 0, "model": model}
-
-    def __call__(self, chunk: StreamChunk) -> Any:
-        raw = chunk.raw
-        if raw is not None and not isinstance(raw, Mapping):
-            self._head = {"id": raw.id, "created": raw.created, "model": raw.model}
-            return raw
-        delta: dict[str, Any] = {}
-        if chunk.content:
-            delta["content"] = chunk.content
-        if chunk.tool_calls:
-            delta["tool_calls"] = [dict(c) for c in chunk.tool_calls]
-        return self._cls.model_validate(
-            {
-                **self._head,
-                "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}],
-            }
-        )
-
-
-class _Stream:
-    """What a guarded ``create(stream=True)`` returns on a sync client."""
-
-    def __init__(self, inner: GuardedStream, model: str) -> None:
-        self._inner = inner
-        self._make = _ChunkMaker(model)
-
-    def __iter__(self) -> Iterator[Any]:
-        for chunk in self._inner:
-            yield self._make(chunk)
-        if self._inner.report is not None:
-            attach_report(self, self._inner.report)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> _Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _AsyncStream:
-    """What a guarded ``create(stream=True)`` returns on an async client."""
-
-    def __init__(self, inner: AsyncGuardedStream, model: str) -> None:
-        self._inner = inner
-        self._make = _ChunkMaker(model)
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for chunk in self._inner:
-            yield self._make(chunk)
-        if self._inner.report is not None:
-            attach_report(self, self._inner.report)
-
-    async def close(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _AsyncStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
 class _Completions:
     def __init__(self, inner: Any, guard: Guard) -> None:
         self._inner = inner
@@ -185,7 +111,7 @@ class _Completions:
     def create(self, **kwargs: Any) -> Any:
         request = _request(kwargs)
         if kwargs.get("stream"):
-            return _Stream(self._guard.stream(request), request.model)
+            return Stream(self._guard.stream(request), request.model)
         response = self._guard.complete(request)
         return _completion(response, report_of(response))
 
@@ -201,7 +127,7 @@ class _AsyncCompletions:
     async def create(self, **kwargs: Any) -> Any:
         request = _request(kwargs)
         if kwargs.get("stream"):
-            return _AsyncStream(self._guard.astream(request), request.model)
+            return AsyncStream(self._guard.astream(request), request.model)
         response = await self._guard.acomplete(request)
         return _completion(response, report_of(response))
 
