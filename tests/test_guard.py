@@ -591,3 +591,17 @@ def test_extensions_reach_the_transport_on_every_attempt() -> None:
     request = ModelRequest("fast", [{"role": "user", "content": "hi"}], extensions={"x": context})
     guard.complete(request)
     assert [r.extensions["x"] for r in model.requests] == [context, context]
+
+
+@pytest.mark.anyio
+async def test_report_of_a_guarded_stream_once_exhausted() -> None:
+    """report_of() finds a guard's stream report, sync and async, once the stream has ended."""
+    model = ScriptedModel([Reply.text("one"), Reply.text("two")])
+    guard, clock = _guard(model)
+    stream = guard.stream(_req(tools=False))
+    list(stream)
+    assert report_of(stream) is stream.report is not None
+    aguard = AsyncGuard(model, _cfg(), clock=clock, sleep=clock.asleep, rng=random.Random(0))
+    astream = aguard.astream(_req(tools=False))
+    _ = [chunk async for chunk in astream]
+    assert report_of(astream) is astream.report is not None

@@ -251,6 +251,7 @@ class GuardedStream:
             chunk: StreamChunk = next(self._chunks)
         except StopIteration as stop:
             self.report = stop.value
+            attach_report(self, self.report)  # report_of(stream) as for any guarded answer
             raise StopIteration from None
         return chunk
 
@@ -361,6 +362,7 @@ class AsyncGuard(_Base):
 
         def done(report: GuardReport) -> None:
             result.report = report
+            attach_report(result, report)
 
         plan = self.pipeline.stream_plan(request, session=session)
         result.chunks = astream(plan, self._handlers(trace), open=open_stream, done=done)
