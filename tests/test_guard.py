@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -172,6 +173,26 @@ def test_text_embedded_call_is_repaired_for_free() -> None:
     assert report.repairs
     assert report.corrections == 0
     assert len(model.requests) == 1
+
+
+def test_tools_changed_in_place_are_validated_as_they_are_now() -> None:
+    """The validator cache never serves a stale tool set, even when the caller's list object is
+    reused and edited in place between calls."""
+    tools = copy.deepcopy(TOOLS)
+    model = ScriptedModel(
+        [Reply.call("search", {"query": "a"}), Reply.call("lookup", {"query": "b"})]
+    )
+    guard, _ = _guard(model)
+    messages = [{"role": "user", "content": "find the install guide"}]
+    guard.complete(ModelRequest(model="fast", messages=messages, params={"tools": tools}))
+    tools[0]["function"]["name"] = "lookup"
+    response = guard.complete(
+        ModelRequest(model="fast", messages=messages, params={"tools": tools})
+    )
+    assert response.message["tool_calls"][0]["function"]["name"] == "lookup"
+    report = report_of(response)
+    assert report is not None
+    assert (report.repairs, report.corrections) == ((), 0)
 
 
 def test_invalid_call_gets_a_corrective_reask() -> None:

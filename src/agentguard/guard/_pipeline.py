@@ -17,6 +17,7 @@ operation is yielded, never performed here, so the same plan runs sync and async
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import json
 import random
@@ -124,6 +125,7 @@ class Pipeline:
             collections.OrderedDict()
         )
         self._sessions: collections.OrderedDict[str, SessionState] = collections.OrderedDict()
+        self._last_tools: tuple[list[Any], tuple[ToolCallValidator, int]] | None = None
         self._max_sessions = max_sessions
 
     @staticmethod
@@ -136,6 +138,11 @@ class Pipeline:
 
     def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[ToolCallValidator, int]:
         """The validator of a tool set and the tokens its schemas add to a prompt (cached)."""
+        # An agent sends the same tools with every call: comparing with a snapshot of the last
+        # set (a C-level deep ==) is far cheaper than encoding them for the keyed cache below.
+        last = self._last_tools
+        if last is not None and last[0] == (tools if isinstance(tools, list) else list(tools)):
+            return last[1]
         # plain sorted JSON is canonical enough for a cache key (a miss only costs a rebuild)
         key = fingerprint_bytes(json.dumps(list(tools), sort_keys=True, default=str).encode())
         entry = self._validators.get(key)
@@ -145,6 +152,8 @@ class Pipeline:
             self._validators[key] = entry
             if len(self._validators) > 256:
                 self._validators.popitem(last=False)
+        # a snapshot, so a caller mutating its list in place cannot make a stale entry match
+        self._last_tools = (copy.deepcopy(list(tools)), entry)
         return entry
 
     # -- state ---------------------------------------------------------------------------------

@@ -61,19 +61,41 @@ def message_key(message: Mapping[str, Any]) -> str:
     """What identifies a message across calls: role, text, calls, call id — not the SDK's extra
     null fields (``refusal``, ``audio`` ...) an agent adds when it echoes an answer back, nor
     the spacing of re-serialised call arguments."""
-    calls = [
-        (c.get("id"), fn.get("name"), fingerprint(fn.get("arguments") or ""))
-        for c in message.get("tool_calls") or ()
-        for fn in (c.get("function") or {},)
+    role, content = message.get("role"), message.get("content") or ""
+    call_id, item = message.get("tool_call_id"), message.get(ORIGINAL)
+    calls = message.get("tool_calls") or ()
+    if (
+        isinstance(role, str)
+        and isinstance(content, str)
+        and (call_id is None or isinstance(call_id, str))
+        and item is None
+    ):
+        # The usual message, encoded without a JSON pass: every field length-prefixed, so no
+        # two different messages share an encoding.
+        parts = [role, content, call_id or ""]
+        for call in calls:
+            fn = call.get("function") or {}
+            parts += [
+                str(call.get("id")),
+                str(fn.get("name")),
+                fingerprint(fn.get("arguments") or ""),
+            ]
+        text = "".join(f"{len(part)}:{part}" for part in parts)
+        return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
+    described = [
+        role,
+        content,
+        call_id,
+        [
+            (c.get("id"), fn.get("name"), fingerprint(fn.get("arguments") or ""))
+            for c in calls
+            for fn in (c.get("function") or {},)
+        ],
+        item,
     ]
-    parts = [
-        message.get("role"),
-        message.get("content") or "",
-        message.get("tool_call_id"),
-        calls,
-        message.get(ORIGINAL),
-    ]
-    return fingerprint_bytes(json.dumps(parts, default=str).encode("utf-8", "surrogatepass"))
+    return "j" + fingerprint_bytes(
+        json.dumps(described, default=str).encode("utf-8", "surrogatepass")
+    )
 
 
 def message_tokens(message: Mapping[str, Any]) -> int:
