@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from ._breaker import BreakerDecision, BreakerSnapshot, BreakerState, CircuitBreaker
 from ._classify import Classification, Classifier, ErrorClass, classify, retry_after_of
-from ._retry import RetryBudget, RetryDecision, RetryPolicy, aretry_call, retry_call
+from ._retry import (
+    RetryBudget,
+    RetryDecision,
+    RetryPolicy,
+    StopStrategy,
+    WaitStrategy,
+    aretry_call,
+    retry_call,
+)
 
 __all__ = [
     "BreakerDecision",
@@ -21,6 +29,8 @@ __all__ = [
     "RetryBudget",
     "RetryDecision",
     "RetryPolicy",
+    "StopStrategy",
+    "WaitStrategy",
     "aretry_call",
     "classify",
     "retry_after_of",
