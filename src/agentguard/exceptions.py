@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentguard._exports import publish
+
 if TYPE_CHECKING:
     from .types import Attempt, EscalationPrompt
 
@@ -259,3 +261,6 @@ class StoreError(AgentGuardError):
 
 class StoreUnavailable(StoreError):
     """The state store cannot be reached (raised only when configured fail-closed)."""
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

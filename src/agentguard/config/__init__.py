@@ -14,6 +14,8 @@ beside them in ``_load.py``, written once for every section.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 # ConfigError was importable from here before the split (it is raised here), so it stays.
 from agentguard.exceptions import ConfigError as ConfigError
 
@@ -23,3 +25,5 @@ from ._models import *  # noqa: F403 - every model, as listed in _models.__all__
 
 __all__ = ["ENV_PREFIX"]
 __all__ += _models.__all__
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

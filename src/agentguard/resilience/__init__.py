@@ -6,6 +6,8 @@ See ``docs/resilience.md``.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._breaker import BreakerDecision, BreakerSnapshot, BreakerState, CircuitBreaker
 from ._classify import Classification, Classifier, ErrorClass, classify, retry_after_of
 from ._retry import (
@@ -36,3 +38,5 @@ __all__ = [
     "retry_after_of",
     "retry_call",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)
