@@ -17,6 +17,7 @@ import pytest
 
 import agentguard as ag
 from agentguard._exports import PUBLIC
+from agentguard.types import Attempt, Choice, EscalationPrompt
 
 INIT = Path(ag.__file__)
 PUBLIC_OBJECTS = sorted(PUBLIC)
@@ -112,29 +113,55 @@ def test_public_names_pickle_by_reference(name: str) -> None:
     assert pickle.loads(pickle.dumps(obj)) is obj
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        ag.AgentGuardError("boom"),
-        ag.StoreError("down"),
-        ag.StoreUnavailable("down"),
-        ag.Usage(1, 2),
-        ag.ToolCall("search", '{"q": "x"}', id="call_1"),
-        ag.Severity.WARNING,
-        ag.PressureLevel.CRITICAL,
-        ag.Tier("fast", "m"),
-        ag.GuardConfig.from_dict({"token_budget": {"per_session": 10}}, env={}),
-    ],
-    ids=lambda v: type(v).__name__,
-)
+_TIER = ag.Tier("fast", "m")
+_VALUES = [
+    ag.AgentGuardError("boom"),
+    ag.ConfigError([{"path": "reliability.x", "value": 1, "allowed": "a y"}], source="f.yaml"),
+    ag.ToolSchemaError("search", "no parameters"),
+    ag.LoopDetected("stuck", detector="generic_repeat", count=3, retry_after=2.0, session="s"),
+    ag.BudgetExceeded(budget="session", used=9, requested=5, limit=10, resets_at=None),
+    ag.EscalationRequired(
+        EscalationPrompt("timeout", "slow", _TIER, None, (Choice.RETRY, Choice.CANCEL))
+    ),
+    ag.TiersExhausted([Attempt("fast", "m", "timeout", "no answer")], "timeout"),
+    ag.ToolValidationFailed(ag.ValidationReport(ok=False, tool_calls=(), errors=(), repairs=())),
+    ag.ModelError("busy", status_code=503, headers={"retry-after": "2"}, model="m"),
+    ag.ModelTimeout("slow", model="m"),
+    ag.StoreError("down"),
+    ag.StoreUnavailable("down"),
+    ag.Usage(1, 2),
+    ag.ToolCall("search", '{"q": "x"}', id="call_1"),
+    ag.Severity.WARNING,
+    ag.PressureLevel.CRITICAL,
+    _TIER,
+    ag.GuardConfig.from_dict({"token_budget": {"per_session": 10}}, env={}),
+]
+
+
+def _state(error: BaseException) -> object:
+    """What makes two exceptions the same: type, arguments and attributes, as data."""
+    attributes = dict(vars(error))
+    if "response" in attributes:  # a slotted stand-in for an HTTP response
+        attributes["response"] = (error.response.status_code, error.response.headers)  # type: ignore[attr-defined]
+    return type(error), error.args, attributes
+
+
+@pytest.mark.parametrize("value", _VALUES, ids=lambda v: type(v).__name__)
 def test_public_values_round_trip_through_pickle(value: object) -> None:
-    """Instances of exported exceptions, dataclasses, enums and models unpickle equal."""
+    """Exported exceptions (with their attributes), dataclasses, enums and models unpickle equal."""
     back = pickle.loads(pickle.dumps(value))
-    assert type(back) is type(value)
     if isinstance(value, BaseException):
-        assert back.args == value.args
+        assert isinstance(back, BaseException)
+        assert _state(back) == _state(value)
     else:
         assert back == value
+
+
+def test_every_public_exception_is_in_the_pickle_test() -> None:
+    """The round trip above covers each exported exception class."""
+    public = {getattr(ag, n) for n in PUBLIC}
+    exceptions = {c for c in public if isinstance(c, type) and issubclass(c, BaseException)}
+    assert exceptions == {type(v) for v in _VALUES if isinstance(v, BaseException)}
 
 
 @pytest.mark.parametrize("name", [n for n in PUBLIC_OBJECTS if isinstance(getattr(ag, n), type)])
