@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
 
+import agentguard
 from agentguard import ConfigError, GuardConfig, ToolGuard
 from agentguard.config import ToolRetryConfig
 from agentguard.exceptions import ModelError
@@ -363,3 +367,24 @@ def test_tool_retry_strategies_are_python_only() -> None:
     assert retry.model_dump(mode="json")["wait"] == repr(wait)
     schema = GuardConfig.model_json_schema()["$defs"]["ToolRetryConfig"]
     assert set(schema["properties"]).isdisjoint({"wait", "stop"})
+
+
+def test_tenacity_is_imported_only_for_strategies() -> None:
+    """The default policy, and ToolGuard with default settings, never import tenacity."""
+    code = (
+        "import sys\n"
+        "import agentguard as ag\n"
+        "from agentguard.resilience import Classification, ErrorClass, RetryPolicy\n"
+        "RetryPolicy().decide(0, Classification.of(ErrorClass.TRANSIENT))\n"
+        "ag.ToolGuard().register(len, name='size')\n"
+        "print('tenacity' in sys.modules)"
+    )
+    src = str(Path(agentguard.__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": src},
+    ).stdout
+    assert out.strip() == "False"

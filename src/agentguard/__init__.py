@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._exports import PUBLIC
+from . import _exports
 
 if TYPE_CHECKING:
     # For type checkers, IDEs and the docs: the names of _exports.PUBLIC, from the same modules
@@ -137,14 +137,14 @@ if TYPE_CHECKING:
 
 # Public names are imported on first use (PEP 562): `import agentguard` stays cheap, and a
 # program that only scans transcripts or only wraps a client loads only what it uses.
-__all__ = sorted([*PUBLIC, "__version__"])  # noqa: PLE0605 - derived from the one list
+__all__ = sorted([*_exports.PUBLIC, "__version__"])  # noqa: PLE0605 - derived from the one list
 
 __version__ = "0.1.0.dev0"
 
 if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there
 
     def __getattr__(name: str) -> Any:
-        module = PUBLIC.get(name)
+        module = _exports.PUBLIC.get(name)
         if module is None:
             raise AttributeError(f"module 'agentguard' has no attribute {name!r}")
         value = getattr(importlib.import_module(module, __name__), name)
