@@ -6,7 +6,8 @@ docs, and a test keeps the two equal. Every module a name is loaded from ends wi
 ``publish(globals())``, so ``repr(agentguard.LoopDetector)`` says ``agentguard.LoopDetector``
 however the class was first reached (httpx does the same), and pickle finds it here.
 
-Nothing here imports anything: foundation modules call :func:`publish` without a cycle.
+It imports nothing from agentguard, so even foundation modules call :func:`publish` without a
+cycle.
 """
 
 from __future__ import annotations
