@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 
+import tenacity
+
 from _harness import Table, per_call, us
 from agentguard.exceptions import ModelError
-from agentguard.resilience import CircuitBreaker, RetryPolicy, classify
+from agentguard.resilience import CircuitBreaker, Classification, RetryPolicy, classify
 from agentguard.storage import MemoryStore
 from agentguard.testing import FakeClock
 
@@ -69,6 +71,16 @@ def run(quick: bool) -> list[Table]:
     error = ModelError("busy", status_code=503, headers={"retry-after": "1"})
     policy = RetryPolicy(rng=random.Random(0))
     classification = classify(error)
+    backoff = classify(ModelError("busy", status_code=503))
+    # A user's tenacity strategies: each decision builds one tenacity RetryCallState.
+    strategies = RetryPolicy(
+        wait=tenacity.wait_exponential(multiplier=0.5, max=8),
+        stop=tenacity.stop_after_attempt(5) | tenacity.stop_after_delay(30),
+    )
+
+    def decide(p: RetryPolicy, c: Classification) -> float:
+        return us(per_call(lambda: p.decide(1, c, elapsed=1.0), repeat=repeat, min_time=min_time))
+
     other = Table(
         "Classification and retry decisions",
         ["operation", "µs per call"],
@@ -77,13 +89,12 @@ def run(quick: bool) -> list[Table]:
                 "classify(ModelError 503 with Retry-After)",
                 us(per_call(lambda: classify(error), repeat=repeat, min_time=min_time)),
             ],
+            ["RetryPolicy.decide (Retry-After)", decide(policy, classification)],
+            ["RetryPolicy.decide (full-jitter backoff, the default)", decide(policy, backoff)],
             [
-                "RetryPolicy.decide",
-                us(
-                    per_call(
-                        lambda: policy.decide(0, classification), repeat=repeat, min_time=min_time
-                    )
-                ),
+                "RetryPolicy.decide (tenacity wait_exponential, stop_after_attempt | "
+                "stop_after_delay)",
+                decide(strategies, backoff),
             ],
         ],
     )

@@ -261,3 +261,27 @@ def test_every_setting_has_a_description() -> None:
             continue
         for key, field in model.model_fields.items():
             assert key == "enabled" or field.description, f"{section_name}.{key}"
+
+
+# Everything `from agentguard.config import ...` offered before the module became a package.
+_CONFIG_NAMES = (  # noqa: SIM905 - a record of the old surface, not a second __all__
+    "ENV_PREFIX ConfigError EscalationConfig EscalationTrigger GuardConfig LoopDetectionConfig "
+    "MemoryPressureConfig ModelPrice Section StorageConfig TierConfig TokenBudgetConfig "
+    "ToolBreakerConfig ToolRetryConfig ToolTimeoutsConfig ToolValidationConfig ToolsConfig"
+).split()
+
+
+@pytest.mark.parametrize("name", _CONFIG_NAMES)
+def test_public_names_import_from_agentguard_config(name: str) -> None:
+    """Every public name of ``agentguard.config`` still imports from there."""
+    import agentguard.config
+
+    assert getattr(agentguard.config, name) is not None
+
+
+def test_config_all_lists_its_public_names() -> None:
+    """``agentguard.config.__all__`` is sorted and names everything public but the exception."""
+    import agentguard.config
+
+    assert agentguard.config.__all__ == sorted(agentguard.config.__all__)
+    assert set(agentguard.config.__all__) == set(_CONFIG_NAMES) - {"ConfigError"}

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
 
+import agentguard
+from agentguard import ConfigError, GuardConfig, ToolGuard
+from agentguard.config import ToolRetryConfig
 from agentguard.exceptions import ModelError
 from agentguard.resilience import (
     Classification,
@@ -169,3 +176,215 @@ def test_decisions_are_always_bounded(
         assert kind in (ErrorClass.TRANSIENT, ErrorClass.RATE_LIMITED, ErrorClass.TIMEOUT)
     else:
         assert decision.delay == 0
+
+
+# -- tenacity strategies ---------------------------------------------------------------------
+
+
+def _delays(policy: RetryPolicy, n: int) -> list[float]:
+    return [policy.decide(i, TRANSIENT).delay for i in range(n)]
+
+
+def test_tenacity_wait_fixed_replaces_the_backoff() -> None:
+    """wait_fixed gives the same delay before every retry."""
+    policy = RetryPolicy(max_attempts=5, wait=tenacity.wait_fixed(2))
+    assert _delays(policy, 4) == [2, 2, 2, 2]
+
+
+def test_tenacity_wait_exponential_sees_the_attempt_number() -> None:
+    """wait_exponential doubles per attempt from tenacity's own attempt count, up to its max."""
+    policy = RetryPolicy(
+        max_attempts=10, wait=tenacity.wait_exponential(multiplier=1, min=0, max=8)
+    )
+    assert _delays(policy, 6) == [1, 2, 4, 8, 8, 8]
+
+
+def test_tenacity_wait_random_exponential_stays_in_its_range() -> None:
+    """wait_random_exponential draws below its exponential ceiling."""
+    policy = RetryPolicy(
+        max_attempts=10, wait=tenacity.wait_random_exponential(multiplier=1, max=4)
+    )
+    for retry, delay in enumerate(_delays(policy, 6)):
+        assert 0 <= delay <= min(4, 2**retry)
+
+
+def test_tenacity_waits_combine_with_plus() -> None:
+    """wait_fixed(1) + wait_random(0, 1) is one strategy: 1 to 2 seconds."""
+    policy = RetryPolicy(max_attempts=10, wait=tenacity.wait_fixed(1) + tenacity.wait_random(0, 1))
+    assert all(1 <= d <= 2 for d in _delays(policy, 5))
+
+
+def test_retry_after_wins_over_a_tenacity_wait() -> None:
+    """A server's Retry-After is honoured even when a wait strategy is set."""
+    policy = RetryPolicy(wait=tenacity.wait_fixed(5), max_retry_after=10)
+    decision = policy.decide(0, Classification.of(ErrorClass.RATE_LIMITED, retry_after=3))
+    assert (decision.retry, decision.delay) == (True, 3)
+    refused = policy.decide(0, Classification.of(ErrorClass.RATE_LIMITED, retry_after=60))
+    assert (refused.retry, refused.retry_after) == (False, 60)
+
+
+def test_tenacity_stop_after_attempt_replaces_max_attempts() -> None:
+    """stop_after_attempt(5) allows four retries, not the default two."""
+    policy = RetryPolicy(stop=tenacity.stop_after_attempt(5), rng=random.Random(0))
+    assert [policy.decide(i, TRANSIENT).retry for i in range(5)] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert "stop strategy" in policy.decide(4, TRANSIENT).reason
+    assert policy.max_attempts is None
+
+
+def test_tenacity_stop_after_delay_reads_the_injected_clock() -> None:
+    """stop_after_delay measures time on the caller's clock, through retry_call."""
+    clock = FakeClock(1000.0)
+    calls: list[float] = []
+
+    def down() -> str:
+        calls.append(clock())
+        clock.advance(4)  # each attempt takes 4 s of fake time
+        raise ConnectionResetError
+
+    policy = RetryPolicy(stop=tenacity.stop_after_delay(10), wait=tenacity.wait_fixed(1))
+    with pytest.raises(ConnectionResetError):
+        retry_call(down, policy, sleep=clock.sleep, clock=clock)
+    # failures end at 4, 9 and 14 s after the start: the third is past 10 s
+    assert calls == [1000.0, 1005.0, 1010.0]
+    assert clock.sleeps == [1, 1]
+
+
+def test_tenacity_stop_before_delay_sees_the_upcoming_wait() -> None:
+    """stop_before_delay gives up when the next wait would pass its limit."""
+    policy = RetryPolicy(stop=tenacity.stop_before_delay(10), wait=tenacity.wait_fixed(3))
+    assert policy.decide(0, TRANSIENT, elapsed=6).retry
+    assert not policy.decide(1, TRANSIENT, elapsed=8).retry
+
+
+def test_tenacity_stops_combine_with_or() -> None:
+    """stop_after_attempt(3) | stop_after_delay(5): whichever comes first."""
+    policy = RetryPolicy(
+        stop=tenacity.stop_after_attempt(3) | tenacity.stop_after_delay(5),
+        rng=random.Random(0),
+    )
+    assert policy.decide(0, TRANSIENT, elapsed=1).retry
+    assert not policy.decide(0, TRANSIENT, elapsed=5).retry  # the delay
+    assert not policy.decide(2, TRANSIENT, elapsed=1).retry  # the attempts
+
+
+def test_strategies_see_the_failure_as_the_outcome() -> None:
+    """The call state carries tenacity's own outcome: the exception that failed."""
+    seen: list[tenacity.RetryCallState] = []
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        seen.append(state)
+        return 0.5
+
+    error = ConnectionResetError("reset")
+    decision = RetryPolicy(wait=wait).decide(1, TRANSIENT, elapsed=2.5, error=error)
+    assert decision.delay == 0.5
+    (state,) = seen
+    assert isinstance(state, tenacity.RetryCallState)
+    assert state.attempt_number == 2
+    assert state.seconds_since_start == 2.5
+    assert state.outcome is not None
+    assert state.outcome.exception() is error
+    assert isinstance(state.retry_object, tenacity.Retrying)
+
+
+def test_non_retryable_errors_never_reach_the_strategies() -> None:
+    """A client error is final whatever the strategies would say."""
+    policy = RetryPolicy(stop=tenacity.stop_never, wait=tenacity.wait_fixed(1))
+    assert not policy.decide(0, Classification.of(ErrorClass.CLIENT_ERROR)).retry
+
+
+def test_stop_and_attempt_limits_are_not_mixed() -> None:
+    """stop= replaces max_attempts/max_elapsed: passing both is an error, as is a non-callable."""
+    with pytest.raises(ValueError, match="stop= or max_attempts"):
+        RetryPolicy(max_attempts=3, stop=tenacity.stop_after_attempt(3))
+    with pytest.raises(ValueError, match="stop= or max_attempts"):
+        RetryPolicy(max_elapsed=3, stop=tenacity.stop_after_attempt(3))
+    with pytest.raises(TypeError, match="wait strategy"):
+        RetryPolicy(wait=5)  # type: ignore[arg-type]
+
+
+# -- tenacity strategies in ToolGuard's retry settings ---------------------------------------
+
+
+def _tool_guard(clock: FakeClock, retry: dict[str, object]) -> ToolGuard:
+    config = GuardConfig.from_dict(
+        {"tools": {"sync_timeouts": False, "retry_budget_per_turn": 10}}, env={}
+    )
+    config = config.model_copy(
+        update={
+            "tools": config.tools.model_copy(
+                update={"retry": config.tools.retry.model_copy(update=retry)}
+            )
+        }
+    )
+    return ToolGuard(config, clock=clock, sleep=clock.sleep, hooks=())
+
+
+def _always_down() -> str:
+    raise ConnectionResetError
+
+
+def test_tool_retry_settings_take_tenacity_strategies() -> None:
+    """tools.retry wait/stop drive every tool's retries, on the guard's injected clock."""
+    clock = FakeClock(0)
+    tools = _tool_guard(
+        clock, {"wait": tenacity.wait_fixed(2), "stop": tenacity.stop_after_attempt(5)}
+    )
+    tools.register(_always_down, name="down")
+    outcome = tools.call("down", {})
+    assert (outcome.ok, outcome.attempts) == (False, 5)  # not the default 3
+    assert clock.sleeps == [2, 2, 2, 2]
+
+
+def test_per_tool_retry_overrides_take_tenacity_strategies() -> None:
+    """register(retry={...}) accepts strategies too, merged over the guard's settings."""
+    clock = FakeClock(0)
+    tools = _tool_guard(clock, {"wait": tenacity.wait_fixed(2)})
+    tools.register(
+        _always_down,
+        name="down",
+        retry={"stop": tenacity.stop_after_delay(5), "max_retry_after_seconds": 1},
+    )
+    outcome = tools.call("down", {})
+    assert outcome.attempts == 4  # failures at 0, 2, 4 and 6 s: the fourth is past 5 s
+    assert clock.sleeps == [2, 2, 2]
+    assert tools.tools["down"].retry.wait is not None  # the guard-wide wait is kept
+
+
+def test_tool_retry_strategies_are_python_only() -> None:
+    """A file cannot set a strategy; an effective dump shows one as its repr, unset ones not."""
+    with pytest.raises(ConfigError, match=r"tools\.retry\.wait"):
+        GuardConfig.from_dict({"tools": {"retry": {"wait": 5}}}, env={})
+    assert "wait" not in GuardConfig().to_dict()["reliability"]["tools"]["retry"]
+    wait = tenacity.wait_fixed(1)
+    retry = ToolRetryConfig(wait=wait)
+    assert retry.model_dump(mode="json")["wait"] == repr(wait)
+    schema = GuardConfig.model_json_schema()["$defs"]["ToolRetryConfig"]
+    assert set(schema["properties"]).isdisjoint({"wait", "stop"})
+
+
+def test_tenacity_is_imported_only_for_strategies() -> None:
+    """The default policy, and ToolGuard with default settings, never import tenacity."""
+    code = (
+        "import sys\n"
+        "import agentguard as ag\n"
+        "from agentguard.resilience import Classification, ErrorClass, RetryPolicy\n"
+        "RetryPolicy().decide(0, Classification.of(ErrorClass.TRANSIENT))\n"
+        "ag.ToolGuard().register(len, name='size')\n"
+        "print('tenacity' in sys.modules)"
+    )
+    src = str(Path(agentguard.__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": src},
+    ).stdout
+    assert out.strip() == "False"

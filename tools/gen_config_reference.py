@@ -7,6 +7,7 @@ hand-written.
 
 from __future__ import annotations
 
+import collections.abc
 import sys
 import typing
 from pathlib import Path
@@ -27,6 +28,8 @@ def _type_name(annotation: Any) -> str:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is typing.Literal:
         return " / ".join(f"`{a}`" for a in args)
+    if typing.get_origin(annotation) is collections.abc.Callable:
+        return "callable"
     if typing.get_origin(annotation) is list:
         return f"list of {_type_name(args[0])}"
     if args:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from agentguard._exports import publish
+
 from .config import GuardConfig
 
 __all__ = ["wrap"]
@@ -34,3 +36,6 @@ def wrap(client: C, config: GuardConfig | None = None, **options: Any) -> C:
 
     wrapped: C = wrap_openai(client, config, **options)
     return wrapped
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

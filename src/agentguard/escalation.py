@@ -13,6 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from agentguard._exports import publish
+
 from .config import EscalationConfig, GuardConfig
 from .types import Attempt, Choice, EscalationPrompt, Tier
 
@@ -192,3 +194,6 @@ class EscalationPolicy:
                 return self._chain[i]
             i += direction
         return None
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

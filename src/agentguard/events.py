@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from agentguard._exports import publish
+
 __all__ = [
     "BreakerStateChanged",
     "BudgetExhausted",
@@ -572,3 +574,6 @@ class HandOffRequested(Event):
     reason: str
     tool: str
     turn: str
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentguard._exports import publish
+
 if TYPE_CHECKING:
     from .types import Attempt, EscalationPrompt
 
@@ -47,6 +49,19 @@ __all__ = [
 
 class AgentGuardError(Exception):
     """The root of every exception agentguard raises."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default calls cls(*args), but subclasses take other arguments than their message:
+        # rebuild from the state instead, so every exception survives pickling (process pools,
+        # task queues) with its attributes.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[AgentGuardError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args  # set here: OSError's __new__ (ModelTimeout) leaves it to __init__
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(AgentGuardError, ValueError):
@@ -259,3 +274,6 @@ class StoreError(AgentGuardError):
 
 class StoreUnavailable(StoreError):
     """The state store cannot be reached (raised only when configured fail-closed)."""
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

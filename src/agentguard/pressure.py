@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from agentguard._exports import publish
+
 from . import _clock
 from .config import GuardConfig, MemoryPressureConfig
 from .events import Emitter, Hook, MemoryPressureChanged
@@ -316,3 +318,6 @@ class MemoryPressureProbe:
     def __repr__(self) -> str:
         source = self._source[0] if self._source else "unprobed"
         return f"MemoryPressureProbe(level={self._level}, source={source})"
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

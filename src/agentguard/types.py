@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from agentguard._exports import publish
+
 if TYPE_CHECKING:
     from .config import TierConfig
 
@@ -219,3 +221,6 @@ class EscalationPrompt:
         }
         lines += [f"  [{i}] {labels[o]}" for i, o in enumerate(self.options, 1)]
         return "\n".join(lines)
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

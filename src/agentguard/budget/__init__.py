@@ -5,6 +5,8 @@ See ``docs/budgets.md`` for the budget model, the window semantics and the polic
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._estimate import estimate_tokens, estimate_usage
 from ._ledger import (
     Decision,
@@ -30,3 +32,5 @@ __all__ = [
     "estimate_tokens",
     "estimate_usage",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

@@ -11,6 +11,8 @@ through a transport.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._guard import AsyncGuard, AsyncGuardedStream, Confirm, Guard, GuardedStream
 from ._report import GuardReport, report_of
 from ._session import current_session, session
@@ -26,3 +28,5 @@ __all__ = [
     "report_of",
     "session",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

@@ -5,6 +5,8 @@ See ``docs/loops.md`` for the model and every setting.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._detector import DETECTORS, LoopDetector, Verdict
 from ._identity import DEFAULT_VOLATILE_FIELDS, ToolLoopPolicy, call_fingerprint, result_fingerprint
 from ._scan import Finding, TranscriptScanner, scan_transcript
@@ -21,3 +23,5 @@ __all__ = [
     "result_fingerprint",
     "scan_transcript",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

@@ -6,9 +6,19 @@ See ``docs/resilience.md``.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._breaker import BreakerDecision, BreakerSnapshot, BreakerState, CircuitBreaker
 from ._classify import Classification, Classifier, ErrorClass, classify, retry_after_of
-from ._retry import RetryBudget, RetryDecision, RetryPolicy, aretry_call, retry_call
+from ._retry import (
+    RetryBudget,
+    RetryDecision,
+    RetryPolicy,
+    StopStrategy,
+    WaitStrategy,
+    aretry_call,
+    retry_call,
+)
 
 __all__ = [
     "BreakerDecision",
@@ -21,8 +31,12 @@ __all__ = [
     "RetryBudget",
     "RetryDecision",
     "RetryPolicy",
+    "StopStrategy",
+    "WaitStrategy",
     "aretry_call",
     "classify",
     "retry_after_of",
     "retry_call",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

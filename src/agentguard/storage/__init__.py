@@ -10,6 +10,7 @@ protocol and its three implementations.
 
 from __future__ import annotations
 
+from agentguard._exports import publish
 from agentguard.config import StorageConfig
 
 from ._base import NANOS, BudgetSpec, BudgetState, Charge, Hold, Store, SyncBackedStore
@@ -50,3 +51,6 @@ def store_from_config(config: StorageConfig) -> Store:
     if config.backend == "redis":
         return RedisStore(config.url, key_prefix=config.key_prefix, timeout=config.timeout_seconds)
     return MemoryStore()
+
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

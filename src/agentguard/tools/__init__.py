@@ -7,6 +7,8 @@ dead letters and human hand-off; every call goes through the LoopDetector. See `
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._guard import ToolGuard, Turn
 from ._model import (
     Criticality,
@@ -33,3 +35,5 @@ __all__ = [
     "TraceEntry",
     "Turn",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

@@ -342,11 +342,13 @@ class ToolGuard:
         )
         r = tool.retry
         self._policies[tool_name] = RetryPolicy(
-            max_attempts=r.max_attempts,
+            max_attempts=r.max_attempts if r.stop is None else None,  # a stop strategy replaces it
             base=r.base_seconds,
             cap=r.cap_seconds,
             max_retry_after=r.max_retry_after_seconds,
             rng=self._rng,
+            wait=r.wait,
+            stop=r.stop,
         )
         if volatile_fields:
             with self._detector_lock:

@@ -5,6 +5,8 @@ See ``docs/validation.md`` for the error kinds, the repair rules and the correct
 
 from __future__ import annotations
 
+from agentguard._exports import publish
+
 from ._extract import Extracted, extract_calls
 from ._names import NameMatch, NameMatcher, normalise_name
 from ._tools import ToolSpec, specs_from
@@ -24,3 +26,5 @@ __all__ = [
     "normalise_name",
     "specs_from",
 ]
+
+publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

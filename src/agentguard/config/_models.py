@@ -1,47 +1,34 @@
-"""Configuration: one ``reliability:`` block, validated by pydantic.
+"""The configuration models: :class:`GuardConfig` and one pydantic model per section.
 
-The shape follows ARCHITECTURE §5. Load it from a YAML/TOML/JSON file, a dict, or build the
-models directly; ``AGENTGUARD_*`` environment variables override single keys::
-
-    AGENTGUARD_TOKEN_BUDGET__PER_SESSION=100000      # section and key joined by "__"
-    AGENTGUARD_LOOP_DETECTION__ENABLED=false         # values are parsed as YAML scalars
-    AGENTGUARD_FAIL_MODE=closed                      # top-level keys need no section
-
-A bad value raises :class:`~agentguard.ConfigError` naming the key path, the value and what is
-allowed. Adding a section for a new component is one pydantic model and one field on
-:class:`GuardConfig`: loading, environment overrides and error reporting need no change.
+The shape follows ARCHITECTURE §5. Loading (files, the ``reliability:`` wrapper, environment
+overrides, error reporting) lives beside these models in ``_load.py`` and works for any section:
+adding one for a new component is one model here and one field on :class:`GuardConfig`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
 import typing
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
+    PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
-from ._redact import REDACTED, is_secret_key, redact
-from .exceptions import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from . import _load
 
 __all__ = [
-    "ENV_PREFIX",
     "EscalationConfig",
     "EscalationTrigger",
     "GuardConfig",
@@ -59,10 +46,15 @@ __all__ = [
     "ToolsConfig",
 ]
 
-#: Environment variables with this prefix override configuration keys.
-ENV_PREFIX = "AGENTGUARD_"
-_ROOT = "reliability"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# A tenacity strategy is code, not data: only Python sets it. From a file any value is an error
+# (it is not callable), JSON schemas leave it out, and as plain data it is its repr().
+_Strategy = Annotated[
+    Callable[..., Any] | None,
+    SkipJsonSchema(),
+    PlainSerializer(lambda v: None if v is None else repr(v), when_used="json"),
+]
 
 
 class Section(BaseModel):
@@ -411,6 +403,29 @@ class ToolRetryConfig(Section):
         description="Longest Retry-After worth waiting for; a longer one fails the call at once "
         "(with the delay in the error for the model).",
     )
+    wait: _Strategy = Field(
+        None,
+        description="Python only: a tenacity wait strategy (e.g. wait_exponential(max=10)) used "
+        "instead of the full-jitter backoff; Retry-After still wins.",
+    )
+    stop: _Strategy = Field(
+        None,
+        description="Python only: a tenacity stop strategy (e.g. stop_after_attempt(5) / "
+        "stop_after_delay(30)) used instead of max_attempts.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _unset_strategies_left_out(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        # As plain data an unset strategy is left out: the dump of a configuration read from a
+        # file stays exactly what a file can say.
+        data: dict[str, Any] = handler(self)
+        if info.mode == "json":
+            for key in ("wait", "stop"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
 
 class ToolTimeoutsConfig(Section):
@@ -594,12 +609,7 @@ class GuardConfig(Section):
         Raises:
             ConfigError: naming every bad key path, its value and what is allowed.
         """
-        body = _unwrap(data or {}, source)
-        body = _apply_env(body, os.environ if env is None else env, source)
-        try:
-            return cls.model_validate(body)
-        except ValidationError as exc:
-            raise ConfigError(_problems(exc, cls), source=source) from None
+        return _load.validate(cls, data, env=env, source=source)
 
     @classmethod
     def from_file(
@@ -610,184 +620,8 @@ class GuardConfig(Section):
         Raises:
             ConfigError: the file cannot be read or parsed, or a value is invalid.
         """
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                [
-                    {
-                        "path": "(file)",
-                        "value": str(p),
-                        "allowed": f"a readable file ({exc.strerror})",
-                    }
-                ]
-            ) from None
-        data = _parse(text, p)
-        return cls.from_dict(data, env=env, source=str(p))
+        return _load.load_file(cls, path, env=env)
 
     def to_dict(self) -> dict[str, Any]:
         """The effective configuration as plain data, under the ``reliability`` key."""
-        return {_ROOT: self.model_dump(mode="json")}
-
-
-def _parse(text: str, path: Path) -> Any:
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            return tomllib.loads(text)
-        if suffix == ".json":
-            return json.loads(text)
-        if suffix in {".yaml", ".yml", ""}:
-            import yaml  # noqa: PLC0415 - ~20 ms, only for YAML files and overrides
-
-            return yaml.safe_load(text) or {}
-    except Exception as exc:  # every parser has its own error type
-        raise ConfigError(
-            [{"path": "(file)", "value": str(path), "allowed": f"valid {suffix or 'YAML'} ({exc})"}]
-        ) from None
-    raise ConfigError(
-        [{"path": "(file)", "value": str(path), "allowed": "a .yaml, .yml, .toml or .json file"}]
-    )
-
-
-def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            [{"path": _ROOT, "value": _short(data), "allowed": "a mapping of sections"}],
-            source=source,
-        )
-    if _ROOT in data:
-        extra = sorted(set(data) - {_ROOT})
-        inner = data[_ROOT]
-        if inner is None:
-            inner = {}
-        if not isinstance(inner, Mapping):
-            raise ConfigError(
-                [{"path": _ROOT, "value": _short(inner), "allowed": "a mapping of sections"}],
-                source=source,
-            )
-        if extra:
-            raise ConfigError(
-                [
-                    {
-                        "path": extra[0],
-                        "value": "...",
-                        "allowed": f"only the '{_ROOT}' key at top level",
-                    }
-                ],
-                source=source,
-            )
-        return _deep_copy(inner)
-    return _deep_copy(data)
-
-
-def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
-
-
-def _apply_env(body: dict[str, Any], env: Mapping[str, str], source: str | None) -> dict[str, Any]:
-    problems: list[dict[str, Any]] = []
-    for var in sorted(env):
-        if not var.startswith(ENV_PREFIX) or var == f"{ENV_PREFIX}CONFIG":
-            continue
-        keys = [k.lower() for k in var[len(ENV_PREFIX) :].split("__")]
-        import yaml  # noqa: PLC0415 - ~20 ms, only when an override is set
-
-        try:
-            value = yaml.safe_load(env[var]) if env[var].strip() else None
-        except yaml.YAMLError:
-            value = env[var]
-        if not _known_path(GuardConfig, keys):
-            problems.append(
-                {
-                    "path": var,
-                    "value": REDACTED if is_secret_key(var) else redact(env[var]),
-                    "allowed": "an existing key: AGENTGUARD_<SECTION>__<KEY> or "
-                    "AGENTGUARD_<TOP_LEVEL_KEY>",
-                }
-            )
-            continue
-        node = body
-        for k in keys[:-1]:
-            child = node.get(k)
-            if not isinstance(child, dict):
-                child = {}
-                node[k] = child
-            node = child
-        node[keys[-1]] = value
-    if problems:
-        raise ConfigError(problems, source=source)
-    return body
-
-
-def _known_path(model: type[BaseModel], keys: list[str]) -> bool:
-    current: Any = model
-    for k in keys:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            # below a model, free-form mappings (e.g. a dict field) accept any key
-            return current is dict
-        field = current.model_fields.get(k)
-        if field is None:
-            return False
-        current = _model_of(field.annotation)
-    return True
-
-
-def _model_of(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = getattr(annotation, "__origin__", None)
-    if origin is dict:
-        return dict
-    return annotation
-
-
-def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, Any]]:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err["loc"]]
-        path = ".".join([_ROOT, *loc])
-        key = loc[-1] if loc else ""
-        value = err.get("input")
-        if err["type"] == "extra_forbidden":
-            allowed = f"unknown key; allowed keys here: {', '.join(_fields_at(model, loc[:-1]))}"
-        else:
-            allowed = _allowed_text(err["msg"])
-        if is_secret_key(key):
-            value = REDACTED
-        elif isinstance(value, Mapping):  # a rule over a whole section: the keys say enough
-            value = "{...}"
-        if isinstance(value, str):
-            value = redact(value)
-        problems.append({"path": path, "value": _short(value), "allowed": allowed})
-    return problems
-
-
-def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
-    current: Any = model
-    for k in loc:
-        is_model = isinstance(current, type) and issubclass(current, BaseModel)
-        field = current.model_fields.get(k) if is_model else None
-        if field is None:
-            return []
-        current = _model_of(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return []
-
-
-def _allowed_text(msg: str) -> str:
-    # pydantic says "Input should be ..." / "Value error, ..."; keep the substance.
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            return msg[len(prefix) :]
-    return msg.replace("Input should be", "must be", 1)
-
-
-def _short(value: Any) -> Any:
-    if isinstance(value, (dict, list)) and len(repr(value)) > 80:
-        return repr(value)[:77] + "..."
-    if isinstance(value, str) and len(value) > 80:
-        return value[:77] + "..."
-    return value
+        return {_load.ROOT: self.model_dump(mode="json")}
