@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -48,9 +49,9 @@ from agentguard.types import Attempt, Choice, Severity, Tier
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
-from ._session import resolve_session
+from ._session import resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
-from ._transcript import New, SessionState, message_key, new_messages
+from ._transcript import New, Run, Runs, message_key, opening_key
 
 __all__ = ["Budget", "Pipeline"]
 
@@ -124,9 +125,12 @@ class Pipeline:
         self._validators: collections.OrderedDict[str, tuple[ToolCallValidator, int]] = (
             collections.OrderedDict()
         )
-        self._sessions: collections.OrderedDict[str, SessionState] = collections.OrderedDict()
+        self._runs = Runs(
+            lambda: LoopDetector(cfg, clock=self.clock, hooks=self.emitter.hooks),
+            memory=4 * cfg.loop_detection.tool_window,
+            max_runs=max_sessions,
+        )
         self._last_tools: tuple[list[Any], tuple[ToolCallValidator, int]] | None = None
-        self._max_sessions = max_sessions
 
     @staticmethod
     def _prompt_tokens(call: _Call) -> int:
@@ -158,17 +162,23 @@ class Pipeline:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _state(self, session: str) -> SessionState:
-        state = self._sessions.get(session)
-        if state is None:
-            detector = LoopDetector(self.config, clock=self.clock, hooks=self.emitter.hooks)
-            state = SessionState(detector, memory=4 * self.config.loop_detection.tool_window)
-            self._sessions[session] = state
-            if len(self._sessions) > self._max_sessions:
-                self._sessions.popitem(last=False)
+    def _locate(
+        self, request: ModelRequest, session: str | None
+    ) -> tuple[Run, str, list[New], int]:
+        """The run a request continues (see :class:`Runs`), where its session came from, its
+        unseen messages and the estimated tokens of its history."""
+        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        if source == "fingerprint":
+            # No session named: the conversation finds its own run, among the caller's runs
+            # with the same opening; each run is a session of its own for budgets and reports.
+            opening = opening_key(request.messages)
+            namespace = f"auto:{scope_of(request)}:{opening}"
+            run, new, tokens = self._runs.locate(
+                namespace, request.messages, lambda: f"auto-{opening[:12]}-{uuid.uuid4().hex[:8]}"
+            )
         else:
-            self._sessions.move_to_end(session)
-        return state
+            run, new, tokens = self._runs.locate(f"session:{sid}", request.messages, lambda: sid)
+        return run, source, new, tokens
 
     def breaker(self, tier: Tier) -> CircuitBreaker:
         """The circuit breaker of ``tier`` (one per tier, shared by every session)."""
@@ -225,14 +235,13 @@ class Pipeline:
     # -- steps ---------------------------------------------------------------------------------
 
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
-        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        state, source, new, message_tokens = self._locate(request, session)
+        sid = state.id
         _, headers = split_session_header(request.headers)
         if headers is not request.headers:  # the guard's own header: never sent upstream
             request = dataclasses.replace(request, headers=headers)
         b = ReportBuilder(sid, source)
-        state = self._state(sid)
         tools = list(request.tools)
-        new, message_tokens = new_messages(state, request.messages)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
         prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
         requested_output = request.max_output_tokens
@@ -481,11 +490,11 @@ class Pipeline:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def _check_transcript(self, state: SessionState, new: Sequence[New]) -> Verdict:
-        """Remember and judge the messages this session had not seen (see :func:`new_messages`)."""
+    def _check_transcript(self, state: Run, new: Sequence[New]) -> Verdict:
+        """Remember and judge the messages the run had not seen (see :meth:`Runs.locate`)."""
         worst = Verdict()
         for index, key, tokens, message in new:
-            state.remember(key, index, tokens)
+            self._runs.remember(state, key, index, tokens)
             if message.get("role") in ("assistant", "tool"):
                 worst = _worst([worst, *state.detector.observe(message)])
         return worst
@@ -494,7 +503,7 @@ class Pipeline:
         """Remember and judge the answer, which the next request will carry after the history."""
         index, tokens = call.history
         tokens += estimate_tokens([message]) - REPLY_PRIMING
-        call.state.remember(message_key(message), index, tokens)
+        self._runs.remember(call.state, message_key(message), index, tokens)
         return _worst(call.state.detector.observe(message))
 
 
@@ -503,7 +512,7 @@ class _Call:
     """The mutable state of one guarded call while its plan runs."""
 
     request: ModelRequest
-    state: SessionState
+    state: Run
     b: ReportBuilder
     tools: list[Mapping[str, Any]]
     prompt_tokens: int

@@ -16,10 +16,17 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from agentguard._fingerprint import fingerprint
-from agentguard.transport import SESSION_HEADER, split_session_header
+from agentguard.transport import SCOPE, SESSION_HEADER, ModelRequest, split_session_header
 from agentguard.types import Message
 
-__all__ = ["SESSION_HEADER", "SessionSource", "current_session", "resolve_session", "session"]
+__all__ = [
+    "SESSION_HEADER",
+    "SessionSource",
+    "current_session",
+    "resolve_session",
+    "scope_of",
+    "session",
+]
 
 SessionSource = Literal["explicit", "header", "context", "fingerprint"]
 
@@ -92,3 +99,14 @@ def _opening(messages: Sequence[Message]) -> list[Any]:
             opening.append(["user", message.get("content")])
             break
     return opening
+
+
+def scope_of(request: ModelRequest) -> str:
+    """Who a request comes from, as far as the request says: the scope an adapter set (a proxy
+    sets the caller's key) and the body's ``user`` / ``safety_identifier``. Conversations found
+    without a named session are only ever matched within one scope."""
+    parts = [request.extensions.get(SCOPE), request.params.get("user")]
+    parts.append(request.params.get("safety_identifier"))
+    if not any(isinstance(p, str) and p for p in parts):
+        return ""
+    return fingerprint([p if isinstance(p, str) else "" for p in parts])[:16]
