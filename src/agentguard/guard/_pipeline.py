@@ -49,9 +49,9 @@ from agentguard.types import Attempt, Choice, Severity, Tier
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
-from ._session import resolve_session, scope_of
+from ._session import SessionSource, opening_key, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
-from ._transcript import New, Run, Runs, message_key, opening_key
+from ._transcript import New, Run, Runs, message_key
 
 __all__ = ["Budget", "Pipeline"]
 
@@ -164,7 +164,7 @@ class Pipeline:
 
     def _locate(
         self, request: ModelRequest, session: str | None
-    ) -> tuple[Run, str, list[New], int]:
+    ) -> tuple[Run, SessionSource, list[New], int]:
         """The run a request continues (see :class:`Runs`), where its session came from, its
         unseen messages and the estimated tokens of its history."""
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)

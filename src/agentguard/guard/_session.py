@@ -23,6 +23,7 @@ __all__ = [
     "SESSION_HEADER",
     "SessionSource",
     "current_session",
+    "opening_key",
     "resolve_session",
     "scope_of",
     "session",
@@ -85,11 +86,11 @@ def resolve_session(
     ctx = _current.get()
     if ctx:
         return ctx, "context"
-    return "auto-" + fingerprint(_opening(messages))[:16], "fingerprint"
+    return "auto-" + opening_key(messages)[:16], "fingerprint"
 
 
-def _opening(messages: Sequence[Message]) -> list[Any]:
-    """The system messages before the first user message, and that user message."""
+def opening_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A fingerprint of a conversation's opening: its system messages and first user message."""
     opening: list[Any] = []
     for message in messages:
         role = message.get("role")
@@ -98,7 +99,7 @@ def _opening(messages: Sequence[Message]) -> list[Any]:
         elif role == "user":
             opening.append(["user", message.get("content")])
             break
-    return opening
+    return fingerprint(opening)
 
 
 def scope_of(request: ModelRequest) -> str:

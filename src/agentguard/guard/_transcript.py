@@ -35,7 +35,7 @@ from agentguard.loops import LoopDetector
 from agentguard.transport import ORIGINAL
 from agentguard.types import Tier
 
-__all__ = ["New", "Run", "Runs", "message_key", "message_tokens", "opening_key"]
+__all__ = ["New", "Run", "Runs", "message_key", "message_tokens"]
 
 
 class Run:
@@ -158,12 +158,7 @@ class Runs:
     def remember(self, run: Run, key: str, index: int, tokens: int) -> None:
         """``run`` has seen the message ``key`` at ``index``; it is now its latest."""
         namespace = run.namespace
-        if run.last is not None:
-            tip = self._tips.get((namespace, run.last[1]))
-            if tip is not None and run in tip:
-                tip.remove(run)
-                if not tip:
-                    del self._tips[(namespace, run.last[1])]
+        self._untip(run)
         run.before = run.last[1] if run.last is not None else None
         run.last = (index, key, tokens)
         self._tips.setdefault((namespace, key), []).append(run)
@@ -186,12 +181,17 @@ class Runs:
         for key in run.marks:
             if self._seen.get((namespace, key)) is run:
                 del self._seen[(namespace, key)]
-        if run.last is not None:
-            tip = self._tips.get((namespace, run.last[1]))
-            if tip is not None and run in tip:
-                tip.remove(run)
-                if not tip:
-                    del self._tips[(namespace, run.last[1])]
+        self._untip(run)
+
+    def _untip(self, run: Run) -> None:
+        """``run`` no longer waits at its latest message (it moves on, or is forgotten)."""
+        if run.last is None:
+            return
+        tip = self._tips.get((run.namespace, run.last[1]))
+        if tip is not None and run in tip:
+            tip.remove(run)
+            if not tip:
+                del self._tips[(run.namespace, run.last[1])]
 
 
 def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
@@ -214,19 +214,6 @@ def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, A
         ):
             later = run
     return later
-
-
-def opening_key(messages: Sequence[Mapping[str, Any]]) -> str:
-    """A fingerprint of a conversation's opening: its system messages and first user message."""
-    opening: list[Any] = []
-    for message in messages:
-        role = message.get("role")
-        if role in ("system", "developer"):
-            opening.append([role, message.get("content")])
-        elif role == "user":
-            opening.append(["user", message.get("content")])
-            break
-    return fingerprint(opening)
 
 
 def message_key(message: Mapping[str, Any]) -> str:
