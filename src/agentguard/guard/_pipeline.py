@@ -25,10 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from agentguard import _clock
-from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
+from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
 from agentguard._responses import ITEM
-from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.budget import (
+    Reservation,
+    TokenLedger,
+    clamp_output_tokens,
+    estimate_tokens,
+    estimate_usage,
+)
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
@@ -46,7 +52,7 @@ from ._session import resolve_session
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
 from ._transcript import New, SessionState, message_key, new_messages
 
-__all__ = ["Budget", "Pipeline"]
+__all__ = ["Pipeline"]
 
 _HINT_PREFIX = "[agentguard] "
 _TRIGGER_OF = {
@@ -54,15 +60,6 @@ _TRIGGER_OF = {
     ErrorClass.RATE_LIMITED: "rate_limited",
     ErrorClass.TRANSIENT: "server_error",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """A ledger operation: the driver runs ``ledger.<op>`` (sync) or ``ledger.a<op>`` (async)."""
-
-    op: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -276,12 +273,16 @@ class Pipeline:
         """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
         b, tier = call.b, call.tier
         params = dict(call.request.params)
-        reservation = None
-        if self.ledger is not None:
-            reservation = yield Budget(
-                "reserve",
-                (b.session, self._prompt_tokens(call)),
-                {"max_output_tokens": _requested_output(params), "model": tier.model},
+        ledger = self.ledger
+        reservation: Reservation | None = None
+        if ledger is not None:
+            reservation = yield from perform(
+                ledger.reserve,
+                ledger.areserve,
+                b.session,
+                self._prompt_tokens(call),
+                max_output_tokens=_requested_output(params),
+                model=tier.model,
             )
             if reservation.output_tokens:
                 params = clamp_output_tokens(
@@ -291,7 +292,7 @@ class Pipeline:
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
             if reservation.decision == "escalate" and call.state.forced_tier is None:
-                yield Budget("release", (reservation,))
+                yield from self._release(reservation)
                 cheaper = yield from self._trigger(call, "budget", None)
                 call.state.forced_tier = cheaper
                 return None
@@ -304,8 +305,7 @@ class Pipeline:
         )
         breaker = self.breaker(tier)
         if not breaker.allow().allowed:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
             call.tier = b.tier = yield from self._trigger(call, "server_error", None)
             return None
@@ -315,8 +315,7 @@ class Pipeline:
             else:
                 response = yield Send(tier, request)
         except Exception as exc:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             classification = classify(exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -338,14 +337,20 @@ class Pipeline:
         breaker.record_success()
         usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
         cost = None
-        if reservation is not None:
-            settlement = yield Budget(
-                "commit", (reservation, usage), {"event_id": response.id or reservation.id}
+        if ledger is not None and reservation is not None:
+            settlement = yield from perform(
+                ledger.commit, ledger.acommit, reservation, usage, response.id or reservation.id
             )
             cost = settlement.cost
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _release(self, reservation: Reservation | None) -> Plan[None]:
+        """Give a failed call's reservation back to the ledger."""
+        ledger = self.ledger
+        if ledger is not None and reservation is not None:
+            yield from perform(ledger.release, ledger.arelease, reservation)
 
     def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
         """Pass content deltas through as they come; assemble tool calls, which are held back.
@@ -411,9 +416,10 @@ class Pipeline:
 
     def _report(self, call: _Call) -> Plan[GuardReport]:
         b = call.b
-        if self.ledger is None:
+        ledger = self.ledger
+        if ledger is None:
             return b.build()
-        snapshot = yield Budget("usage", (b.session,))
+        snapshot = yield from perform(ledger.usage, ledger.ausage, b.session)
         if b.budget == "off":
             b.budget = "ok"
         return b.build(session_tokens=snapshot.session_tokens, session_cost=snapshot.session_cost)

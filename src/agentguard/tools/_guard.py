@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from agentguard import _clock, _engine
+from agentguard._engine import perform
 from agentguard._fingerprint import canonical_json, fingerprint_bytes
 from agentguard.config import GuardConfig, ToolBreakerConfig, ToolRetryConfig, ToolsConfig
 from agentguard.events import (
@@ -84,15 +85,6 @@ Plan = Generator[Any, Any, T]
 _NO_FALLBACK = {ErrorClass.CLIENT_ERROR.value, "loop_detected", "not_approved"}
 _NO_FALLBACK |= {"duplicate_in_flight", "idempotency_conflict", "unknown_tool"}
 _DEAD_LETTER = {c.value for c in ErrorClass} - {"client_error", "cancelled"} | {"breaker_open"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Op:
-    """Call ``target.name(*args)`` (the async driver calls ``target.a<name>``)."""
-
-    target: Any
-    name: str
-    args: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,13 +209,13 @@ class ToolGuard:
         self._handlers: dict[type, _engine.Handler] = {
             Invoke: self._invoke,
             _engine.Sleep: lambda a: self._sleep(a.seconds),
-            _Op: lambda a: getattr(a.target, a.name)(*a.args),
+            _engine.Call: _engine.call,
             _Consult: self._consult,
         }
         self._ahandlers: dict[type, _engine.Handler] = {
             Invoke: self._ainvoke,
             _engine.Sleep: self._asleep_for,
-            _Op: lambda a: getattr(a.target, "a" + a.name)(*a.args),
+            _engine.Call: _engine.acall,
             _Consult: self._consult,
         }
 
@@ -681,7 +673,7 @@ class ToolGuard:
         if breaker.store is None:
             return breaker.allow()
         try:
-            decision: BreakerDecision = yield _Op(breaker, "allow", ())
+            decision = yield from perform(breaker.allow, breaker.aallow)
         except StoreError as exc:
             self._store_failed(exc)
             return BreakerDecision(True, BreakerState.CLOSED)
@@ -696,13 +688,11 @@ class ToolGuard:
             else:
                 breaker.record_failure(failure)
             return
-        op = (
-            _Op(breaker, "record_success", ())
-            if failure is None
-            else _Op(breaker, "record_failure", (failure,))
-        )
         try:
-            yield op
+            if failure is None:
+                yield from perform(breaker.record_success, breaker.arecord_success)
+            else:
+                yield from perform(breaker.record_failure, breaker.arecord_failure, failure)
         except StoreError as exc:
             self._store_failed(exc)
 
@@ -742,10 +732,15 @@ class ToolGuard:
         digest = fingerprint_bytes(canonical_json(arguments))
         mine = json.dumps({"fp": digest, "state": "running"})
         try:
-            held = yield _Op(
-                self.store,
-                "claim",
-                (self._idem_ns, key, mine, self._clock(), self.config.idempotency_lease_seconds),
+            store = self.store
+            held = yield from perform(
+                store.claim,
+                store.aclaim,
+                self._idem_ns,
+                key,
+                mine,
+                self._clock(),
+                self.config.idempotency_lease_seconds,
             )
         except StoreError as exc:
             self._store_failed(exc)
@@ -776,20 +771,17 @@ class ToolGuard:
 
     def _settle(self, key: str, arguments: Mapping[str, Any], outcome: ToolOutcome) -> Plan[None]:
         """Keep a success for replay; free the key of a failure so a later call can try again."""
-        now = self._clock()
+        store, now = self.store, self._clock()
         try:
             if outcome.ok:
                 digest = fingerprint_bytes(canonical_json(arguments))
                 done = json.dumps(
                     {"fp": digest, "state": "done", "outcome": outcome.to_dict()}, default=str
                 )
-                yield _Op(
-                    self.store,
-                    "put",
-                    (self._idem_ns, key, done, now, self.config.idempotency_ttl_seconds),
-                )
+                ttl = self.config.idempotency_ttl_seconds
+                yield from perform(store.put, store.aput, self._idem_ns, key, done, now, ttl)
             else:
-                yield _Op(self.store, "delete", (self._idem_ns, key, now))
+                yield from perform(store.delete, store.adelete, self._idem_ns, key, now)
         except StoreError as exc:
             self._store_failed(exc)
 
@@ -831,16 +823,15 @@ class ToolGuard:
             session=self.session,
         )
         try:
-            yield _Op(
-                self.store,
-                "put",
-                (
-                    self._dead_ns,
-                    letter.id,
-                    letter.to_json(),
-                    letter.at,
-                    self.config.dead_letter_ttl_seconds,
-                ),
+            store = self.store
+            yield from perform(
+                store.put,
+                store.aput,
+                self._dead_ns,
+                letter.id,
+                letter.to_json(),
+                letter.at,
+                self.config.dead_letter_ttl_seconds,
             )
         except StoreError as exc:
             self._store_failed(exc)
