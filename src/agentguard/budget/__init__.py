@@ -6,16 +6,9 @@ See ``docs/budgets.md`` for the budget model, the window semantics and the polic
 from __future__ import annotations
 
 from ._estimate import estimate_tokens, estimate_usage
-from ._ledger import (
-    Decision,
-    Quote,
-    Reservation,
-    Settlement,
-    TokenLedger,
-    UsageSnapshot,
-    clamp_output_tokens,
-)
+from ._ledger import TokenLedger, clamp_output_tokens
 from ._pricing import Price, PriceTable
+from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
 __all__ = [
     "Decision",

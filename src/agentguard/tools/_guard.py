@@ -43,7 +43,7 @@ from agentguard.events import (
     ToolDeadLettered,
     ToolFallbackUsed,
 )
-from agentguard.exceptions import StoreError
+from agentguard.exceptions import StoreError, StoreUnavailable
 from agentguard.loops import LoopDetector, ToolLoopPolicy
 from agentguard.resilience import (
     BreakerDecision,
@@ -57,7 +57,7 @@ from agentguard.resilience import (
     RetryPolicy,
     classify,
 )
-from agentguard.storage import Store, store_from_config
+from agentguard.storage import Store, store_from_config, with_fallback
 from agentguard.types import Severity
 
 from ._errors import checked, classify_failure, describe
@@ -181,11 +181,22 @@ class ToolGuard:
         full = config if isinstance(config, GuardConfig) else GuardConfig()
         self.config = config if isinstance(config, ToolsConfig) else full.tools
         self._fail_open = full.fail_mode == "open"
-        # Breakers stay in this object unless a store to share them through is given or configured.
-        local = store is None and full.storage.backend == "memory"
-        self.store: Store = store if store is not None else store_from_config(full.storage)
-        self._breaker_store = None if local else self.store
         self._hooks = tuple(hooks or ())
+        storage = full.storage
+        self.store: Store = store if store is not None else store_from_config(storage)
+        # An unreachable store: the outage policy the ledger follows too (FallbackStore);
+        # closed when either the guard's or the storage's fail_mode says so.
+        closed = not self._fail_open or storage.fail_mode == "closed"
+        self._store = with_fallback(
+            self.store,
+            fail_mode="closed" if closed else "open",
+            retry_seconds=storage.retry_seconds,
+            hooks=self._hooks,
+            session=session,
+        )
+        # Breakers stay in this object unless a store to share them through is given or configured.
+        local = store is None and storage.backend == "memory"
+        self._breaker_store = None if local else self._store
         self._emitter = Emitter(self._hooks)
         self._detector = loop_detector or LoopDetector(full, hooks=self._hooks, session=session)
         self._detector_lock = threading.Lock()
@@ -732,7 +743,7 @@ class ToolGuard:
         digest = fingerprint_bytes(canonical_json(arguments))
         mine = json.dumps({"fp": digest, "state": "running"})
         try:
-            store = self.store
+            store = self._store
             held = yield from perform(
                 store.claim,
                 store.aclaim,
@@ -771,7 +782,7 @@ class ToolGuard:
 
     def _settle(self, key: str, arguments: Mapping[str, Any], outcome: ToolOutcome) -> Plan[None]:
         """Keep a success for replay; free the key of a failure so a later call can try again."""
-        store, now = self.store, self._clock()
+        store, now = self._store, self._clock()
         try:
             if outcome.ok:
                 digest = fingerprint_bytes(canonical_json(arguments))
@@ -823,7 +834,7 @@ class ToolGuard:
             session=self.session,
         )
         try:
-            store = self.store
+            store = self._store
             yield from perform(
                 store.put,
                 store.aput,
@@ -848,12 +859,12 @@ class ToolGuard:
 
     def dead_letters(self) -> list[DeadLetter]:
         """The calls that failed for good (and are not expired or replayed), oldest first."""
-        items = self.store.items(self._dead_ns, self._clock())
+        items = self._store.items(self._dead_ns, self._clock())
         return sorted((DeadLetter.from_json(v) for _, v in items), key=lambda d: (d.at, d.id))
 
     def discard_dead_letter(self, letter_id: str) -> bool:
         """Drop a dead letter; ``False`` when there was none with that id."""
-        return self.store.delete(self._dead_ns, letter_id, self._clock())
+        return self._store.delete(self._dead_ns, letter_id, self._clock())
 
     def replay(self, letter: DeadLetter | str) -> ToolOutcome:
         """Run a dead-lettered call again, by hand (same arguments, same idempotency key).
@@ -879,7 +890,7 @@ class ToolGuard:
     def _letter(self, letter: DeadLetter | str) -> DeadLetter:
         if isinstance(letter, DeadLetter):
             return letter
-        text = self.store.get(self._dead_ns, letter, self._clock())
+        text = self._store.get(self._dead_ns, letter, self._clock())
         if text is None:
             raise KeyError(f"no dead letter {letter!r}")
         return DeadLetter.from_json(text)
@@ -1009,7 +1020,8 @@ class ToolGuard:
         return outcome
 
     def _store_failed(self, exc: StoreError) -> None:
-        if not self._fail_open:
+        """A store fault other than an outage (the store wrapper handles those): fail open."""
+        if not self._fail_open or isinstance(exc, StoreUnavailable):
             raise exc
         self._emit(
             StoreFallback(
