@@ -7,7 +7,7 @@ dead letters and human hand-off; every call goes through the LoopDetector. See `
 
 from __future__ import annotations
 
-from ._guard import ToolGuard, Turn
+from ._guard import ToolGuard
 from ._model import (
     Criticality,
     DeadLetter,
@@ -19,6 +19,7 @@ from ._model import (
     TraceEntry,
 )
 from ._run import ToolTimeout
+from ._turns import Turn
 
 __all__ = [
     "Criticality",
