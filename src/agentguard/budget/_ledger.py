@@ -132,6 +132,13 @@ class TokenLedger:
             event_ttl=budget.idempotency_ttl_seconds,
         )
         self._cap = budget.max_output_tokens if budget.enabled else None
+        # Usage below these (session, hour) needs no decision: under the warning line (a
+        # warn_ratio of at most 1 puts it at or below the limit).
+        ratio, spec = budget.warn_ratio, self._spec
+        self._quiet = (
+            None if spec.session_limit is None else ratio * spec.session_limit,
+            None if spec.hour_limit is None else ratio * spec.hour_limit,
+        )
         self._lease = budget.lease_seconds
         # Reservation ids: a random per-ledger prefix and a counter — unique across processes
         # and hosts, and far cheaper than a uuid4 per call.
@@ -304,13 +311,44 @@ class TokenLedger:
         session, tokens = hold.session, hold.tokens
         if state.refused is not None:
             self._refuse(session, tokens, now, state)
+        session_used = state.session_tokens + state.session_held
+        hour_used = state.hour_tokens + state.hour_held
+        quiet_session, quiet_hour = self._quiet
+        decision: Decision = "ok"
+        budget = None
+        if not (
+            (quiet_session is None or session_used < quiet_session)
+            and (quiet_hour is None or hour_used < quiet_hour)
+        ):  # past a warning line (the common case is below both: nothing to decide or say)
+            decision, budget = self._decide(session, tokens, session_used, hour_used)
+        return Reservation(
+            hold.id,
+            session,
+            tokens,
+            prompt,
+            tokens - prompt,
+            model,
+            hold.expires_at,
+            decision,
+            budget,
+            session_used,
+            spec.session_limit,
+            hour_used,
+            spec.hour_limit,
+        )
+
+    def _decide(
+        self, session: str, tokens: int, session_used: int, hour_used: int
+    ) -> tuple[Decision, str | None]:
+        """The policy's decision on a reservation past a warning line, and the events it says."""
+        spec = self._spec
         decision: Decision = "ok"
         budget = None
         policy = self.config.policy
         warn_ratio = self.config.warn_ratio
         for name, limit, after in (
-            ("session", spec.session_limit, state.session_used),
-            ("hour", spec.hour_limit, state.hour_used),
+            ("session", spec.session_limit, session_used),
+            ("hour", spec.hour_limit, hour_used),
         ):
             if limit is None:
                 continue
@@ -345,21 +383,7 @@ class TokenLedger:
                 continue
             if _RANK[verdict] > _RANK[decision]:
                 decision, budget = verdict, name
-        return Reservation(
-            hold.id,
-            session,
-            tokens,
-            prompt,
-            tokens - prompt,
-            model,
-            hold.expires_at,
-            decision,
-            budget,
-            state.session_used,
-            spec.session_limit,
-            state.hour_used,
-            spec.hour_limit,
-        )
+        return decision, budget
 
     def _refuse(self, session: str, tokens: int, now: float, state: BudgetState) -> None:
         spec = self._spec

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agentguard._frozen import fast_init
 from agentguard.types import Usage
 
 __all__ = ["Decision", "Quote", "Reservation", "Settlement", "UsageSnapshot"]
@@ -13,6 +14,7 @@ __all__ = ["Decision", "Quote", "Reservation", "Settlement", "UsageSnapshot"]
 Decision = Literal["ok", "warn", "escalate"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Tokens held for one model call, and the policy's decision about it.
@@ -51,6 +53,7 @@ class Reservation:
     hour_limit: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """The outcome of a commit.
@@ -77,6 +80,7 @@ class Settlement:
     hour_tokens: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UsageSnapshot:
     """Tokens and cost of a session and of the rolling hour, at one moment.
@@ -120,6 +124,7 @@ class UsageSnapshot:
         return max(0, self.hour_limit - self.hour_tokens - self.hour_reserved)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Quote:
     """What a further call would cost, and whether the budgets have room for it (nothing held).
