@@ -232,8 +232,9 @@ class Store(Protocol):
     time as far as their clocks agree (keep hosts NTP-synchronised).
 
     Each method has an async twin with an ``a`` prefix and the same semantics. Stores raise
-    :class:`~agentguard.StoreUnavailable` when the backend cannot be reached (the ledger then
-    falls back or fails closed) and :class:`~agentguard.StoreError` for other faults.
+    :class:`~agentguard.StoreUnavailable` when the backend cannot be reached (the outage policy
+    of :class:`~agentguard.storage.FallbackStore` then applies) and
+    :class:`~agentguard.StoreError` for other faults.
     """
 
     #: Short name of the backend, for events and reports (``"memory"``, ``"sqlite"``, ``"redis"``).
