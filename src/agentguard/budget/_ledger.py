@@ -299,7 +299,10 @@ class TokenLedger:
     ) -> tuple[Hold, float]:
         if estimated_tokens < 0:
             raise ValueError(f"estimated_tokens must not be negative (got {estimated_tokens})")
-        output = self.output_cap(max_output_tokens) or 0
+        if max_output_tokens is None:  # the common case, without a call
+            output = self._cap or 0
+        else:
+            output = self.output_cap(max_output_tokens) or 0
         now = self._clock()
         rid = f"{self._id_prefix}{next(self._ids)}"
         return Hold(session, rid, estimated_tokens + output, now + self._lease), now

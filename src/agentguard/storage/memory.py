@@ -185,7 +185,11 @@ class MemoryStore(SyncBackedStore):
                 sess = scope.sessions[hold.session] = _Session(now)
             scope.release(hold.id)  # the same id placed again replaces, never holds twice
             tokens = hold.tokens
-            refused = refusal(spec, sess.tokens + sess.held, scope.hour_tokens + scope.held, tokens)
+            refused = (
+                refusal(spec, sess.tokens + sess.held, scope.hour_tokens + scope.held, tokens)
+                if spec.enforce
+                else None
+            )
             if refused is not None:
                 buckets = tuple(sorted((b, v[0]) for b, v in scope.window.items()))
                 return scope.state(sess, refused, False, buckets if refused == "hour" else ())
