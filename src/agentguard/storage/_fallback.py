@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from agentguard._engine import Handlers, Plan, arun, run
+from agentguard._engine import Call, Handlers, Plan, acall, arun, call, perform, run
 from agentguard._redact import redact
 from agentguard.events import Emitter, Hook, StoreFallback, StoreRecovered
 from agentguard.exceptions import StoreUnavailable
@@ -39,10 +39,14 @@ __all__ = ["FallbackStore", "with_fallback"]
 
 T = TypeVar("T")
 
+# The policy is one plan of store calls; the engine's drivers run it sync or async.
+_HANDLERS: Handlers = {Call: call}
+_AHANDLERS: Handlers = {Call: acall}
+
 
 @dataclass(frozen=True, slots=True)
 class _Op(Generic[T]):
-    """One store operation, for any store: ``sync(store)`` or ``await async_(store)``."""
+    """One store operation, for whichever store runs it: ``sync(store)``, ``async_(store)``."""
 
     sync: Callable[[Store], T]
     async_: Callable[[Store], Awaitable[T]]
@@ -103,8 +107,6 @@ class FallbackStore:
         self._emitter = Emitter(hooks)
         self._session = session
         self._outage: _Outage | None = None
-        self._handlers: Handlers = {_Op: lambda op: op.sync(self.primary)}
-        self._ahandlers: Handlers = {_Op: lambda op: op.async_(self.primary)}
 
     @property
     def degraded(self) -> bool:
@@ -118,11 +120,12 @@ class FallbackStore:
         outage = self._outage
         if outage is not None and now < outage.retry_at:
             return self._local(outage, op, write)
+        primary = self.primary
         try:
             if outage is not None:
-                for pending in outage.pending:  # noqa: UP028 - results are sent back in
-                    yield pending
-            result: T = yield op
+                for pending in outage.pending:
+                    yield from perform(pending.sync, pending.async_, primary)
+            result: T = yield from perform(op.sync, op.async_, primary)
         except StoreUnavailable as exc:
             if outage is None:
                 outage = self._fall_back(exc, now)
@@ -134,10 +137,10 @@ class FallbackStore:
         return result
 
     def _run(self, now: float, op: _Op[T], write: bool = False) -> T:
-        return run(self._policy(now, op, write), self._handlers)
+        return run(self._policy(now, op, write), _HANDLERS)
 
     async def _arun(self, now: float, op: _Op[T], write: bool = False) -> T:
-        return await arun(self._policy(now, op, write), self._ahandlers)
+        return await arun(self._policy(now, op, write), _AHANDLERS)
 
     def _local(self, outage: _Outage, op: _Op[T], write: bool) -> T:
         result = op.sync(outage.local)
