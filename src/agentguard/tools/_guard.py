@@ -37,7 +37,7 @@ from ._model import (
     schema_validator,
 )
 from ._plan import plan
-from ._run import DaemonPool, Invoke, ainvoke, invoke
+from ._run import Invoke, Workers, ainvoke, invoke
 from ._turns import Consult, Turn
 
 __all__ = ["ToolGuard", "Turn"]
@@ -122,8 +122,7 @@ class ToolGuard:
         self._sleep = sleep or _clock.sleep
         self._asleep = asleep
         self._rng = rng or random.Random()
-        self._executor = executor
-        self._own_executor: DaemonPool | None = None
+        self._workers = Workers(executor)
         self.session = session
         self.scope = scope
         self._tools: dict[str, GuardedTool] = {}
@@ -363,7 +362,7 @@ class ToolGuard:
         return await _engine.arun(plan(self, name, arguments, idempotency_key), self._ahandlers)
 
     def _invoke(self, action: Invoke) -> Any:
-        return invoke(action, self._pool if self.config.sync_timeouts else None)
+        return invoke(action, self._workers if self.config.sync_timeouts else None)
 
     async def _ainvoke(self, action: Invoke) -> Any:
         return await ainvoke(action, threads=self.config.sync_timeouts)
@@ -378,18 +377,9 @@ class ToolGuard:
     def _consult(self, action: Consult) -> Any:
         return None if self.on_hand_off is None else self.on_hand_off(action.hand_off)
 
-    def _pool(self) -> concurrent.futures.Executor:
-        if self._executor is not None:
-            return self._executor
-        if self._own_executor is None:
-            self._own_executor = DaemonPool("agentguard-tool")
-        return self._own_executor
-
     def close(self) -> None:
         """Stop the worker threads this guard started (abandoned tools finish on their own)."""
-        if self._own_executor is not None:
-            self._own_executor.shutdown(wait=False, cancel_futures=True)
-            self._own_executor = None
+        self._workers.close()
 
     # -- dead letters -----------------------------------------------------------------------------
 

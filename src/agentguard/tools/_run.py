@@ -25,7 +25,7 @@ from agentguard._frozen import fast_init
 
 from ._model import GuardedTool
 
-__all__ = ["DaemonPool", "Invoke", "ToolTimeout", "ainvoke", "invoke"]
+__all__ = ["DaemonPool", "Invoke", "ToolTimeout", "Workers", "ainvoke", "invoke"]
 
 
 class _Job:
@@ -152,6 +152,30 @@ class DaemonPool(concurrent.futures.Executor):
                     job.done.release()
         for _ in range(workers):
             self._queue.put(None)
+
+
+class Workers:
+    """Where timed sync tools run: the executor given, or a :class:`DaemonPool` of our own.
+
+    The pool starts on first use and stops with :meth:`close`.
+    """
+
+    def __init__(self, executor: concurrent.futures.Executor | None = None) -> None:
+        self._given = executor
+        self._own: DaemonPool | None = None
+
+    def __call__(self) -> concurrent.futures.Executor:
+        if self._given is not None:
+            return self._given
+        if self._own is None:
+            self._own = DaemonPool("agentguard-tool")
+        return self._own
+
+    def close(self) -> None:
+        """Stop the pool's idle workers (busy, abandoned tools finish on their own)."""
+        if self._own is not None:
+            self._own.shutdown(wait=False, cancel_futures=True)
+            self._own = None
 
 
 class ToolTimeout(TimeoutError):
