@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
 
+from ._frozen import fast_init
 from .transport import ModelRequest, StreamChunk
 from .types import EscalationPrompt, Tier
 
@@ -45,6 +46,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """Call a component's method: the sync one in a sync driver, its async twin in an async one.
@@ -65,8 +67,8 @@ class Call(Generic[T]):
 
     sync: Callable[..., T]
     async_: Callable[..., Awaitable[T]]
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
 
 
 def perform(
