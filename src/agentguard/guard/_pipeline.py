@@ -28,14 +28,9 @@ from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
 from agentguard._responses import ITEM
-from agentguard.budget import (
-    Reservation,
-    TokenLedger,
-    clamp_output_tokens,
-    estimate_tokens,
-    estimate_usage,
-)
+from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
+from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import Emitter, Escalated, Hook
