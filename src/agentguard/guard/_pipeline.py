@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from agentguard import _clock
-from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
+from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
 from agentguard.budget import TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
+from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import Emitter, Escalated, Hook
@@ -53,7 +54,7 @@ from ._session import SessionSource, opening_key, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key
 
-__all__ = ["Budget", "Pipeline"]
+__all__ = ["Pipeline"]
 
 _HINT_PREFIX = "[agentguard] "
 _TRIGGER_OF = {
@@ -61,15 +62,6 @@ _TRIGGER_OF = {
     ErrorClass.RATE_LIMITED: "rate_limited",
     ErrorClass.TRANSIENT: "server_error",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """A ledger operation: the driver runs ``ledger.<op>`` (sync) or ``ledger.a<op>`` (async)."""
-
-    op: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -302,12 +294,16 @@ class Pipeline:
         """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
         b, tier = call.b, call.tier
         max_output_tokens = call.request.max_output_tokens
-        reservation = None
-        if self.ledger is not None:
-            reservation = yield Budget(
-                "reserve",
-                (b.session, self._prompt_tokens(call)),
-                {"max_output_tokens": max_output_tokens, "model": tier.model},
+        ledger = self.ledger
+        reservation: Reservation | None = None
+        if ledger is not None:
+            reservation = yield from perform(
+                ledger.reserve,
+                ledger.areserve,
+                b.session,
+                self._prompt_tokens(call),
+                max_output_tokens=max_output_tokens,
+                model=tier.model,
             )
             if reservation.output_tokens:
                 max_output_tokens = _capped(max_output_tokens, reservation.output_tokens)
@@ -315,7 +311,7 @@ class Pipeline:
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
             if reservation.decision == "escalate" and call.state.forced_tier is None:
-                yield Budget("release", (reservation,))
+                yield from self._release(reservation)
                 cheaper = yield from self._trigger(call, "budget", None)
                 call.state.forced_tier = cheaper
                 return None
@@ -328,8 +324,7 @@ class Pipeline:
         )
         breaker = self.breaker(tier)
         if not breaker.allow().allowed:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
             call.tier = b.tier = yield from self._trigger(call, "server_error", None)
             return None
@@ -339,8 +334,7 @@ class Pipeline:
             else:
                 response = yield Send(tier, request)
         except Exception as exc:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             classification = classify(exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -362,14 +356,20 @@ class Pipeline:
         breaker.record_success()
         usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
         cost = None
-        if reservation is not None:
-            settlement = yield Budget(
-                "commit", (reservation, usage), {"event_id": response.id or reservation.id}
+        if ledger is not None and reservation is not None:
+            settlement = yield from perform(
+                ledger.commit, ledger.acommit, reservation, usage, response.id or reservation.id
             )
             cost = settlement.cost
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _release(self, reservation: Reservation | None) -> Plan[None]:
+        """Give a failed call's reservation back to the ledger."""
+        ledger = self.ledger
+        if ledger is not None and reservation is not None:
+            yield from perform(ledger.release, ledger.arelease, reservation)
 
     def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
         """Pass content deltas through as they come; assemble tool calls, which are held back.
@@ -435,9 +435,10 @@ class Pipeline:
 
     def _report(self, call: _Call) -> Plan[GuardReport]:
         b = call.b
-        if self.ledger is None:
+        ledger = self.ledger
+        if ledger is None:
             return b.build()
-        snapshot = yield Budget("usage", (b.session,))
+        snapshot = yield from perform(ledger.usage, ledger.ausage, b.session)
         if b.budget == "off":
             b.budget = "ok"
         return b.build(session_tokens=snapshot.session_tokens, session_cost=snapshot.session_cost)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentguard._fingerprint import canonical_json
+from agentguard._frozen import fast_init
 from agentguard.config import ToolBreakerConfig, ToolRetryConfig
 from agentguard.resilience import Classifier
 
@@ -96,6 +97,7 @@ class ToolError:
         return {k: v for k, v in data.items() if v not in (None, (), [], False)}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     """What a guarded call came to.
@@ -173,6 +175,7 @@ def _json(value: Any) -> str:
         return str(value)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TraceEntry:
     """One guarded call of a turn, as the hand-off payload shows it.
