@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentguard._fingerprint import DIGEST_SIZE, canonical_json, fingerprint
+from agentguard._fingerprint import (
+    DIGEST_SIZE,
+    arguments_object,
+    canonical_json,
+    decode_arguments,
+    fingerprint,
+    fingerprint_canonical,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -62,3 +70,41 @@ def test_key_order_never_matters(value: dict[str, Any]) -> None:
     reversed_value = dict(reversed(list(value.items())))
     assert canonical_json(value) == canonical_json(reversed_value)
     assert fingerprint(value) == fingerprint(reversed_value)
+
+
+def test_decode_arguments_reads_every_form_of_arguments() -> None:
+    """One decoder: mappings, JSON text, UTF-8 bytes; ``None`` and ``""`` are no arguments."""
+    assert decode_arguments({"a": 1}) == {"a": 1}
+    assert decode_arguments('{"a": 1.0}') == {"a": 1.0}
+    assert decode_arguments(b'{"a": 1}') == {"a": 1}
+    assert decode_arguments(None) == decode_arguments("") == decode_arguments(b"") == {}
+    assert decode_arguments("[1, 2]") == [1, 2]  # not an object: the caller decides
+    assert decode_arguments(5) == 5
+
+
+def test_decode_arguments_canonical_floats() -> None:
+    """``canonical=True`` writes integral floats as ints, as fingerprints compare them."""
+    value = decode_arguments('{"a": 1.0, "b": 2.5, "c": NaN}', canonical=True)
+    assert value == {"a": 1, "b": 2.5, "c": "nan"}
+    assert isinstance(value["a"], int)
+
+
+@pytest.mark.parametrize("text", ["{", "  ", "{'a': 1}", "nope"])
+def test_decode_arguments_rejects_what_is_not_json(text: str) -> None:
+    """Text that is not JSON (blank text included) raises ValueError with its position."""
+    with pytest.raises(json.JSONDecodeError):
+        decode_arguments(text)
+
+
+def test_arguments_object_requires_an_object() -> None:
+    """``arguments_object`` is the decoder plus the JSON-object requirement ToolGuard applies."""
+    assert arguments_object('{"a": 1}') == {"a": 1}
+    with pytest.raises(TypeError):
+        arguments_object("[1]")
+
+
+@given(json_values)
+def test_fingerprint_canonical_equals_fingerprint_of_decoded_text(value: Any) -> None:
+    """Skipping the normalising pass for canonically decoded values changes no fingerprint."""
+    text = json.dumps(value)
+    assert fingerprint_canonical(decode_arguments(text, canonical=True)) == fingerprint(value)

@@ -6,7 +6,13 @@ See ``docs/loops.md`` for the model and every setting.
 from __future__ import annotations
 
 from ._detector import DETECTORS, LoopDetector, Verdict
-from ._identity import DEFAULT_VOLATILE_FIELDS, ToolLoopPolicy, call_fingerprint, result_fingerprint
+from ._identity import (
+    DEFAULT_VOLATILE_FIELDS,
+    ToolLoopPolicy,
+    call_fingerprint,
+    is_error_result,
+    result_fingerprint,
+)
 from ._scan import Finding, TranscriptScanner, scan_transcript
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "TranscriptScanner",
     "Verdict",
     "call_fingerprint",
+    "is_error_result",
     "result_fingerprint",
     "scan_transcript",
 ]

@@ -23,7 +23,15 @@ from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.events import Emitter, Hook, LoopFlagged
 from agentguard.types import Message, Severity
 
-from ._identity import ToolLoopPolicy, _decode, call_fingerprint, policies_from, result_fingerprint
+from ._identity import (
+    ToolLoopPolicy,
+    call_fingerprint,
+    content_text,
+    decoded,
+    is_error_result,
+    policies_from,
+    result_fingerprint,
+)
 from ._text import ResponseWindow, degenerate_repeats
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
@@ -111,7 +119,7 @@ class _Group:
 
 
 def _args_text(arguments: Any) -> str:
-    args = _decode(arguments)
+    args = decoded(arguments)
     if isinstance(args, Mapping):
         # "key value" pairs: tokens of values stay whole for the token-set comparison
         return " ".join(f"{k} {args[k]}" for k in sorted(args, key=str))
@@ -367,7 +375,7 @@ class LoopDetector:
         role = message.get("role")
         out: list[Verdict] = []
         if role == "assistant":
-            content = _content_text(message.get("content"))
+            content = content_text(message.get("content"))
             calls = message.get("tool_calls") or ()
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
@@ -389,7 +397,7 @@ class LoopDetector:
                 pending = (name, None) if name else None
             if pending is not None:
                 result = message.get("content")
-                failed = _looks_failed(_content_text(result))
+                failed = is_error_result(result)
                 verdict = self.record_tool_result(pending[0], pending[1], result, failed)
                 out.append(verdict if verdict.detector else Verdict(tool=pending[0]))
         return out
@@ -574,31 +582,3 @@ class LoopDetector:
                 )
             )
         return verdict
-
-
-def _content_text(content: Any) -> str:
-    """The text of a message ``content`` (a string or a list of OpenAI content parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    return str(content)
-
-
-_FAILED = re.compile(r"^\s*(error\b|exception\b|traceback\b|failed\b|fatal\b)", re.I)
-
-
-def _looks_failed(text: str) -> bool:
-    """Does a tool message's text report a failure (``Error: ...``, ``{"error": ...}``)?"""
-    if _FAILED.match(text):
-        return True
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        data = _decode(stripped)
-        if isinstance(data, Mapping):
-            if data.get("error") not in (None, "", False):
-                return True
-            return data.get("ok") is False or data.get("success") is False
-    return False

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard._fingerprint import fingerprint
+from agentguard._fingerprint import decode_arguments, fingerprint, fingerprint_canonical
 
-__all__ = ["DEFAULT_VOLATILE_FIELDS", "ToolLoopPolicy", "call_fingerprint", "result_fingerprint"]
+__all__ = [
+    "DEFAULT_VOLATILE_FIELDS",
+    "ToolLoopPolicy",
+    "call_fingerprint",
+    "content_text",
+    "decoded",
+    "is_error_result",
+    "result_fingerprint",
+]
 
 #: Result fields that change on every call without meaning progress (compared case- and
 #: separator-insensitively: ``requestId``, ``request-id`` and ``request_id`` are one field).
@@ -23,12 +30,15 @@ DEFAULT_VOLATILE_FIELDS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
-# Timestamps and identifiers inside free text results.
+# Timestamps and identifiers inside free text results. Every alternative starts with four hex
+# digits: the look-ahead lets the scan skip other positions at once, and spelling the cases out
+# instead of re.I keeps the character classes cheap (together about 7x faster on prose).
+_HEX = "[0-9a-fA-F]"
 _TEXT_NOISE = re.compile(
-    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
-    r"|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
-    r"|\b[0-9a-f]{24,}\b",
-    re.I,
+    rf"(?={_HEX}{{4}})(?:"
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?"
+    rf"|\b{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}\b"
+    rf"|\b{_HEX}{{24,}}\b)"
 )
 
 
@@ -63,15 +73,19 @@ class ToolLoopPolicy:
             object.__setattr__(self, attr, frozenset(map(_field, getattr(self, attr))))
 
 
-def _decode(value: Any) -> Any:
+def decoded(value: Any, *, canonical: bool = False) -> Any:
+    """``value`` decoded when it is a JSON object or array text, else ``value`` as it is.
+
+    Identities are lenient: text that is not JSON is judged as that text.
+    """
     if isinstance(value, (bytes, bytearray)):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
         stripped = value.strip()
         if stripped[:1] in ("{", "["):
             try:
-                return json.loads(stripped)
-            except ValueError:
+                return decode_arguments(stripped, canonical=canonical)
+            except (ValueError, RecursionError):
                 return value
     return value
 
@@ -88,20 +102,22 @@ def _strip(value: Any, volatile: frozenset[str]) -> Any:
 
 def call_fingerprint(name: str, arguments: Any, policy: ToolLoopPolicy | None = None) -> str:
     """The identity of a call: tool name plus canonical arguments (dict or JSON text alike)."""
-    args = _decode(arguments)
+    args = decoded(arguments, canonical=True)
     if policy is not None and policy.volatile_arguments and isinstance(args, Mapping):
         args = {k: v for k, v in args.items() if _field(str(k)) not in policy.volatile_arguments}
+    if args is not arguments and not isinstance(args, str):
+        return fingerprint_canonical([name, args])  # decoded from JSON text: canonical already
     return fingerprint([name, args])
 
 
 def result_fingerprint(result: Any, policy: ToolLoopPolicy | None = None) -> str:
     """The identity of a result with volatile fields, timestamps and ids removed."""
     if policy is not None and policy.fingerprint is not None:
-        return fingerprint(policy.fingerprint(_decode(result)))
+        return fingerprint(policy.fingerprint(decoded(result)))
     volatile = DEFAULT_VOLATILE_FIELDS
     if policy is not None and policy.volatile_results:
         volatile = volatile | policy.volatile_results
-    return fingerprint(_strip(_decode(result), volatile))
+    return fingerprint(_strip(decoded(result), volatile))
 
 
 def policies_from(
@@ -127,3 +143,40 @@ def policies_from(
         else:
             raise TypeError(f"expected ToolLoopPolicy or an OpenAI tool schema, got {type(item)!r}")
     return policies, (frozenset(known) if known is not None else None)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message ``content`` (a string or a list of OpenAI content parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return str(content)
+
+
+_FAILED = re.compile(r"^\s*(error\b|exception\b|traceback\b|failed\b|fatal\b)", re.I)
+
+
+def is_error_result(content: Any) -> bool:
+    """Does a tool result report a failure? The one rule of the live guard and ``agentguard scan``.
+
+    A failure is text that opens with the word ``Error``, ``Exception``, ``Traceback``,
+    ``Failed`` or ``Fatal`` (any case; ``Errors: 0`` is not one), or a JSON object with a
+    non-empty ``error``, or with ``ok`` or ``success`` false.
+
+    Args:
+        content: a tool message's ``content``: a string or a list of OpenAI content parts.
+    """
+    text = content_text(content)
+    if _FAILED.match(text):
+        return True
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        data = decoded(stripped)
+        if isinstance(data, Mapping):
+            if data.get("error") not in (None, "", False):
+                return True
+            return data.get("ok") is False or data.get("success") is False
+    return False

@@ -27,6 +27,7 @@ from typing import Any
 
 import json_repair
 
+from agentguard._fingerprint import decode_arguments
 from agentguard.config import GuardConfig, ToolValidationConfig
 from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
 from agentguard.types import ToolCall
@@ -40,6 +41,8 @@ from ._tools import ToolSpec, specs_from
 
 __all__ = ["ToolCallValidator"]
 
+#: Marks arguments not decoded yet (``None`` is a value: JSON ``null``).
+_UNDECODED: Any = object()
 _BUILTIN_PLACEHOLDERS = (
     r"<[^<>\s]{1,40}>",  # <query>
     r"\{[A-Za-z_][A-Za-z0-9_ ]{0,40}\}",  # {city}
@@ -139,7 +142,10 @@ class ToolCallValidator:
         else:
             msg = _as_message(message)
         cfg = self.config
-        raw_calls = list(msg.get("tool_calls") or [])
+        # each call with its decoded arguments when they are known already (extracted calls)
+        raw_calls: list[tuple[Mapping[str, Any], Any]] = [
+            (raw, _UNDECODED) for raw in msg.get("tool_calls") or []
+        ]
         repairs: list[Repair] = []
         errors: list[ToolCallError] = []
         extracted = False
@@ -150,20 +156,19 @@ class ToolCallValidator:
                 extracted = True
                 content = found.remaining
                 for i, (name, args) in enumerate(found.calls):
+                    # a value the extraction decoded is passed on, not encoded and parsed again
                     text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                    value = _UNDECODED if isinstance(args, str) else args
+                    fn = {"name": name, "arguments": text}
                     raw_calls.append(
-                        {
-                            "id": f"call_ag{i}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": text},
-                        }
+                        ({"id": f"call_ag{i}", "type": "function", "function": fn}, value)
                     )
                     repairs.append(
                         Repair("extracted_from_text", f"call_ag{i}", "$", found.style, name)
                     )
         calls: list[ToolCall] = []
-        for i, raw in enumerate(raw_calls):
-            call, call_errors, call_repairs = self._one(raw, i, finish_reason)
+        for i, (raw_call, value) in enumerate(raw_calls):
+            call, call_errors, call_repairs = self._one(raw_call, i, finish_reason, value)
             errors += call_errors
             repairs += call_repairs
             if call is not None:
@@ -198,7 +203,7 @@ class ToolCallValidator:
     # -- one call -------------------------------------------------------------------------------
 
     def _one(
-        self, raw: Mapping[str, Any], index: int, finish_reason: str | None
+        self, raw: Mapping[str, Any], index: int, finish_reason: str | None, value: Any
     ) -> tuple[ToolCall | None, list[ToolCallError], list[Repair]]:
         cfg = self.config
         inner = raw.get("function")
@@ -213,7 +218,7 @@ class ToolCallValidator:
 
         # 2. arguments
         original_text = arguments if isinstance(arguments, str) else None
-        parsed, problem, how = self._parse(arguments, finish_reason)
+        parsed, problem, how = self._parse(arguments, finish_reason, value)
         if problem is not None:
             kind: ErrorKind = "truncated" if problem == "truncated" else "invalid_json"
             message = (
@@ -260,40 +265,24 @@ class ToolCallValidator:
         return ToolCall(name, text, call_id or f"call_{index}"), errors, repairs
 
     def _parse(
-        self, arguments: Any, finish_reason: str | None
+        self, arguments: Any, finish_reason: str | None, value: Any = _UNDECODED
     ) -> tuple[Any, str | None, str | None]:
-        """``(object, problem, repair kind)``."""
+        """``(object, problem, repair kind)``; ``value``: the arguments decoded, when known."""
         cfg = self.config
-        if isinstance(arguments, Mapping):
-            return dict(arguments), None, None
-        if arguments is None or arguments == "":
-            return {}, None, None
-        if not isinstance(arguments, str):
+        if value is not _UNDECODED:
+            pass
+        elif arguments is not None and not isinstance(arguments, (str, Mapping)):
             return None, f"expected a JSON object, got {type(arguments).__name__}", None
-        try:
-            value = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            if finish_reason == "length" or _ends_inside_a_string(arguments):
-                # cut off mid-value: a repair would invent the rest of it
-                return None, "truncated", None
-            if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
-                return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+        else:
             try:
-                repaired = json_repair.repair_json(arguments, return_objects=True)
-            except Exception:  # the repair library must never crash the validator
-                repaired = None
-            if isinstance(repaired, str):  # a JSON-encoded object inside the repaired text
-                try:
-                    repaired = json.loads(repaired)
-                except ValueError:
-                    repaired = None
-            if isinstance(repaired, dict) and repaired:
-                return repaired, None, "json_repaired"
-            return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+                value = decode_arguments(arguments)
+            except json.JSONDecodeError as exc:
+                return self._repaired(str(arguments), finish_reason, exc)
         how = None
-        if isinstance(value, str) and cfg.repair:  # double-encoded: a JSON string holding JSON
+        if isinstance(value, str) and value and cfg.repair:
+            # double-encoded: a JSON string holding JSON
             try:
-                inner = json.loads(value)
+                inner = decode_arguments(value)
             except ValueError:
                 inner = None
             if isinstance(inner, dict):
@@ -301,6 +290,29 @@ class ToolCallValidator:
         if not isinstance(value, dict):
             return None, f"expected a JSON object, got {type(value).__name__}", None
         return value, None, how
+
+    def _repaired(
+        self, arguments: str, finish_reason: str | None, exc: json.JSONDecodeError
+    ) -> tuple[Any, str | None, str | None]:
+        """Arguments that are not JSON: truncated, or repaired when a repair guesses nothing."""
+        cfg = self.config
+        if finish_reason == "length" or _ends_inside_a_string(arguments):
+            # cut off mid-value: a repair would invent the rest of it
+            return None, "truncated", None
+        if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
+            return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+        try:
+            repaired = json_repair.repair_json(arguments, return_objects=True)
+        except Exception:  # the repair library must never crash the validator
+            repaired = None
+        if isinstance(repaired, str):  # a JSON-encoded object inside the repaired text
+            try:
+                repaired = decode_arguments(repaired) if repaired else None
+            except ValueError:
+                repaired = None
+        if isinstance(repaired, dict) and repaired:
+            return repaired, None, "json_repaired"
+        return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
 
     def _check(
         self, spec: ToolSpec, args: dict[str, Any], call_id: str | None
