@@ -13,9 +13,11 @@ from agentguard._fingerprint import (
     DIGEST_SIZE,
     arguments_object,
     canonical_json,
+    canonical_text,
+    canonical_text_of_decoded,
+    compact_key,
     decode_arguments,
     fingerprint,
-    fingerprint_canonical,
 )
 
 json_values = st.recursive(
@@ -104,7 +106,22 @@ def test_arguments_object_requires_an_object() -> None:
 
 
 @given(json_values)
-def test_fingerprint_canonical_equals_fingerprint_of_decoded_text(value: Any) -> None:
-    """Skipping the normalising pass for canonically decoded values changes no fingerprint."""
+def test_canonically_decoded_values_need_no_normalising_pass(value: Any) -> None:
+    """Skipping the normalising pass for canonically decoded values changes no canonical text."""
     text = json.dumps(value)
-    assert fingerprint_canonical(decode_arguments(text, canonical=True)) == fingerprint(value)
+    decoded = decode_arguments(text, canonical=True)
+    assert canonical_text_of_decoded(decoded) == canonical_text(value)
+
+
+@given(json_values, json_values)
+def test_compact_keys_are_as_exact_as_fingerprints(a: Any, b: Any) -> None:
+    """Two values have one compact key exactly when they have one fingerprint."""
+    same_key = compact_key(canonical_text(a)) == compact_key(canonical_text(b))
+    assert same_key == (fingerprint(a) == fingerprint(b))
+
+
+def test_long_texts_get_a_marked_digest_as_key() -> None:
+    """A long canonical text is keyed by its digest, marked so no JSON text can equal it."""
+    text = canonical_text({"blob": "x" * 1000})
+    assert compact_key(text) == "#" + fingerprint({"blob": "x" * 1000})
+    assert compact_key('{"a":1}') == '{"a":1}'

@@ -5,14 +5,15 @@ Two values that mean the same JSON get the same fingerprint: key order, whitespa
 the canonical form, a fixed 16 bytes (32 hex characters) whatever the input size.
 
 :func:`decode_arguments` is how every part of agentguard (validator, ToolGuard, loop identities,
-``agentguard scan``, adapters) reads tool-call arguments, so they agree on what a call says.
+``agentguard scan``) reads tool-call arguments, so they agree on what a call says.
 """
 
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from blake3 import blake3
@@ -20,19 +21,46 @@ from blake3 import blake3
 __all__ = [
     "arguments_object",
     "canonical_json",
+    "canonical_text",
+    "canonical_text_of_decoded",
+    "compact_key",
     "decode_arguments",
     "fingerprint",
     "fingerprint_bytes",
-    "fingerprint_canonical",
+    "fingerprint_text",
     "normalise",
 ]
 
 DIGEST_SIZE = 16
+#: Canonical texts up to this length are their own identity key (see :func:`compact_key`).
+INLINE_KEY_CHARS = 256
 # Built once: json.dumps/loads with options build a new encoder/decoder on every call.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_STRICT = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _c_encoder(*, allow_nan: bool) -> Callable[[Any], str]:
+    """A canonical encoder calling the C encoder directly (``JSONEncoder.encode`` builds a new
+    one per call). No circular-reference bookkeeping: a cycle ends in RecursionError, as the
+    normalising fallback's would."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (another Python): the standard encoder
+        strict = json.JSONEncoder(
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+        )
+        return strict.encode
+    encode = make(None, _ENCODER.default, _encode_str, None, ":", ",", True, False, allow_nan)
+
+    def run(value: Any) -> str:
+        if value.__class__ is str:
+            return _encode_str(value)
+        return "".join(encode(value, 0))
+
+    return run
+
+
+_STRICT = _c_encoder(allow_nan=False)
+_CANONICAL_ENCODE = _c_encoder(allow_nan=True)
 
 
 def normalise(value: Any) -> Any:
@@ -54,20 +82,24 @@ def normalise(value: Any) -> Any:
     return str(value)
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical JSON encoding of ``value`` (sorted keys, no whitespace, UTF-8)."""
+def _canonical_str(value: Any) -> str:
     if value.__class__ is str:  # a string holds no float: nothing to normalise
-        return _ENCODER.encode(value).encode("utf-8", "surrogatepass")
+        return _encode_str(value)
     try:
         # Fast path: plain JSON data is already canonical unless it holds an integral float
         # (1.0 must encode as 1). The C encoder and, only when a "." or an exponent appears,
         # the C decoder's float hook find out without a Python walk over the value.
-        text = _STRICT.encode(value)
-    except (TypeError, ValueError):  # sets, mixed key types, NaN, other objects
+        text = _STRICT(value)
+    except (TypeError, ValueError, RecursionError):  # sets, mixed key types, NaN, objects
         text = None
     if text is None or _has_integral_float(text):
         text = _ENCODER.encode(normalise(value))
-    return text.encode("utf-8", "surrogatepass")
+    return text
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON encoding of ``value`` (sorted keys, no whitespace, UTF-8)."""
+    return _canonical_str(value).encode("utf-8", "surrogatepass")
 
 
 class _Found(Exception):
@@ -99,6 +131,23 @@ def fingerprint_bytes(data: bytes) -> str:
     return blake3(data).hexdigest(length=DIGEST_SIZE)
 
 
+def fingerprint_text(text: str) -> str:
+    """The fingerprint of a canonical text (as :func:`canonical_text` returns it)."""
+    return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
+
+
+def compact_key(text: str) -> str:
+    """An in-memory identity for a canonical text: the text itself when short, else a digest.
+
+    Cheaper than a fingerprint for the short texts most calls and results are, and as exact
+    (a digest is marked with ``#``, which no JSON text starts with). Not for storage: use
+    :func:`fingerprint`, whose form does not depend on the length.
+    """
+    if len(text) <= INLINE_KEY_CHARS:
+        return text
+    return "#" + fingerprint_text(text)
+
+
 def _parse_float(text: str) -> Any:
     number = float(text)
     if math.isfinite(number) and number.is_integer():
@@ -114,6 +163,16 @@ def _parse_constant(text: str) -> str:
 # into their canonical form while parsing, so its output needs no normalise() pass.
 _DECODER = json.JSONDecoder()
 _CANONICAL = json.JSONDecoder(parse_float=_parse_float, parse_constant=_parse_constant)
+
+
+def _decode(decoder: json.JSONDecoder, text: str) -> Any:
+    try:  # the scanner alone, for a text that is one JSON value and nothing around it
+        value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError):
+        pass
+    return decoder.decode(text)  # whitespace around the value, or the error with its position
 
 
 def decode_arguments(arguments: Any, *, canonical: bool = False) -> Any:
@@ -136,7 +195,7 @@ def decode_arguments(arguments: Any, *, canonical: bool = False) -> Any:
     if isinstance(arguments, (bytes, bytearray)):
         arguments = arguments.decode("utf-8") if arguments else "{}"
     if isinstance(arguments, str):
-        return (_CANONICAL if canonical else _DECODER).decode(arguments)
+        return _decode(_CANONICAL if canonical else _DECODER, arguments)
     if isinstance(arguments, Mapping):
         return dict(arguments)
     return arguments
@@ -155,28 +214,35 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     return decoded
 
 
-def fingerprint(value: Any) -> str:
-    """The fingerprint of a JSON-like value; a ``str`` holding JSON is decoded first.
+def canonical_text(value: Any) -> str:
+    """The canonical JSON text :func:`fingerprint` hashes; a ``str`` holding JSON is decoded first.
 
-    A string that is not JSON is fingerprinted as that string.
+    A string that is not JSON stands for itself (encoded as a JSON string).
     """
     if isinstance(value, (str, bytes, bytearray)):
         text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
         stripped = text.strip()
         if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
             try:
-                decoded = _CANONICAL.decode(stripped)
+                return _CANONICAL_ENCODE(_decode(_CANONICAL, stripped))
             except (ValueError, RecursionError):
-                return fingerprint_bytes(canonical_json(text))
-            return fingerprint_canonical(decoded)
-        value = text
-    return fingerprint_bytes(canonical_json(value))
+                pass
+        return _encode_str(text)
+    return _canonical_str(value)
 
 
-def fingerprint_canonical(value: Any) -> str:
-    """The fingerprint of a value already in canonical form, skipping the normalising pass.
+def canonical_text_of_decoded(value: Any) -> str:
+    """:func:`canonical_text` of a value already in canonical form, skipping the normalising pass.
 
     For values built from :func:`decode_arguments` with ``canonical=True`` (plus ``str``, ``int``,
-    ``bool`` and ``None`` around them); equal to :func:`fingerprint` of the same value.
+    ``bool`` and ``None`` around them).
     """
-    return fingerprint_bytes(_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
+    return _CANONICAL_ENCODE(value)
+
+
+def fingerprint(value: Any) -> str:
+    """The fingerprint of a JSON-like value; a ``str`` holding JSON is decoded first.
+
+    A string that is not JSON is fingerprinted as that string.
+    """
+    return fingerprint_text(canonical_text(value))

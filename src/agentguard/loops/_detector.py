@@ -37,11 +37,11 @@ from ._detectors import (
 )
 from ._identity import (
     ToolLoopPolicy,
-    call_fingerprint,
+    call_key,
     content_text,
     is_error_result,
     policies_from,
-    result_fingerprint,
+    result_key,
 )
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
@@ -98,13 +98,12 @@ class LoopDetector:
             for kind in ("call", "result")
         }
         self._on_text = tuple(d for d in self._detectors if "text" in d.consumes)
-        # the fast path: a call every call detector is quiet about needs no verdicts
-        self._quiet = tuple(d.quiet for d in self._detectors if "call" in d.consumes)
         self._keys: dict[str, CallState] = {}
         self._window: deque[str] = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq: deque[str] = deque(maxlen=cfg.cycle_max_period)
         self._runs = [0] * (cfg.cycle_max_period + 1)
+        self._no_runs = tuple(self._runs)
         self._outcomes: deque[bool] = deque(maxlen=cfg.tool_window)
         self._stalled = 0
         self._pending_calls: OrderedDict[str, tuple[str, Any]] = OrderedDict()
@@ -138,12 +137,6 @@ class LoopDetector:
             "call", name, arguments, fp, policy=policy, state=state, stalled=self._stalled,
             cycle=cycle,
         )  # fmt: skip
-        if state.level is OK:
-            for quiet in self._quiet:
-                if not quiet(event):
-                    break
-            else:
-                return OK  # the common healthy call: every detector is sure to find nothing
         return self._judge(event)
 
     def record_tool_result(
@@ -173,7 +166,7 @@ class LoopDetector:
             rfp = ERROR_MARK
         else:
             state.errors = 0
-            rfp = result_fingerprint(result, policy)
+            rfp = result_key(result, policy)
         if state.last_result is None or state.last_result != rfp:
             state.changed = state.last_result is not None
             state.progressed = state.progressed or state.changed
@@ -196,16 +189,23 @@ class LoopDetector:
         return self._judge(event)
 
     def _judge(self, event: ToolEvent) -> Verdict:
-        """Run the detectors that consume ``event``; sticky verdicts stay while the loop lasts."""
+        """Run the detectors that consume ``event``; sticky verdicts stay while the loop lasts.
+
+        A detector quiet about the event is not asked: for a healthy call or result that is
+        every detector, and no verdict is built at all (the fast path).
+        """
         sticky, loose = self._runs_on[event.kind]
         state = event.state
-        verdict = pick([d.check(event) for d in sticky])
+        found = [d.check(event) for d in sticky if not d.quiet(event)]
+        verdict = pick(found) if found else OK
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
-        if loose:
-            verdict = pick([verdict, *(d.check(event) for d in loose)])
-        return self._emit(verdict)
+        for detector in loose:
+            extra = detector.check(event)
+            if extra is not OK:
+                verdict = pick((verdict, extra))
+        return verdict if verdict is OK else self._emit(verdict)
 
     # -- text ------------------------------------------------------------------------------
 
@@ -273,13 +273,13 @@ class LoopDetector:
             last = self._fp_last
             if last is not None and last[0] is arguments and last[1] == name:
                 return last[2]
-            identity = call_fingerprint(name, arguments, policy)
+            identity = call_key(name, arguments, policy)
             self._fp_last = (arguments, name, identity)
             return identity
         memo = self._fp_memo
         fp = memo.get((name, arguments))
         if fp is None:
-            fp = memo[(name, arguments)] = call_fingerprint(name, arguments, policy)
+            fp = memo[(name, arguments)] = call_key(name, arguments, policy)
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
@@ -301,6 +301,10 @@ class LoopDetector:
     def _advance_cycle(self, fp: str) -> tuple[int, int] | None:
         """Update periodic runs with call ``fp``; return (period, full rounds) of the shortest."""
         seq, runs = self._seq, self._runs
+        if fp not in seq:  # the common case: no period continues, every run is broken
+            runs[:] = self._no_runs
+            seq.append(fp)
+            return None
         found: tuple[int, int] | None = None
         for p in self._periods:
             if len(seq) >= p and seq[-p] == fp:

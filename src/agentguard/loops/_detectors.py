@@ -214,10 +214,10 @@ class Detector:
         raise NotImplementedError
 
     def quiet(self, event: ToolEvent) -> bool:
-        """True when :meth:`check` would surely return OK for this call and change nothing.
+        """True when :meth:`check` would surely return OK for this tool event and change nothing.
 
-        Lets the LoopDetector skip building verdicts for the common healthy call; the default,
-        ``False``, keeps a detector that does not say always checked.
+        Lets the LoopDetector skip building verdicts for the common healthy call and result; the
+        default, ``False``, keeps a detector that does not say always checked.
         """
         return False
 
@@ -258,7 +258,7 @@ class ErrorRepeat(Detector):
 
     def quiet(self, event: ToolEvent) -> bool:
         errors = event.state.errors
-        return errors == 0 or errors + 1 < self.config.error_warn_at
+        return errors == 0 or errors + event.ahead < self.config.error_warn_at
 
     def check(self, event: ToolEvent) -> Verdict:
         if not event.state.errors:
@@ -291,15 +291,21 @@ class UnknownToolRepeat(Detector):
         self.names: OrderedDict[str, int] = OrderedDict()  # unknown name -> calls
 
     def quiet(self, event: ToolEvent) -> bool:
+        if event.kind == "result":
+            return not self._says_unknown(event)
         known = self._known
         return (known is None or event.name in known) and event.name not in self.names
+
+    @staticmethod
+    def _says_unknown(event: ToolEvent) -> bool:
+        result = event.result
+        return event.error and isinstance(result, str) and bool(_UNKNOWN_TOOL.search(result))
 
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
         if event.kind == "result":
             # an error result that says so teaches that the name is no tool
-            result = event.result
-            if not (event.error and isinstance(result, str) and _UNKNOWN_TOOL.search(result)):
+            if not self._says_unknown(event):
                 return OK
             self.names.setdefault(name, 1)
             return self._judge(name)
@@ -415,7 +421,7 @@ class _Group:
             self.arguments = args
         else:
             self.text = event.arguments_text
-        self.fps: set[str] = set()
+        self.fps: set[str] = {event.fp}
 
     def words(self) -> str:
         if self.text is None:
@@ -445,33 +451,43 @@ class NearDuplicate(Detector):
         self.suspects: set[str] = set()
 
     def quiet(self, event: ToolEvent) -> bool:
-        return event.name not in self.suspects
+        if event.kind == "call":
+            return event.name not in self.suspects
+        return not self._informative(event)
 
     def check(self, event: ToolEvent) -> Verdict:
         return self._ahead(event) if event.kind == "call" else self._after(event)
 
+    def _informative(self, event: ToolEvent) -> bool:
+        """A new answer long enough to say whether the calls differed (not a failure, not the
+        same answer again: those are the other detectors' case; not an acknowledgement such as
+        "ok", which says nothing about the calls)."""
+        if event.error or event.state.same != 1:
+            return False
+        result = event.result
+        size = len(result) if isinstance(result, str) else len(str(result))
+        return size >= self.config.near_duplicate_min_result_chars
+
     def _after(self, event: ToolEvent) -> Verdict:
         """After a result: is this call one more similar variant that returned the same thing?"""
+        if not self._informative(event):
+            return OK
         cfg = self.config
-        state, result = event.state, event.result
-        if event.error or state.same != 1:
-            return OK  # a failure, or the same answer again: the other detectors' case
-        size = len(result) if isinstance(result, str) else len(str(result))
-        if size < cfg.near_duplicate_min_result_chars:
-            return OK  # an acknowledgement ("ok") says nothing about whether the calls differed
         name = event.name
         gkey = (name, event.rfp)
-        group = self.groups.get(gkey)
-        if group is None:
-            group = self.groups[gkey] = _Group(name, event)
-            while len(self.groups) > cfg.tool_window:
-                self.groups.popitem(last=False)
-        elif event.fp not in group.fps:
-            score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
-            if score < cfg.near_duplicate_threshold:
-                return OK
-        self.groups.move_to_end(gkey)
-        group.fps.add(event.fp)
+        groups = self.groups
+        group = groups.get(gkey)
+        if group is None:  # a new answer: a group of one, newest in the window
+            group = groups[gkey] = _Group(name, event)
+            if len(groups) > cfg.tool_window:
+                groups.popitem(last=False)
+        else:
+            if event.fp not in group.fps:
+                score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
+                if score < cfg.near_duplicate_threshold:
+                    return OK
+            groups.move_to_end(gkey)
+            group.fps.add(event.fp)
         count = len(group.fps)
         if count >= cfg.no_progress_warn_at - 1:
             self.suspects.add(name)

@@ -7,16 +7,24 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard._fingerprint import decode_arguments, fingerprint, fingerprint_canonical
+from agentguard._fingerprint import (
+    canonical_text,
+    canonical_text_of_decoded,
+    compact_key,
+    decode_arguments,
+    fingerprint_text,
+)
 
 __all__ = [
     "DEFAULT_VOLATILE_FIELDS",
     "ToolLoopPolicy",
     "call_fingerprint",
+    "call_key",
     "content_text",
     "decoded",
     "is_error_result",
     "result_fingerprint",
+    "result_key",
 ]
 
 #: Result fields that change on every call without meaning progress (compared case- and
@@ -100,24 +108,47 @@ def _strip(value: Any, volatile: frozenset[str]) -> Any:
     return value
 
 
-def call_fingerprint(name: str, arguments: Any, policy: ToolLoopPolicy | None = None) -> str:
-    """The identity of a call: tool name plus canonical arguments (dict or JSON text alike)."""
+def _call_text(name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:
     args = decoded(arguments, canonical=True)
+    # decoded from JSON text: canonical already, no normalising pass needed
+    canonical = args is not arguments and isinstance(arguments, (str, bytes, bytearray))
     if policy is not None and policy.volatile_arguments and isinstance(args, Mapping):
         args = {k: v for k, v in args.items() if _field(str(k)) not in policy.volatile_arguments}
-    if args is not arguments and not isinstance(args, str):
-        return fingerprint_canonical([name, args])  # decoded from JSON text: canonical already
-    return fingerprint([name, args])
+    if canonical:
+        return canonical_text_of_decoded([name, args])
+    return canonical_text([name, args])
+
+
+def _result_text(result: Any, policy: ToolLoopPolicy | None) -> str:
+    if policy is not None and policy.fingerprint is not None:
+        return canonical_text(policy.fingerprint(decoded(result)))
+    volatile = DEFAULT_VOLATILE_FIELDS
+    if policy is not None and policy.volatile_results:
+        volatile = volatile | policy.volatile_results
+    value = decoded(result, canonical=True)
+    if value is not result and isinstance(result, (str, bytes, bytearray)):
+        return canonical_text_of_decoded(_strip(value, volatile))
+    return canonical_text(_strip(value, volatile))
+
+
+def call_fingerprint(name: str, arguments: Any, policy: ToolLoopPolicy | None = None) -> str:
+    """The identity of a call: tool name plus canonical arguments (dict or JSON text alike)."""
+    return fingerprint_text(_call_text(name, arguments, policy))
 
 
 def result_fingerprint(result: Any, policy: ToolLoopPolicy | None = None) -> str:
     """The identity of a result with volatile fields, timestamps and ids removed."""
-    if policy is not None and policy.fingerprint is not None:
-        return fingerprint(policy.fingerprint(decoded(result)))
-    volatile = DEFAULT_VOLATILE_FIELDS
-    if policy is not None and policy.volatile_results:
-        volatile = volatile | policy.volatile_results
-    return fingerprint(_strip(decoded(result), volatile))
+    return fingerprint_text(_result_text(result, policy))
+
+
+def call_key(name: str, arguments: Any, policy: ToolLoopPolicy | None = None) -> str:
+    """:func:`call_fingerprint`'s identity as a compact in-memory key (not for storage)."""
+    return compact_key(_call_text(name, arguments, policy))
+
+
+def result_key(result: Any, policy: ToolLoopPolicy | None = None) -> str:
+    """:func:`result_fingerprint`'s identity as a compact in-memory key (not for storage)."""
+    return compact_key(_result_text(result, policy))
 
 
 def policies_from(
