@@ -125,3 +125,12 @@ def test_long_texts_get_a_marked_digest_as_key() -> None:
     text = canonical_text({"blob": "x" * 1000})
     assert compact_key(text) == "#" + fingerprint({"blob": "x" * 1000})
     assert compact_key('{"a":1}') == '{"a":1}'
+
+
+def test_plain_small_values_skip_the_float_search_and_keep_their_form() -> None:
+    """Arguments without floats encode as they are; a float anywhere still becomes canonical."""
+    plain = {"path": "src/a.py", "lines": [1, 200], "follow": True, "mode": None}
+    assert canonical_json(plain) == b'{"follow":true,"lines":[1,200],"mode":null,"path":"src/a.py"}'
+    assert canonical_json({"path": "a.py", "n": [1.0]}) == b'{"n":[1],"path":"a.py"}'
+    big = {"items": [*range(100), 2.0]}
+    assert canonical_json(big).endswith(b",99,2]}")

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentguard.loops import ToolLoopPolicy, call_fingerprint, result_fingerprint
-from agentguard.loops._identity import _TEXT_NOISE, call_key, result_key
+from agentguard.loops._identity import _TEXT_NOISE, _denoise, call_key, result_key
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=10))
 json_values = st.recursive(
@@ -151,3 +151,9 @@ _NOISY = st.lists(
 def test_text_noise_pattern_matches_the_original_case_insensitive_one(text: str) -> None:
     """The faster noise pattern (cases spelt out, a look-ahead) replaces exactly what ``re.I`` did."""
     assert _TEXT_NOISE.sub("<v>", text) == _ORIGINAL_NOISE.sub("<v>", text)
+
+
+@given(st.lists(_NOISY | st.text(max_size=20), max_size=6).map("".join))
+def test_the_prefilter_never_hides_noise(text: str) -> None:
+    """Long texts skip the regex only when it would find nothing."""
+    assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)

@@ -92,9 +92,35 @@ def _canonical_str(value: Any) -> str:
         text = _STRICT(value)
     except (TypeError, ValueError, RecursionError):  # sets, mixed key types, NaN, objects
         text = None
-    if text is None or _has_integral_float(text):
+    if text is None or (not _floatless(value) and _has_integral_float(text)):
         text = _ENCODER.encode(normalise(value))
     return text
+
+
+def _floatless(value: Any) -> bool:
+    """True when a small plain value surely holds no float (then its JSON is canonical as it is).
+
+    Tool arguments are mostly a few strings, ints and flags: a walk over them is cheaper than
+    parsing their JSON again to look for floats. ``False`` means "maybe": too big to walk
+    cheaply, or holding a float or another type.
+    """
+    budget = 64
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = item.__class__
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        else:
+            return False
+        budget -= len(item)
+        if budget < 0:
+            return False
+    return True
 
 
 def canonical_json(value: Any) -> bytes:
@@ -221,12 +247,16 @@ def canonical_text(value: Any) -> str:
     """
     if isinstance(value, (str, bytes, bytearray)):
         text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
-        stripped = text.strip()
-        if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
-            try:
-                return _CANONICAL_ENCODE(_decode(_CANONICAL, stripped))
-            except (ValueError, RecursionError):
-                pass
+        head = text[:1]  # a long text is not copied just to look at its first character
+        if head.isspace():
+            head = text.lstrip()[:1]
+        if head in ("{", "[", '"', "t", "f", "n"):
+            stripped = text.strip()
+            if head in ("{", "[", '"') or stripped in ("true", "false", "null"):
+                try:
+                    return _CANONICAL_ENCODE(_decode(_CANONICAL, stripped))
+                except (ValueError, RecursionError):
+                    pass
         return _encode_str(text)
     return _canonical_str(value)
 

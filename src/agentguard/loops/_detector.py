@@ -46,6 +46,9 @@ from ._identity import (
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
 
+_Quiet = Callable[[ToolEvent], bool]
+_Check = Callable[[ToolEvent], Verdict]
+
 
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
     if config is None:
@@ -90,10 +93,17 @@ class LoopDetector:
         self.session = session
         # one instance of every registered detector, in priority order
         self._detectors: tuple[Detector, ...] = tuple(d(cfg, self._known) for d in REGISTRY)
-        self._runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]] = {
+        # per tool event kind: (quiet, check) of the sticky detectors, check of the others
+        self._runs_on: dict[str, tuple[tuple[tuple[_Quiet, _Check], ...], tuple[_Check, ...]]] = {
             kind: (
-                tuple(d for d in self._detectors if kind in d.consumes and kind in d.sticky),
-                tuple(d for d in self._detectors if kind in d.consumes and kind not in d.sticky),
+                tuple(
+                    (d.quiet, d.check)
+                    for d in self._detectors
+                    if kind in d.consumes and kind in d.sticky
+                ),
+                tuple(
+                    d.check for d in self._detectors if kind in d.consumes and kind not in d.sticky
+                ),
             )
             for kind in ("call", "result")
         }
@@ -133,10 +143,7 @@ class LoopDetector:
         state.calls += 1
         state.pending += 1
         cycle = self._advance_cycle(fp)
-        event = ToolEvent(
-            "call", name, arguments, fp, policy=policy, state=state, stalled=self._stalled,
-            cycle=cycle,
-        )  # fmt: skip
+        event = ToolEvent("call", name, arguments, fp, policy, state, self._stalled, cycle)
         return self._judge(event)
 
     def record_tool_result(
@@ -183,9 +190,8 @@ class LoopDetector:
         self._outcomes.append(stalled)
         self._stalled += stalled
         event = ToolEvent(
-            "result", name, arguments, fp, policy=policy, state=state, stalled=self._stalled,
-            result=result, rfp=rfp, error=error,
-        )  # fmt: skip
+            "result", name, arguments, fp, policy, state, self._stalled, None, result, rfp, error
+        )
         return self._judge(event)
 
     def _judge(self, event: ToolEvent) -> Verdict:
@@ -196,13 +202,13 @@ class LoopDetector:
         """
         sticky, loose = self._runs_on[event.kind]
         state = event.state
-        found = [d.check(event) for d in sticky if not d.quiet(event)]
+        found = [check(event) for quiet, check in sticky if not quiet(event)]
         verdict = pick(found) if found else OK
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
-        for detector in loose:
-            extra = detector.check(event)
+        for check in loose:
+            extra = check(event)
             if extra is not OK:
                 verdict = pick((verdict, extra))
         return verdict if verdict is OK else self._emit(verdict)

@@ -128,13 +128,12 @@ class ToolEvent:
         "rfp", "stalled", "state",
     )  # fmt: skip
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - built twice per tool call: positional is cheapest
         self,
         kind: Kind,
         name: str,
         arguments: Any,
         fp: str,
-        *,
         policy: ToolLoopPolicy | None,
         state: CallState,
         stalled: int,
