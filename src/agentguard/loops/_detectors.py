@@ -392,8 +392,14 @@ class PollNoProgress(Detector):
     __slots__ = ()
 
     def quiet(self, event: ToolEvent) -> bool:
-        stale = _no_progress(event, self.config)
-        return stale is None or stale[0] is Severity.OK
+        state = event.state
+        last = state.last_result
+        # ladders are ordered (the config checks), so below warn_at means OK
+        return (
+            last is None
+            or last == ERROR_MARK
+            or state.same + event.ahead < self.config.no_progress_warn_at
+        )
 
     def check(self, event: ToolEvent) -> Verdict:
         stale = _no_progress(event, self.config)
@@ -516,7 +522,9 @@ class GenericRepeat(Detector):
     __slots__ = ()
 
     def quiet(self, event: ToolEvent) -> bool:
-        return self._polling(event) or event.state.calls < self.config.warn_at
+        policy = event.policy
+        polling = policy is not None and policy.polling
+        return polling or event.state.calls < self.config.warn_at
 
     def check(self, event: ToolEvent) -> Verdict:
         if self._polling(event):
