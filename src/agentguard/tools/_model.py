@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentguard._fingerprint import canonical_json
+from agentguard._fingerprint import arguments_object, canonical_json
 from agentguard._frozen import fast_init
 from agentguard.config import ToolBreakerConfig, ToolRetryConfig
 from agentguard.resilience import Classifier
@@ -344,16 +344,7 @@ def schema_validator(schema: Mapping[str, Any] | Callable[[Any], Any]) -> Callab
     return check
 
 
-def decode_arguments(arguments: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
-    """Arguments as a dict (a JSON object text is decoded)."""
-    if arguments is None:
-        return {}
-    if isinstance(arguments, (str, bytes)):
-        decoded = json.loads(arguments or "{}")
-        if not isinstance(decoded, dict):
-            raise TypeError("tool arguments must be a JSON object")
-        return decoded
-    return dict(arguments)
+decode_arguments = arguments_object  # the one argument decoder (agentguard._fingerprint)
 
 
 def dead_letter_errors(classifications: Sequence[Any]) -> tuple[dict[str, Any], ...]:
