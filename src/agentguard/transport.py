@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Se
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._fingerprint import fingerprint
+from ._fingerprint import arguments_object, fingerprint
 from .types import Message, Usage
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ __all__ = [
     "caller_scope",
     "report_of",
     "split_session_header",
+    "tool_arguments",
     "usage_from_body",
     "write_output_cap",
 ]
@@ -52,6 +53,12 @@ SESSION_HEADER = "x-agentguard-session"
 #: of the API key a proxy was called with): conversations found without a named session are
 #: never matched across scopes.
 SCOPE = "agentguard.scope"
+
+
+#: Tool-call arguments (JSON text, UTF-8 bytes, a mapping, or nothing) as a ``dict``: the one
+#: argument decoder the guard itself uses. Raises ``ValueError`` for text that is not JSON and
+#: ``TypeError`` for JSON that is not an object.
+tool_arguments = arguments_object
 
 
 def caller_scope(*identity: str) -> str:
