@@ -29,7 +29,9 @@ import json
 import math
 import os
 import random
+import reprlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from importlib import import_module
@@ -110,7 +112,7 @@ def finishes(fn: Callable[[], T], seconds: float = HANG_SECONDS) -> T:
     def target() -> None:
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
+        except BaseException as exc:
             box["error"] = exc
 
     worker = threading.Thread(target=target, daemon=True, name="hostile-hang-detector")
@@ -145,7 +147,7 @@ def outcome(fn: Callable[[], Any]) -> Outcome:
         return Outcome(value=finishes(fn))
     except pytest.fail.Exception:
         raise
-    except Exception as exc:  # noqa: BLE001 - recorded, judged by the caller
+    except Exception as exc:
         return Outcome(error=exc)
 
 
@@ -502,7 +504,7 @@ hostile_chunks = st.lists(
         st.builds(lambda a: chunk(tool_delta(..., "read_file", a)), sane_arguments),
         st.builds(lambda d: chunk(d), hostile_json),
         st.builds(lambda u: chunk({}, usage=u), hostile_usage.filter(lambda u: u is not None)),
-        st.builds(lambda c: chunk(**{"choices": c}), hostile_json),
+        st.builds(lambda c: chunk(choices=c), hostile_json),
         st.builds(lambda a: chunk(tool_delta(0, "read_file", a)), hostile_text),
         st.just(chunk(tool_delta(0, "read_file", deep_json(1_000)))),
         hostile_json,
@@ -653,3 +655,169 @@ hostile_request = st.fixed_dictionaries(
 def finite(x: float) -> bool:
     """Whether ``x`` is a finite number."""
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# -- property 2, deterministically: work counted, not timed ------------------------------------
+
+_SRC = os.path.join("src", "agentguard") + os.sep
+
+
+def work(fn: Callable[[], Any]) -> int:
+    """Lines of agentguard's own code executed by ``fn()`` (its exceptions swallowed).
+
+    A deterministic measure of work: comprehension and loop iterations count once per pass, so
+    an O(n^2) step shows as n^2 lines even where no function is called per step.
+    """
+    count = 0
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def global_(frame: Any, event: str, arg: Any) -> Any:
+        return local if _SRC in frame.f_code.co_filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(global_)
+    try:
+        fn()
+    except Exception:
+        pass
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def assert_linear(run: Callable[[int], Any], small: int, factor: int = 4) -> None:
+    """``run(n)`` does at most about ``factor`` times more work at ``factor * small`` than at
+    ``small`` (1.5x slack for fixed costs): linear, not quadratic (which would be factor^2)."""
+    base = work(lambda: run(small))
+    big = work(lambda: run(small * factor))
+    assert big <= 1.5 * factor * base + 1_000, (
+        f"work grows faster than linearly: {base} lines at n={small}, "
+        f"{big} at n={small * factor} (x{big / max(base, 1):.1f} for x{factor} input)"
+    )
+
+
+# -- bulk generation: many cases per hypothesis example ------------------------------------------
+#
+# Hypothesis spends about a millisecond per example on its own bookkeeping (several for recursive
+# strategies), more than the code under test needs for a case. The bulk tests therefore draw a
+# seed from hypothesis and generate a batch of cases from it with the plain generators below:
+# the seeds are hypothesis-chosen and reproducible, a failure names the seed and the input.
+
+_SCALARS: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    -5,
+    1.5,
+    10**20,
+    -(10**20),
+    2**63,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "",
+    "a",
+    "\ud800",
+    "a\udc80b",
+    "\x00",
+    "\u202e",
+    "null",
+    "{",
+    "read_file",
+    "chatcmpl-123",
+    "<path>",
+    "é" * 3,
+]
+
+
+def rand_scalar(rng: random.Random) -> Any:
+    """A hostile JSON-ish scalar."""
+    roll = rng.random()
+    if roll < 0.6:
+        return rng.choice(_SCALARS)
+    if roll < 0.8:
+        return rng.randint(-(10**6), 10**6)
+    return "".join(
+        chr(rng.choice([rng.randint(32, 126), rng.randint(0, 0x10FFFF)]))
+        for _ in range(rng.randint(0, 8))
+    )
+
+
+def rand_json(rng: random.Random, depth: int = 3) -> Any:
+    """A hostile JSON-ish value, at most ``depth`` containers deep."""
+    roll = rng.random()
+    if depth <= 0 or roll < 0.5:
+        return rand_scalar(rng)
+    size = rng.randint(0, 3)
+    if roll < 0.75:
+        return [rand_json(rng, depth - 1) for _ in range(size)]
+    keys = ["path", "n", "name", "arguments", "function", "role", "content", "", "\ud800"]
+    return {rng.choice(keys): rand_json(rng, depth - 1) for _ in range(size)}
+
+
+def rand_arguments_text(rng: random.Random) -> str:
+    """An argument text: valid, repairable, truncated, or garbage."""
+    roll = rng.random()
+    if roll < 0.3:
+        return json.dumps({"path": rand_scalar(rng), "n": rand_scalar(rng)}, allow_nan=True)
+    if roll < 0.5:
+        text = json.dumps(rand_json(rng), allow_nan=True)
+        return text[: rng.randint(0, len(text))]  # cut anywhere
+    if roll < 0.7:
+        return json.dumps(rand_json(rng), allow_nan=True)
+    if roll < 0.8:
+        return rng.choice(["{'path': 'a',}", '{"path": "a"', "```json\n{}\n```", "", "null"])
+    return str(rand_scalar(rng))
+
+
+def rand_message(rng: random.Random, *, well_shaped: bool = True) -> Any:
+    """An assistant message; ``well_shaped``: a dict whose ``tool_calls`` is a list of dicts."""
+    if not well_shaped and rng.random() < 0.3:
+        return rand_json(rng)
+    message: dict[str, Any] = {"role": rng.choice(["assistant", "assistant", "user", "tool"])}
+    if rng.random() < 0.8:
+        message["content"] = rand_scalar(rng) if rng.random() < 0.7 else rand_json(rng, 2)
+    if rng.random() < 0.7:
+        calls = []
+        for i in range(rng.randint(0, 3)):
+            if not well_shaped and rng.random() < 0.2:
+                calls.append(rand_json(rng, 2))
+                continue
+            fn: dict[str, Any] = {}
+            if rng.random() < 0.9:
+                fn["name"] = rng.choice(["read_file", "read_fil", "wipe", rand_scalar(rng)])
+            if rng.random() < 0.9:
+                fn["arguments"] = (
+                    rand_arguments_text(rng) if rng.random() < 0.7 else rand_json(rng, 2)
+                )
+            c: dict[str, Any] = {"id": rng.choice([f"call_{i}", None, rand_scalar(rng)])}
+            c["type"] = rng.choice(["function", "function", "custom", rand_scalar(rng)])
+            c["function"] = fn if rng.random() < 0.95 else None
+            calls.append(c)
+        message["tool_calls"] = calls if well_shaped or rng.random() < 0.8 else rand_json(rng, 1)
+    return message
+
+
+def bulk(
+    seed: int, count: int, make: Callable[[random.Random], T], check: Callable[[T], Any]
+) -> None:
+    """Generate ``count`` cases from ``seed`` with ``make`` and ``check`` each one; a failure
+    names the seed, the case's number and the input."""
+    rng = random.Random(seed)
+    for i in range(count):
+        case = make(rng)
+        try:
+            check(case)
+        except Exception as exc:
+            raise AssertionError(f"seed {seed}, case {i}: {reprlib.repr(case)}") from exc
+
+
+#: the hypothesis strategy of bulk seeds
+seeds = st.integers(min_value=0, max_value=2**32 - 1)

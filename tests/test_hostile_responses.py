@@ -218,7 +218,9 @@ def test_an_error_body_echoing_the_key_leaks_it_nowhere(
 def test_arguments_nested_deeply_in_a_response_get_a_correction() -> None:
     """Arguments nested 1,000 levels: the raw client returns; the guarded one does not crash."""
     args = deep_json(1_000, "dict")
-    body = encode(completion(content=None, finish="tool_calls", tool_calls=[call("read_file", args)]))
+    body = encode(
+        completion(content=None, finish="tool_calls", tool_calls=[call("read_file", args)])
+    )
     raw, guarded = _both(body)
     assert raw.error is None
     assert_typed(guarded, raw)
