@@ -502,7 +502,7 @@ hostile_chunks = st.lists(
         sane_chunks.map(lambda cs: cs[0] if cs else chunk({})),
         st.just(chunk()),  # no delta at all
         st.builds(lambda a: chunk(tool_delta(..., "read_file", a)), sane_arguments),
-        st.builds(lambda d: chunk(d), hostile_json),
+        st.builds(chunk, hostile_json),
         st.builds(lambda u: chunk({}, usage=u), hostile_usage.filter(lambda u: u is not None)),
         st.builds(lambda c: chunk(choices=c), hostile_json),
         st.builds(lambda a: chunk(tool_delta(0, "read_file", a)), hostile_text),
@@ -580,7 +580,7 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
 
 
 config_text = st.one_of(
-    st.builds(lambda d: dumps(d), config_dicts),
+    st.builds(dumps, config_dicts),
     st.text(max_size=200),
     st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
     st.sampled_from(

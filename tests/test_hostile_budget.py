@@ -8,6 +8,8 @@ upstream that reuses one response id never hides another call's usage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import math
 import random
 import tempfile
@@ -24,11 +26,13 @@ from _hostile import (
     assert_only,
     bulk,
     cases,
+    chunk,
     completion,
     encode,
     guarded_client,
     outcome,
     seeds,
+    sse,
 )
 from _stores import RedisServer
 from agentguard.config import TokenBudgetConfig
@@ -59,7 +63,8 @@ def _assert_sound(ledger: ag.TokenLedger, sessions: list[str], committed: dict[s
     for session in sessions:
         snap = ledger.usage(session)
         for value in (snap.session_tokens, snap.session_reserved, snap.hour_tokens):
-            assert isinstance(value, int) and value >= 0, f"corrupted total {value!r}"
+            assert isinstance(value, int), f"corrupted total {value!r}"
+            assert value >= 0, f"negative total {value!r}"
         assert snap.session_tokens == committed.get(session, 0)
         assert snap.session_tokens + snap.session_reserved <= PER_SESSION
         hour += snap.session_tokens
@@ -105,7 +110,7 @@ def _run_ops(rng: random.Random, numbers: list[Any]) -> None:
                 ledger.release(held.pop(rng.randrange(len(held))))
         except ag.BudgetExceeded:
             pass
-        except Exception as exc:  # noqa: BLE001 - a caller's absurd number: a typed refusal
+        except Exception as exc:
             assert_only(exc, ValueError)
         _assert_sound(ledger, sessions, committed)
 
@@ -145,13 +150,17 @@ def test_a_negative_commit_is_refused_and_refunds_nothing() -> None:
     "hour's reserved total NaN, after which hard_stop admits everything (decision 'warn')",
 )
 def test_a_nan_reservation_never_disables_the_hourly_limit() -> None:
-    """After a NaN reservation, the hourly ``hard_stop`` still refuses."""
+    """After a NaN reservation (refused or not), the hourly ``hard_stop`` still refuses."""
     ledger = _ledger()
-    with pytest.raises((ValueError, ag.AgentGuardError)):
+    with contextlib.suppress(ValueError, ag.AgentGuardError):
         ledger.reserve("s", float("nan"))  # type: ignore[arg-type]
-    with pytest.raises(ag.BudgetExceeded):
-        for i in range(10):
-            ledger.reserve(f"other-{i}", 900)
+    decisions = []
+    for i in range(10):  # 10 x 900 wanted under a 5,000 hourly limit
+        try:
+            decisions.append(ledger.reserve(f"other-{i}", 900).decision)
+        except ag.BudgetExceeded:
+            decisions.append("refused")
+    assert "refused" in decisions, decisions
 
 
 @pytest.mark.parametrize("usage", [float("inf"), float("nan"), 1.5])
@@ -164,10 +173,8 @@ def test_a_non_integer_commit_never_corrupts_the_memory_ledger(usage: float) -> 
     """A non-integer usage: a refusal, the ledger unchanged."""
     ledger = _ledger(per_session=None, per_hour=None)
     reservation = ledger.reserve("s", 10)
-    try:
+    with contextlib.suppress(ValueError, ag.AgentGuardError):
         ledger.commit(reservation, usage)  # type: ignore[arg-type]
-    except (ValueError, ag.AgentGuardError):
-        pass
     assert ledger.usage("s").session_tokens == 0
 
 
@@ -181,7 +188,7 @@ def test_a_huge_commit_on_sqlite_is_a_typed_error_or_counted() -> None:
     ledger = _ledger(SQLiteStore(str(WORK / "huge.db")), per_session=None, per_hour=None)
     try:
         ledger.commit(ledger.reserve("s", 10), 10**20)
-    except Exception as exc:  # noqa: BLE001 - judged below
+    except Exception as exc:
         assert_only(exc)
     finally:
         ledger.close()
@@ -194,7 +201,7 @@ def test_a_huge_commit_on_redis_is_a_typed_error_or_counted(redis_server: RedisS
     ledger = _ledger(store, per_session=None, per_hour=None)
     try:
         ledger.commit(ledger.reserve("s", 10), 10**20)
-    except Exception as exc:  # noqa: BLE001 - judged below
+    except Exception as exc:
         assert_only(exc)
     finally:
         ledger.close()
@@ -394,3 +401,71 @@ def test_the_race_is_a_real_race() -> None:
     assert (granted, refused) == (TASKS, 0)
     assert ledger.usage("shared").session_tokens == TASKS * HOLD
     assert math.isfinite(ledger.usage("shared").session_tokens)
+
+
+# -- abandoned streams and outages ----------------------------------------------------------------
+
+STREAM_CONFIG = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}},
+        "escalation": {"chain": ["fast"]},
+        "memory_pressure": {"enabled": False},
+        "token_budget": {
+            "per_session": 1_000,
+            "per_hour": None,
+            "policy": "hard_stop",
+            "max_output_tokens": 300,
+        },
+    },
+    env={},
+)
+
+
+@pytest.mark.parametrize("how", ["close", "garbage-collect"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: abandoned streams keep their whole reservation (prompt + 300 output) for "
+    "the 600 s lease and commit nothing: three abandoned streams exhaust a small session",
+)
+def test_an_abandoned_stream_settles_what_was_streamed(how: str) -> None:
+    """A stream closed (or dropped) after one chunk: its hold released, its tokens counted."""
+    ledger = ag.TokenLedger(STREAM_CONFIG, store=MemoryStore(), clock=FakeClock())
+    body = sse([chunk({"content": "hello "}) for _ in range(5)] + [chunk({}, finish="stop")])
+    upstream = RawUpstream([(200, "text/event-stream", body)])
+    client = guarded_client(upstream, STREAM_CONFIG, ledger=ledger)
+    with ag.session("s"):
+        stream = client.chat.completions.create(model="fast", messages=MESSAGES, stream=True)
+        chunks = iter(stream)
+        next(chunks)
+        if how == "close":
+            stream.close()
+        else:
+            del stream, chunks
+            gc.collect()
+    snap = ledger.usage("s")
+    assert snap.session_reserved == 0
+    assert snap.session_tokens > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: outages: with the default fail-open, Redis down mid-run hands out a fresh "
+    "local budget: a session already at its hard_stop is admitted again",
+)
+def test_a_redis_outage_never_resets_hard_stop() -> None:
+    """Spend the session's budget on Redis, stop Redis: the next call is still refused."""
+    pytest.importorskip("redis")
+    from _stores import running_redis
+
+    with running_redis() as server:
+        store = RedisStore(server.url, key_prefix="hostile-outage", timeout=0.5)
+        ledger = _ledger(store, per_session=100, per_hour=None)
+        try:
+            ledger.commit(ledger.reserve("s", 100), 100)
+            with pytest.raises(ag.BudgetExceeded):
+                ledger.reserve("s", 50)
+            server.stop()
+            with pytest.raises((ag.BudgetExceeded, ag.StoreUnavailable)):
+                ledger.reserve("s", 50)
+        finally:
+            store.close()

@@ -229,7 +229,7 @@ def test_any_bytes_are_a_config_or_a_config_error(data: bytes, suffix: str) -> N
     """Any bytes, non-UTF-8 ones included: a config or a ConfigError."""
     try:
         _load_file(_write(f"b{suffix}", data))
-    except Exception as exc:  # noqa: BLE001 - judged below
+    except Exception as exc:
         assert_only(exc)
 
 

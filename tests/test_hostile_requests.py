@@ -157,5 +157,6 @@ def test_every_choice_of_an_n3_answer_comes_back() -> None:
     raw, guarded = _both(
         {"model": "fast", "messages": MESSAGES, "tools": TOOLS, "n": 3}, encode(body)
     )
-    assert raw.error is None and guarded.error is None, guarded
+    assert raw.error is None, raw
+    assert guarded.error is None, guarded
     assert len(guarded.value.choices) == len(raw.value.choices) == 3

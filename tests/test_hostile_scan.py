@@ -54,7 +54,8 @@ def _assert_scanned(content: bytes | str, name: str = "t.jsonl") -> None:
     code, out, err = _scan(content, name, "--json")
     assert code in (0, 1, 2), code
     if code == 2:
-        assert err.startswith("agentguard scan: ") and err.count("\n") == 1, err
+        assert err.startswith("agentguard scan: "), err
+        assert err.count("\n") == 1, err
     else:
         json.loads(out)
 
@@ -96,7 +97,7 @@ def test_any_file_gets_a_report_or_a_one_line_error(lines: list[str], name: str)
     """Any lines (malformed JSON, hostile records and messages): a report or exit 2."""
     try:
         _assert_scanned("\n".join(lines), name)
-    except Exception as exc:  # noqa: BLE001 - judged below
+    except Exception as exc:
         assert_only(exc, AssertionError)
 
 

@@ -257,7 +257,8 @@ def test_a_keyword_key_is_honoured_and_conflicts() -> None:
     assert tools.call("pay", {"amount": 5}, idempotency_key="kw-key").ok
     second = tools.call("pay", {"amount": 6}, idempotency_key="kw-key")
     assert payments.keys == ["kw-key"]
-    assert second.error is not None and second.error.kind == "idempotency_conflict"
+    assert second.error is not None
+    assert second.error.kind == "idempotency_conflict"
 
 
 def test_a_keyword_key_replays_the_same_call() -> None:
@@ -266,5 +267,7 @@ def test_a_keyword_key_replays_the_same_call() -> None:
     payments = _Payments(tools)
     first = tools.call("pay", {"amount": 5}, idempotency_key="again")
     second = tools.call("pay", {"amount": 5}, idempotency_key="again")
-    assert first.ok and second.ok and second.replayed
+    assert first.ok
+    assert second.ok
+    assert second.replayed
     assert payments.keys == ["again"]
