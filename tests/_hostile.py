@@ -762,15 +762,18 @@ def rand_json(rng: random.Random, depth: int = 3) -> Any:
 
 
 def rand_arguments_text(rng: random.Random) -> str:
-    """An argument text: valid, repairable, truncated, or garbage."""
+    """An argument text: valid, repairable, truncated, or garbage (non-ASCII written as is:
+    an escaped surrogate pair cut or repaired is a class pinned by explicit tests)."""
     roll = rng.random()
     if roll < 0.3:
-        return json.dumps({"path": rand_scalar(rng), "n": rand_scalar(rng)}, allow_nan=True)
+        return json.dumps(
+            {"path": rand_scalar(rng), "n": rand_scalar(rng)}, allow_nan=True, ensure_ascii=False
+        )
     if roll < 0.5:
-        text = json.dumps(rand_json(rng), allow_nan=True)
+        text = json.dumps(rand_json(rng), allow_nan=True, ensure_ascii=False)
         return text[: rng.randint(0, len(text))]  # cut anywhere
     if roll < 0.7:
-        return json.dumps(rand_json(rng), allow_nan=True)
+        return json.dumps(rand_json(rng), allow_nan=True, ensure_ascii=False)
     if roll < 0.8:
         return rng.choice(["{'path': 'a',}", '{"path": "a"', "```json\n{}\n```", "", "null"])
     return str(rand_scalar(rng))
@@ -820,3 +823,73 @@ def bulk(
 
 #: the hypothesis strategy of bulk seeds
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def rand_text(rng: random.Random, size: int = 12) -> str:
+    """Short text, sometimes odd (surrogates, controls, RTL marks)."""
+    value = rand_scalar(rng)
+    return (
+        value
+        if isinstance(value, str)
+        else "".join(rng.choice("ab {}\"'\n") for _ in range(rng.randint(0, size)))
+    )
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with lone surrogates replaced by ``?`` (a class pinned by explicit tests)."""
+    if isinstance(value, str):
+        return "".join("?" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    return value
+
+
+def rand_body(rng: random.Random) -> dict[str, Any]:
+    """A chat.completion body with typed fields and odd values (the shapes the guard handles
+    today, lone surrogates scrubbed: see ``scrub``)."""
+    calls = None
+    if rng.random() < 0.6:
+        calls = [
+            call(
+                rng.choice(["read_file", "read_fil", "wipe", rand_text(rng)]),
+                rand_arguments_text(rng),
+            )
+            for _ in range(rng.randint(1, 3))
+        ]
+    usage: Any = None
+    if rng.random() < 0.8:
+        p, c = rng.randint(0, 10**6), rng.randint(0, 10**6)
+        usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    body = completion(
+        content=rng.choice([None, rand_text(rng), '```json\n{"name": "read_file"}\n```']),
+        tool_calls=calls,
+        finish=rng.choice(["stop", "tool_calls", "length", None]),
+        usage=usage,
+        rid=rng.choice(["chatcmpl-123", rand_text(rng) or "x"]),
+    )
+    return scrub(body)  # type: ignore[no-any-return]
+
+
+def rand_stream(rng: random.Random) -> list[dict[str, Any]]:
+    """Well-formed chunks in any order: content, tool-call fragments, finishes, usage (lone
+    surrogates scrubbed: see ``scrub``)."""
+    chunks: list[dict[str, Any]] = []
+    for _ in range(rng.randint(0, 8)):
+        roll = rng.random()
+        if roll < 0.4:
+            chunks.append(chunk({"content": rand_text(rng)}))
+        elif roll < 0.8:
+            index = rng.randint(0, 2)
+            text = rand_arguments_text(rng)
+            cut = rng.randint(0, len(text))
+            name = rng.choice([None, "read_file", "wipe"])
+            chunks.append(chunk(tool_delta(index, name, text[:cut], id=f"call_{index}")))
+        elif roll < 0.9:
+            chunks.append(chunk({}, finish=rng.choice(["stop", "tool_calls", "length"])))
+        else:
+            p, c = rng.randint(0, 1000), rng.randint(0, 1000)
+            usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+            chunks.append(chunk({}, usage=usage))
+    return scrub(chunks)  # type: ignore[no-any-return]

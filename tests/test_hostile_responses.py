@@ -24,6 +24,7 @@ from _hostile import (
     RawUpstream,
     assert_no_canary,
     assert_typed,
+    bulk,
     call,
     cases,
     completion,
@@ -32,8 +33,10 @@ from _hostile import (
     guarded_client,
     hostile_bodies,
     outcome,
+    rand_body,
     raw_client,
     sane_bodies,
+    seeds,
 )
 from agentguard.testing import capture_events
 
@@ -66,7 +69,7 @@ def _both_async(body: bytes) -> tuple[Outcome, Outcome]:
     )
 
 
-@cases(400)
+@cases(300)
 @given(body=sane_bodies)
 def test_odd_but_typed_bodies_end_in_an_answer_or_a_typed_error(body: Any) -> None:
     """Typed fields with odd values (reused ids, empty content, bad calls): no untyped error."""
@@ -82,6 +85,18 @@ def test_odd_but_typed_bodies_through_the_async_client(body: Any) -> None:
     """The same property through ``AsyncOpenAI``."""
     raw, guarded = _both_async(encode(body))
     assert_typed(guarded, raw)
+
+
+@cases(60)
+@given(seed=seeds)
+def test_bulk_bodies_end_in_an_answer_or_a_typed_error(seed: int) -> None:
+    """10 generated bodies per seed (600 in all) through the raw and the guarded client."""
+
+    def check(body: dict[str, Any]) -> None:
+        raw, guarded = _both(encode(body))
+        assert_typed(guarded, raw)
+
+    bulk(seed, 10, rand_body, check)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 15: response shapes the SDK accepts crash the guard")
@@ -138,6 +153,11 @@ def _today(name: str, body: bytes, found: str) -> Any:
             "lone-surrogate-in-name",
             _surrogate_name(),
             "UnicodeEncodeError (the correction re-sends the name; the SDK cannot encode it)",
+        ),
+        _today(
+            "lone-surrogate-in-content",
+            encode(completion(content="\ud800", tool_calls=[call("wipe", "{}")])),
+            "UnicodeEncodeError (the correction re-sends the content; the SDK cannot encode it)",
         ),
         _today("null-body", b"null", "AttributeError: 'NoneType' has no attribute 'model_dump'"),
         _today("array-body", b"[1, 2]", "AttributeError: 'list' has no attribute 'model_dump'"),
