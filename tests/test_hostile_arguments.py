@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import agentguard as ag
 from _hostile import (
+    DEEP,
     MESSAGES,
     TOOL_SCHEMA,
     TOOLS,
@@ -156,17 +157,19 @@ def _xfail(reason: str) -> Any:
     "message",
     [
         pytest.param(
-            _message(call("read_file", deep_json(1_000))),
-            id="arguments-nested-1000-deep",
+            _message(call("read_file", deep_json(DEEP))),
+            id="arguments-nested-deep",
             marks=_xfail(
-                "validation: 1,000-deep argument text raises RecursionError from json.loads "
+                "validation: deeply nested (100,000 levels; 1,000 on Python 3.10/3.11) argument text raises RecursionError from json.loads "
                 "(validation/_validator.py:468)"
             ),
         ),
         pytest.param(
-            _message(call("read_file", '{"path": ' + deep_json(1_000, "dict") + "}")),
-            id="argument-value-nested-1000-deep",
-            marks=_xfail("validation: a 1,000-deep value raises RecursionError"),
+            _message(call("read_file", '{"path": ' + deep_json(DEEP, "dict") + "}")),
+            id="argument-value-nested-deep",
+            marks=_xfail(
+                "validation: a deeply nested (100,000 levels; 1,000 on Python 3.10/3.11) value raises RecursionError"
+            ),
         ),
         pytest.param(
             _message(call("read_file", '{"n": ' + "9" * 5_000 + "}")),
@@ -177,9 +180,11 @@ def _xfail(reason: str) -> Any:
             ),
         ),
         pytest.param(
-            _message(call("read_file", {"path": nested(1_000, "a", "dict")})),
-            id="decoded-arguments-1000-deep",
-            marks=_xfail("validation: decoded 1,000-deep arguments raise RecursionError"),
+            _message(call("read_file", {"path": nested(DEEP, "a", "dict")})),
+            id="decoded-arguments-deep",
+            marks=_xfail(
+                "validation: decoded deeply nested (100,000 levels; 1,000 on Python 3.10/3.11) arguments raise RecursionError"
+            ),
         ),
         pytest.param(
             {"role": "assistant", "tool_calls": "read_file"},
@@ -238,17 +243,19 @@ def test_repaired_arguments_keep_their_text(arguments: str) -> None:
     "arguments",
     [
         pytest.param(
-            deep_json(1_000),
-            id="nested-1000-deep",
+            deep_json(DEEP),
+            id="nested-deep",
             marks=_xfail(
-                "validation switches off: a 1,000-deep arguments text reaches the agent "
+                "validation switches off: a deeply nested (100,000 levels; 1,000 on Python 3.10/3.11) arguments text reaches the agent "
                 "unchanged (the validator's RecursionError fails open)"
             ),
         ),
         pytest.param(
-            '{"path": ' + deep_json(1_000, "dict") + "}",
-            id="value-nested-1000-deep",
-            marks=_xfail("validation switches off: a 1,000-deep value reaches the agent"),
+            '{"path": ' + deep_json(DEEP, "dict") + "}",
+            id="value-nested-deep",
+            marks=_xfail(
+                "validation switches off: a deeply nested (100,000 levels; 1,000 on Python 3.10/3.11) value reaches the agent"
+            ),
         ),
         pytest.param(
             '{"n": ' + "9" * 5_000 + "}",
@@ -432,10 +439,10 @@ def test_the_loop_detector_observes_any_message(message: Any) -> None:
             marks=_xfail("observe: tool_calls [null] raises AttributeError .get"),
         ),
         pytest.param(
-            _message({"function": {"name": "a", "arguments": nested(2_000, 1, "dict")}}),
-            id="arguments-2000-deep",
+            _message({"function": {"name": "a", "arguments": nested(DEEP, 1, "dict")}}),
+            id="arguments-deep",
             marks=_xfail(
-                "observe: 2,000-deep arguments raise RecursionError from canonical_json "
+                "observe: deeply nested (100,000 levels) arguments raise RecursionError from canonical_json "
                 "(_fingerprint.py:52)"
             ),
         ),
@@ -453,12 +460,12 @@ def test_the_loop_detector_survives_malformed_messages(message: Any) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 15: check_tool_call on 2,000-deep arguments raises RecursionError "
+    reason="issue 15: check_tool_call on deeply nested (100,000 levels) arguments raises RecursionError "
     "(_fingerprint.py:52 canonical_json)",
 )
 def test_the_loop_detector_fingerprints_deep_arguments() -> None:
-    """Arguments nested 2,000 levels: a verdict, never a RecursionError."""
-    ag.LoopDetector().check_tool_call("t", nested(2_000, 1, "dict"))
+    """Arguments nested 100,000 levels: a verdict, never a RecursionError."""
+    ag.LoopDetector().check_tool_call("t", nested(DEEP, 1, "dict"))
 
 
 def test_reprlib_keeps_failures_readable() -> None:

@@ -12,8 +12,7 @@ import contextlib
 import gc
 import math
 import random
-import tempfile
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ import agentguard as ag
 from _hostile import (
     MESSAGES,
     RawUpstream,
+    Scratch,
     assert_only,
     bulk,
     cases,
@@ -39,7 +39,15 @@ from agentguard.config import TokenBudgetConfig
 from agentguard.storage import MemoryStore, RedisStore, SQLiteStore
 from agentguard.testing import FakeClock
 
-WORK = Path(tempfile.mkdtemp(prefix="ag-hostile-budget-"))
+WORK = Scratch("ag-hostile-budget-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch() -> Iterator[None]:
+    yield
+    WORK.cleanup()
+
+
 PER_SESSION = 1_000
 PER_HOUR = 5_000
 

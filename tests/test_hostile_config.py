@@ -13,8 +13,8 @@ import contextlib
 import io
 import math
 import random
-import tempfile
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import agentguard as ag
 from _hostile import (
     CANARY,
+    Scratch,
     alias_bomb,
     assert_no_canary,
     assert_only,
@@ -39,7 +40,15 @@ from _hostile import (
 from agentguard import cli
 
 # one directory for the whole module: hypothesis examples reuse it (no function-scoped fixture)
-WORK = Path(tempfile.mkdtemp(prefix="ag-hostile-config-"))
+WORK = Scratch("ag-hostile-config-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch() -> Iterator[None]:
+    yield
+    WORK.cleanup()
+
+
 SUFFIXES = [".yaml", ".yml", ".toml", ".json", ""]
 
 

@@ -11,8 +11,7 @@ import contextlib
 import io
 import json
 import random
-import tempfile
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _hostile import (
+    DEEP,
+    Scratch,
     assert_only,
     bulk,
     cases,
@@ -32,7 +33,15 @@ from _hostile import (
 )
 from agentguard import cli
 
-WORK = Path(tempfile.mkdtemp(prefix="ag-hostile-scan-"))
+WORK = Scratch("ag-hostile-scan-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch() -> Iterator[None]:
+    yield
+    WORK.cleanup()
+
+
 CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 GOOD = [
     {"role": "user", "content": "hi"},
@@ -129,12 +138,12 @@ def _line(messages: Any) -> str:
             "RecursionError from json.loads (cli/_trace.py:293)",
         ),
         _crash(
-            "arguments-nested-1000-deep",
+            "arguments-nested-deep",
             _line(
                 [
                     {
                         "role": "assistant",
-                        "tool_calls": [{"function": {"name": "f", "arguments": deep_json(1_000)}}],
+                        "tool_calls": [{"function": {"name": "f", "arguments": deep_json(DEEP)}}],
                     }
                 ]
             ),

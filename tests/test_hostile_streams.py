@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import agentguard as ag
 import agentguard.validation._validator as validator_module
 from _hostile import (
+    DEEP,
     MESSAGES,
     TOOLS,
     Outcome,
@@ -144,8 +145,8 @@ STREAMS_TODAY = [
         "AttributeError: 'list' object has no attribute 'choices' (openai.py:110)",
     ),
     _today(
-        "arguments-nested-1000-deep",
-        [chunk(tool_delta(0, "read_file", deep_json(1_000), id="c1", type="function")), FINISH],
+        "arguments-nested-deep",
+        [chunk(tool_delta(0, "read_file", deep_json(DEEP), id="c1", type="function")), FINISH],
         "RecursionError (validation/_validator.py:468)",
     ),
     _today(

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import agentguard as ag
 from _hostile import (
+    DEEP,
     bulk,
     cases,
     deep_json,
@@ -102,8 +103,8 @@ ARG_CRASH = "issue 15: ToolGuard.call raises on hostile arguments: "
     "arguments",
     [
         pytest.param(
-            {"x": nested(2_000, 1, "dict")},
-            id="nested-2000-deep",
+            {"x": nested(DEEP, 1, "dict")},
+            id="nested-deep",
             marks=pytest.mark.xfail(
                 strict=True, reason=ARG_CRASH + "RecursionError (tools/_guard.py:1041 _text)"
             ),
@@ -130,8 +131,8 @@ ARG_CRASH = "issue 15: ToolGuard.call raises on hostile arguments: "
             ),
         ),
         pytest.param(
-            '{"x": ' + deep_json(2_000) + "}",
-            id="text-nested-2000-deep",
+            '{"x": ' + deep_json(DEEP) + "}",
+            id="text-nested-deep",
             marks=pytest.mark.xfail(
                 strict=True,
                 reason=ARG_CRASH + "RecursionError from json.loads (tools/_model.py:349)",
@@ -172,8 +173,8 @@ RESULT_CRASH = (
             ),
         ),
         pytest.param(
-            nested(2_000, 1, "dict"),
-            id="nested-2000-deep",
+            nested(DEEP, 1, "dict"),
+            id="nested-deep",
             marks=pytest.mark.xfail(
                 strict=True, reason=RESULT_CRASH + "RecursionError (loops/_identity.py:80)"
             ),
