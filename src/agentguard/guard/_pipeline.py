@@ -50,7 +50,7 @@ from agentguard.types import Attempt, Choice, Severity, Tier
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
-from ._session import SessionSource, opening_key, resolve_session, scope_of
+from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key
 
@@ -162,11 +162,11 @@ class Pipeline:
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
         if source == "fingerprint":
             # No session named: the conversation finds its own run, among the caller's runs
-            # with the same opening; each run is a session of its own for budgets and reports.
-            opening = opening_key(request.messages)
-            namespace = f"auto:{scope_of(request)}:{opening}"
+            # with the same opening (``sid`` names it); each run is a session of its own for
+            # budgets and reports.
+            namespace = f"{sid}:{scope_of(request)}"
             run, new, tokens = self._runs.locate(
-                namespace, request.messages, lambda: f"auto-{opening[:12]}-{uuid.uuid4().hex[:8]}"
+                namespace, request.messages, lambda: f"{sid[:17]}-{uuid.uuid4().hex[:8]}"
             )
         else:
             run, new, tokens = self._runs.locate(f"session:{sid}", request.messages, lambda: sid)

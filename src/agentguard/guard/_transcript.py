@@ -234,11 +234,7 @@ def message_key(message: Mapping[str, Any]) -> str:
         parts = [role, content, call_id or ""]
         for call in calls:
             fn = call.get("function") or {}
-            parts += [
-                str(call.get("id")),
-                str(fn.get("name")),
-                fingerprint(fn.get("arguments") or ""),
-            ]
+            parts += [str(call.get("id")), str(fn.get("name")), _arguments_key(fn.get("arguments"))]
         text = "".join(f"{len(part)}:{part}" for part in parts)
         return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
     described = [
@@ -255,6 +251,24 @@ def message_key(message: Mapping[str, Any]) -> str:
     return "j" + fingerprint_bytes(
         json.dumps(described, default=str).encode("utf-8", "surrogatepass")
     )
+
+
+#: fingerprints of argument texts seen lately: an answer's arguments are keyed when it is given
+#: and again when the next request carries it back
+_ARGUMENT_KEYS: dict[str, str] = {}
+
+
+def _arguments_key(arguments: Any) -> str:
+    """The arguments' fingerprint, spacing and key order aside (memoised for texts)."""
+    if not isinstance(arguments, str):
+        return fingerprint(arguments or "")
+    key = _ARGUMENT_KEYS.get(arguments)
+    if key is None:
+        key = fingerprint(arguments)
+        if len(_ARGUMENT_KEYS) >= 4096:  # bounded: start over rather than track recency
+            _ARGUMENT_KEYS.clear()
+        _ARGUMENT_KEYS[arguments] = key
+    return key
 
 
 def message_tokens(message: Mapping[str, Any]) -> int:
