@@ -164,3 +164,43 @@ def test_callers_with_the_same_conversation_get_their_own_sessions(
         sessions[user] = _guard_headers(raw)["x-agentguard-session"]
     assert sessions["alice"] != sessions["bob"]
     assert all(s.startswith("auto-") for s in sessions.values())
+
+
+def test_concurrent_conversations_with_one_opening_share_nothing(proxy: Any, upstream: Any) -> None:
+    """Six clients run the same two-step conversation at once, with no session header: six
+    sessions, each continued by its second step, no loop verdict, no budget warning (each
+    session spends its own budget)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    up, _ = upstream
+    users = 6
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "search", "arguments": '{"query": "install"}'},
+    }
+    up.script(
+        fast_model=[Reply.call("search", {"query": "install"}, id="call_0")] * users
+        + [Reply.text("Section 2 of the guide.")] * users
+    )
+    opening = [{"role": "user", "content": "where is the install guide?"}]
+    follow_up = [
+        *opening,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "guide.md, section 2"},
+    ]
+
+    def ask(messages: list[dict[str, Any]]) -> dict[str, str]:
+        raw = proxy.chat.completions.with_raw_response.create(
+            model="agent", messages=messages, tools=TOOLS
+        )
+        return _guard_headers(raw)
+
+    with ThreadPoolExecutor(users) as pool:
+        first = list(pool.map(ask, [opening] * users))
+        second = list(pool.map(ask, [follow_up] * users))
+    assert len({h["x-agentguard-session"] for h in first}) == users
+    assert {h["x-agentguard-session"] for h in second} == {h["x-agentguard-session"] for h in first}
+    for headers in first + second:  # no loop verdict moved a call, no budget was shared
+        assert "x-agentguard-escalation-reason" not in headers
+        assert "x-agentguard-budget-warning" not in headers
