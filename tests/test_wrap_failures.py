@@ -425,3 +425,51 @@ def test_streaming_usage_chunk_reaches_the_caller() -> None:
     assert last.usage is not None
     assert last.usage.total_tokens > 0
     assert chunks[-2].choices[0].finish_reason == "tool_calls"
+
+
+# -- what wrap() accepts -------------------------------------------------------------------------
+
+
+def _client(model: ScriptedModel) -> Any:
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://scripted.invalid/v1",
+        http_client=http.Client(transport=model.mock_transport(http)),
+    )
+
+
+def test_wrap_takes_a_plain_dict() -> None:
+    """``ag.wrap(client, {...})``: the dict is the reliability block (no AttributeError)."""
+    model = ScriptedModel([Reply.call("read_file", {"path": "a"}), GOOD])
+    wrapped = ag.wrap(_client(model), {"tool_validation": {"max_retries": 0}, "tiers": {}})
+    answer = wrapped.chat.completions.create(model="fast", messages=MESSAGES, tools=[{**TOOLS[0]}])
+    assert ag.report_of(answer) is not None
+
+
+def test_wrap_without_config_reads_agentguard_config_and_overrides(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Like the LiteLLM proxy handler: AGENTGUARD_CONFIG names the file, AGENTGUARD_* override,
+    unrelated AGENTGUARD_ variables are ignored."""
+    path = tmp_path / "agentguard.yaml"
+    path.write_text("reliability:\n  token_budget: {policy: hard_stop, per_session: 1}\n")
+    monkeypatch.setenv("AGENTGUARD_CONFIG", str(path))
+    monkeypatch.setenv("AGENTGUARD_TOKEN_BUDGET__PER_SESSION", "2")
+    monkeypatch.setenv("AGENTGUARD_WRAP", "1")
+    wrapped = ag.wrap(_client(ScriptedModel([GOOD])))
+    with pytest.raises(ag.BudgetExceeded) as info:
+        wrapped.chat.completions.create(model="fast", messages=MESSAGES)
+    assert info.value.limit == 2
+
+
+@pytest.mark.parametrize("thing", [object(), "gpt-4o", None])
+def test_wrapping_something_else_is_a_type_error(thing: Any) -> None:
+    """Not an openai client: a TypeError saying what wrap() takes and where to go instead."""
+    with pytest.raises(TypeError, match=r"openai\.OpenAI or openai\.AsyncOpenAI"):
+        ag.wrap(thing)
+
+
+def test_wrap_rejects_a_config_of_the_wrong_type() -> None:
+    """A config that is no GuardConfig, dict or path: TypeError naming the accepted types."""
+    with pytest.raises(TypeError, match="a dict or a file path"):
+        ag.wrap(_client(ScriptedModel([GOOD])), 42)  # type: ignore[arg-type]

@@ -62,7 +62,7 @@ __all__ = ["PROVIDER", "GuardedLLM", "LiteLLMTransport", "register", "report_hea
 #: The provider prefix: ``model="agentguard/<model>"``.
 PROVIDER = "agentguard"
 #: The environment variable naming the guard's configuration file for :data:`proxy_handler`.
-CONFIG_ENV = "AGENTGUARD_CONFIG"
+CONFIG_ENV = "AGENTGUARD_CONFIG"  # read by GuardConfig.load()
 _PROVIDER_PREFIX = "llm_provider-"
 # litellm maps these statuses to its BadRequestError, BadGatewayError, RateLimitError and
 # ServiceUnavailableError (it has no 409 or 422 for custom providers)
@@ -238,7 +238,10 @@ class GuardedLLM:
     breakers are the same whichever way a call comes in.
 
     Args:
-        config: the configuration (defaults when ``None``); its ``tiers`` are litellm models.
+        config: the configuration, read by :meth:`GuardConfig.load` (so, exactly as
+            ``agentguard.wrap``: a ``GuardConfig``, a dict, a file path, or ``None`` for the
+            file named by ``AGENTGUARD_CONFIG`` and the ``AGENTGUARD_*`` overrides); its
+            ``tiers`` are litellm models.
         sleep: how the sync driver waits between retries (injected in tests).
         asleep: how the async driver waits (injected in tests).
         **options: passed to :class:`~agentguard.Guard` (``ledger``, ``probe``, ``clock``,
@@ -247,12 +250,13 @@ class GuardedLLM:
 
     def __init__(
         self,
-        config: GuardConfig | None = None,
+        config: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         sleep: Any = None,
         asleep: Any = None,
         **options: Any,
     ) -> None:
+        config = GuardConfig.load(config)
         self.guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=sleep, **options)
         self.aguard = AsyncGuard(
             config=config, tier_transport=LiteLLMTransport, sleep=asleep, **options
@@ -305,13 +309,16 @@ class GuardedLLM:
         yield _last(finish, stream.report)
 
 
-def register(config: GuardConfig | None = None, **options: Any) -> GuardedLLM:
+def register(
+    config: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> GuardedLLM:
     """Make ``model="agentguard/<model>"`` run through a guard in this process.
 
     Replaces an ``agentguard`` provider registered before.
 
     Args:
-        config: the configuration (defaults when ``None``).
+        config: the configuration, as for :class:`GuardedLLM`.
         **options: passed to :class:`GuardedLLM`.
 
     Returns:
@@ -381,6 +388,5 @@ def __getattr__(name: str) -> Any:
         if name == "proxy_headers":
             _proxy[name] = _headers_hook()
         else:
-            path = os.environ.get(CONFIG_ENV)
-            _proxy[name] = GuardedLLM(GuardConfig.from_file(path) if path else GuardConfig())
+            _proxy[name] = GuardedLLM()  # AGENTGUARD_CONFIG and overrides, as agentguard.wrap
     return _proxy[name]
