@@ -236,6 +236,33 @@ def test_a_client_error_is_not_retried(asynchronous: bool) -> None:
 
 
 @MODES
+def test_an_upstream_error_after_retries_carries_the_guards_record(asynchronous: bool) -> None:
+    """Retried and still failing, with no tier to move to: the SDK's own error type, with the
+    attempt history as ``agentguard_report`` and a note in the traceback."""
+    config = _config(escalation={"enabled": False})
+    run = _run([Fault.server_error(503)] * 3, asynchronous=asynchronous, config=config)
+    assert isinstance(run.error, openai.InternalServerError)
+    report = run.error.agentguard_report  # type: ignore[attr-defined]
+    assert [a.outcome for a in report.attempts] == ["transient", "transient"]
+    assert report.retries == 1
+    assert any(n.startswith("agentguard: 2 attempt(s)") for n in run.error.__notes__)
+
+
+@MODES
+def test_given_up_corrections_carry_their_tokens(asynchronous: bool) -> None:
+    """ToolValidationFailed through the real client: the tokens of every re-ask are on it."""
+    config = _config(escalation={"enabled": False})
+    bad = Reply.call("read_file", {"file": "setup.cfg"})
+    run = _run([bad] * 4, asynchronous=asynchronous, config=config)
+    assert isinstance(run.error, ag.ToolValidationFailed)
+    assert run.error.n_attempts == 4
+    usage = run.error.total_usage
+    assert usage.completion_tokens > 0
+    assert len(run.requests) == 4  # each of the four answers is counted, not only the last
+    assert usage.prompt_tokens > 4 * 10
+
+
+@MODES
 def test_degenerate_text_escalates(asynchronous: bool) -> None:
     """An answer that degenerates into repetition is a loop: the next tier answers."""
     run = _run(

@@ -182,6 +182,11 @@ class Attempt:
 class EscalationPrompt:
     """What confirm mode asks the user: no silent failover, costs shown.
 
+    Every option says what it will cost before it is chosen: one more attempt is expected to
+    spend ``estimated_tokens`` (the request's prompt plus an answer as long as this call's
+    answers so far, or the request's output cap before any answer), priced on the current tier
+    for *retry* and on the proposed tier for *use backup*; *cancel* spends nothing more.
+
     Attributes:
         reason: the trigger (``timeout``, ``server_error`` ...).
         message: what happened, in words.
@@ -191,6 +196,10 @@ class EscalationPrompt:
         tokens_spent: tokens spent on this request so far, all attempts included.
         cost_spent: their cost in the price table's currency, or ``None`` when unknown.
         attempts: attempts made so far.
+        estimated_tokens: tokens one more attempt is expected to spend (an estimate).
+        retry_cost: their cost on ``current``, or ``None`` when its model has no price.
+        backup_cost: their cost on ``proposed``, or ``None`` when it has no price (or there is
+            no proposed tier).
     """
 
     reason: str
@@ -201,9 +210,20 @@ class EscalationPrompt:
     tokens_spent: int = 0
     cost_spent: float | None = None
     attempts: int = 0
+    estimated_tokens: int = 0
+    retry_cost: float | None = None
+    backup_cost: float | None = None
+
+    def estimate(self, choice: Choice) -> tuple[int, float | None]:
+        """What ``choice`` is expected to spend: ``(tokens, cost or None when unpriced)``."""
+        if choice == Choice.RETRY:
+            return self.estimated_tokens, self.retry_cost
+        if choice == Choice.USE_BACKUP:
+            return self.estimated_tokens, self.backup_cost
+        return 0, 0.0
 
     def render(self) -> str:
-        """The prompt as text for a terminal: what failed, what it cost, the options."""
+        """The prompt as text for a terminal: what failed, what it cost, each option's cost."""
         cost = "" if self.cost_spent is None else f" (~${self.cost_spent:,.4f})"
         lines = [
             f"{self.current.name} ({self.current.model}) failed: {self.message}",
@@ -219,8 +239,15 @@ class EscalationPrompt:
             ),
             Choice.CANCEL: "Cancel",
         }
-        lines += [f"  [{i}] {labels[o]}" for i, o in enumerate(self.options, 1)]
+        lines += [f"  [{i}] {labels[o]}: {self._spend(o)}" for i, o in enumerate(self.options, 1)]
         return "\n".join(lines)
+
+    def _spend(self, choice: Choice) -> str:
+        tokens, cost = self.estimate(choice)
+        if choice == Choice.CANCEL:
+            return "nothing more spent"
+        money = "no price configured" if cost is None else f"~${cost:,.4f}"
+        return f"~{tokens:,} more tokens ({money})"
 
 
 publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)
