@@ -37,7 +37,12 @@ def proxy(
 ) -> Iterator[Any]:
     """A real litellm proxy process on loopback; the openai client pointed at it."""
     _, url = upstream
-    budget = {"per_session": 3000, "warn_ratio": 0.5, "max_output_tokens": 100}
+    budget = {
+        "per_session": 3000,
+        "warn_ratio": 0.5,
+        "max_output_tokens": 100,
+        "policy": "hard_stop",
+    }
     guard = guard_config(url, token_budget=budget)
     litellm_cli = str(Path(sys.executable).with_name("litellm"))
     with litellm_proxy(litellm_cli, tmp_path_factory.mktemp("proxy"), guard) as (base, key):
@@ -146,3 +151,41 @@ def test_streaming_through_the_proxy_carries_the_report_at_the_end(
         "strong",
         "fast",
     )
+
+
+def test_tool_calls_still_invalid_answer_502_with_the_guards_headers(
+    proxy: Any, upstream: Any
+) -> None:
+    """Invalid on every tier after every correction: 502 as documented, and the error response
+    carries the x-agentguard-* headers, each attempt labelled by what happened."""
+    up, _ = upstream
+    start = up.script(
+        fast_model=[Reply.call("search", {})] * 4, strong_model=[Reply.call("search", {})] * 4
+    )
+    with pytest.raises(openai.APIStatusError) as info:
+        _ask(proxy, "invalid-1", tools=TOOLS)
+    error = info.value
+    assert error.status_code == 502
+    assert "tool_validation_failed" in str(error)
+    headers = _guard_headers(error.response)
+    assert headers["x-agentguard-session"] == "invalid-1"
+    assert headers["x-agentguard-corrections"] == "6"  # three re-asks on each tier
+    attempts = headers["x-agentguard-attempts"].split(",")
+    assert attempts == ["fast:tool_validation_failure"] * 4 + ["strong:tool_validation_failure"] * 4
+    assert len(up.models_since(start)) == 8
+
+
+def test_a_spent_session_budget_is_a_final_refusal(proxy: Any, upstream: Any) -> None:
+    """hard_stop, session budget spent: 403 (a default OpenAI() client does not retry it),
+    no Retry-After, the budget state in the headers; nothing reaches upstream."""
+    up, _ = upstream
+    start = up.script(fast_model=[Reply.text("never sent")])
+    huge = " ".join(f"line {i} of the attached build log" for i in range(1000))
+    with pytest.raises(openai.PermissionDeniedError) as info:
+        _ask(proxy, "budget-2", text=huge)
+    headers = info.value.response.headers
+    assert "retry-after" not in headers
+    assert headers["x-agentguard-budget-exceeded"] == "true"
+    assert headers["x-agentguard-session"] == "budget-2"
+    assert up.models_since(start) == []
+    up.queues["fast-model"].clear()
