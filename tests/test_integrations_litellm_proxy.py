@@ -189,3 +189,23 @@ def test_a_spent_session_budget_is_a_final_refusal(proxy: Any, upstream: Any) ->
     assert headers["x-agentguard-session"] == "budget-2"
     assert up.models_since(start) == []
     up.queues["fast-model"].clear()
+
+
+def test_a_stream_refused_before_its_first_chunk_answers_with_the_same_status(
+    proxy: Any, upstream: Any
+) -> None:
+    """stream=True, every tier down before anything was sent: the status a call would get
+    (litellm builds this answer itself: without the x-agentguard-* headers, as documented)."""
+    up, _ = upstream
+    up.script(fast_model=[Fault.server_error(503)], strong_model=[Fault.server_error(503)])
+    with pytest.raises(openai.APIStatusError) as info:
+        list(
+            proxy.chat.completions.create(
+                model="agent",
+                messages=[{"role": "user", "content": "stream please"}],
+                stream=True,
+                extra_headers={"x-agentguard-session": "stream-dead"},
+            )
+        )
+    assert info.value.status_code == 503
+    assert "agentguard tiers_exhausted" in str(info.value)

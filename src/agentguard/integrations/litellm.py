@@ -294,12 +294,20 @@ def _translate(exc: AgentGuardError) -> Exception:
 def _guard_error(exc: BaseException | None) -> tuple[int, str, dict[str, str], str] | None:
     """The guard's answer somewhere in the chain of ``exc`` (litellm wraps what it maps)."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        found = getattr(exc, "agentguard_error", None)
+    todo = [exc]
+    while todo:  # breadth first: litellm chains both by __cause__ and by __context__
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        found = getattr(current, "agentguard_error", None)
         if found is not None:
-            return (*found, str(getattr(exc, "message", exc)))
-        exc = exc.__cause__ or exc.__context__ or getattr(exc, "original_exception", None)
+            return (*found, str(getattr(current, "message", current)))
+        todo += [
+            current.__cause__,
+            current.__context__,
+            getattr(current, "original_exception", None),
+        ]
     return None
 
 
