@@ -400,6 +400,8 @@ def test_cloud_fallback_with_base_url_needs_no_known_provider() -> None:
         ({"token_budget": {"per_sesion": 5}}, "did you mean 'per_session'?"),
         ({"loop_detect": {}}, "did you mean 'loop_detection'?"),
         ({"token_budget": {"per_request_ouput": 5}}, "did you mean 'per_request_output'?"),
+        ({"escalation": {"cloud_fallbak": {}}}, "did you mean 'cloud_fallback'?"),
+        ({"memory_monitor": {"warning_treshold": 0.9}}, "did you mean 'warning_threshold'?"),
     ],
 )
 def test_unknown_keys_suggest_the_near_match(data: dict[str, Any], suggestion: str) -> None:

@@ -199,27 +199,26 @@ def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
 # They are accepted here, translated once to the canonical keys, so everything downstream (the
 # models, `config show`, the guard) sees one vocabulary.
 
-#: Section by section, a key's other name and its canonical one.
-_ALIASES: dict[tuple[str, ...], dict[str, str]] = {
+#: Section by section (``()``: top level), another name of a key and its canonical name.
+_RENAMES: dict[tuple[str, ...], dict[str, str]] = {
     (): {"memory_monitor": "memory_pressure"},
     ("token_budget",): {"per_request_output": "max_output_tokens", "on_exceed": "policy"},
-    ("memory_monitor",): {
-        "warning_threshold": "percent_warning",
-        "critical_threshold": "percent_critical",
-    },
-    ("escalation",): {"cloud_fallback": "tiers.<last tier of the chain>"},
 }
-# memory_monitor writes thresholds as fractions of 1; memory_pressure as percent
+#: Inside ``memory_monitor``, where thresholds are fractions of 1 (``memory_pressure``: percent).
+_MONITOR_RENAMES = {
+    "warning_threshold": "percent_warning",
+    "critical_threshold": "percent_critical",
+}
 _PERCENT_KEYS = frozenset(
-    {
-        "psi_some_warning",
-        "psi_some_critical",
-        "psi_full_critical",
-        "percent_warning",
-        "percent_critical",
-    }
+    {"psi_some_warning", "psi_some_critical", "psi_full_critical", *_MONITOR_RENAMES.values()}
 )
 _FALLBACK_KEYS = ("provider", "model", "base_url", "api_key_env", "timeout")
+#: The other names each (canonical) section accepts, for "did you mean".
+_OTHER_NAMES: dict[tuple[str, ...], list[str]] = {
+    **{where: list(names) for where, names in _RENAMES.items()},
+    ("memory_pressure",): list(_MONITOR_RENAMES),
+    ("escalation",): ["cloud_fallback"],
+}
 
 
 def suggest(key: str, choices: list[str]) -> str | None:
@@ -234,49 +233,41 @@ def suggest(key: str, choices: list[str]) -> str | None:
 
 
 def _canonical(body: dict[str, Any], source: str | None) -> dict[str, Any]:
-    """``body`` with every alias of :data:`_ALIASES` renamed and converted to canonical units."""
+    """``body`` with every other name renamed to the canonical one, in the canonical units."""
     problems: list[dict[str, Any]] = []
 
-    def rename(node: dict[str, Any], where: tuple[str, ...], old: str, new: str) -> None:
-        if old not in node:
-            return
-        if new in node:
-            path = ".".join([ROOT, *where, old])
-            problems.append(
-                {"path": path, "value": "...", "allowed": f"'{old}' is '{new}': give one of them"}
-            )
-            return
-        node[new] = node.pop(old)
+    def rename(node: Any, where: tuple[str, ...], names: Mapping[str, str]) -> None:
+        if not isinstance(node, dict):
+            return  # not a mapping: the models report it
+        for old, new in names.items():
+            if old not in node:
+                continue
+            if new in node:
+                path = ".".join([ROOT, *where, old])
+                allowed = f"'{old}' is '{new}': give one of them"
+                problems.append({"path": path, "value": "...", "allowed": allowed})
+                continue
+            node[new] = node.pop(old)
 
     monitor = body.get("memory_monitor")
-    if isinstance(monitor, dict):
-        for old, new in _ALIASES[("memory_monitor",)].items():
-            rename(monitor, ("memory_monitor",), old, new)
-        for key in _PERCENT_KEYS & monitor.keys():
-            value = monitor[key]
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 0 <= value <= 1
-            ):
-                problems.append(
-                    {
-                        "path": f"{ROOT}.memory_monitor.{key}",
-                        "value": _short(value),
-                        "allowed": "a fraction between 0 and 1 (memory_monitor takes fractions, "
-                        "memory_pressure percent)",
-                    }
-                )
-            else:
-                monitor[key] = round(value * 100, 9)
-    for where, names in _ALIASES.items():
-        node: Any = body
-        for k in where:
-            node = node.get(k) if isinstance(node, dict) else None
-        if isinstance(node, dict) and where != ("memory_monitor",):
-            for old, new in names.items():
-                if old != "cloud_fallback":
-                    rename(node, where, old, new)
+    if not isinstance(monitor, dict):
+        monitor = {}  # absent, or not a mapping (the models report that)
+    rename(monitor, ("memory_monitor",), _MONITOR_RENAMES)
+    for key in _PERCENT_KEYS & monitor.keys():
+        value = monitor[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            problems.append(
+                {
+                    "path": f"{ROOT}.memory_monitor.{key}",
+                    "value": _short(value),
+                    "allowed": "a fraction between 0 and 1 (memory_monitor takes fractions, "
+                    "memory_pressure percent)",
+                }
+            )
+        else:
+            monitor[key] = round(value * 100, 9)
+    rename(body, (), _RENAMES[()])
+    rename(body.get("token_budget"), ("token_budget",), _RENAMES[("token_budget",)])
     escalation = body.get("escalation")
     if isinstance(escalation, dict) and "cloud_fallback" in escalation:
         problems += _cloud_fallback(body, escalation)
@@ -417,7 +408,7 @@ def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, An
         value = err.get("input")
         if err["type"] == "extra_forbidden":
             fields = _fields_at(model, loc[:-1])
-            near = suggest(key, [*fields, *_ALIASES.get(tuple(loc[:-1]), {})])
+            near = suggest(key, [*fields, *_OTHER_NAMES.get(tuple(loc[:-1]), [])])
             allowed = f"unknown key; did you mean {near!r}? " if near else "unknown key; "
             allowed += f"allowed keys here: {', '.join(fields)}"
         else:
