@@ -27,7 +27,7 @@ from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.guard import Guard
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 from agentguard.transport import ModelRequest
-from agentguard.types import Tier, Usage
+from agentguard.types import Tier, Usage, _money
 
 TOOLS = [
     {
@@ -188,8 +188,8 @@ def test_escalation_required_carries_the_record_and_priced_options() -> None:
     assert backup == pytest.approx(10 * retry)
     assert prompt.estimate(Choice.CANCEL) == (0, 0.0)
     text = prompt.render()
-    assert f"Try again with fast (small): ~{tokens:,} more tokens (~${retry:,.4f})" in text
-    assert f"Use backup: premium (big): ~{tokens:,} more tokens (~${backup:,.4f})" in text
+    assert f"Try again with fast (small): ~{tokens:,} more tokens (~{_money(retry)})" in text
+    assert f"Use backup: premium (big): ~{tokens:,} more tokens (~{_money(backup)})" in text
     assert "Cancel: nothing more spent" in text
 
 
@@ -242,3 +242,12 @@ def test_prompt_without_a_target_offers_no_backup_price() -> None:
     assert prompt.render().splitlines()[-2] == (
         "  [1] Try again with fast (small): ~1,200 more tokens (~$0.0012)"
     )
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [(0.0, "$0.0000"), (0.02, "$0.0200"), (1234.5, "$1,234.5000"), (0.000017, "$0.000017")],
+)
+def test_money_keeps_the_fractions_of_a_cent_one_attempt_costs(amount: float, shown: str) -> None:
+    """An attempt on a cheap model costs a fraction of a cent: it is not shown as $0.0000."""
+    assert _money(amount) == shown

@@ -224,7 +224,7 @@ class EscalationPrompt:
 
     def render(self) -> str:
         """The prompt as text for a terminal: what failed, what it cost, each option's cost."""
-        cost = "" if self.cost_spent is None else f" (~${self.cost_spent:,.4f})"
+        cost = "" if self.cost_spent is None else f" (~{_money(self.cost_spent)})"
         lines = [
             f"{self.current.name} ({self.current.model}) failed: {self.message}",
             f"Used so far: {self.tokens_spent:,} tokens{cost} over {self.attempts} attempt(s).",
@@ -246,8 +246,15 @@ class EscalationPrompt:
         tokens, cost = self.estimate(choice)
         if choice == Choice.CANCEL:
             return "nothing more spent"
-        money = "no price configured" if cost is None else f"~${cost:,.4f}"
+        money = "no price configured" if cost is None else f"~{_money(cost)}"
         return f"~{tokens:,} more tokens ({money})"
+
+
+def _money(amount: float) -> str:
+    """Money for a person: four decimals, more for the fractions of a cent one attempt costs."""
+    if amount == 0 or amount >= 0.001:
+        return f"${amount:,.4f}"
+    return f"${amount:.2g}" if amount < 1e-6 else f"${amount:.6f}"
 
 
 publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

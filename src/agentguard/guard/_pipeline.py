@@ -52,7 +52,7 @@ from agentguard.transport import (
     StreamChunk,
     split_session_header,
 )
-from agentguard.types import Attempt, Choice, Severity, Tier, Usage
+from agentguard.types import Attempt, Choice, Severity, Tier, Usage, _money
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
@@ -627,7 +627,7 @@ def _record(call: _Call, error: BaseException) -> None:
     if isinstance(error, AgentGuardError):
         error.attempts = report.attempts
     tried = ", ".join(f"{a.tier} {a.outcome}" for a in report.attempts) or "no model call"
-    cost = "" if report.cost is None else f" (~${report.cost:,.4f})"
+    cost = "" if report.cost is None else f" (~{_money(report.cost)})"
     note = (
         f"agentguard: {len(report.attempts)} attempt(s) [{tried}], "
         f"{report.usage.total_tokens:,} tokens{cost}, session {report.session}"
