@@ -9,6 +9,7 @@ nox session; skipped where litellm's proxy is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -43,9 +44,16 @@ def proxy(
         "max_output_tokens": 100,
         "policy": "hard_stop",
     }
-    guard = guard_config(url, token_budget=budget)
+    with _client(url, tmp_path_factory.mktemp("proxy"), budget) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _client(url: str, tmp: Path, budget: dict[str, Any]) -> Iterator[Any]:
+    """A proxy whose guard has ``budget``, and an openai client (no retries of its own) on it."""
     litellm_cli = str(Path(sys.executable).with_name("litellm"))
-    with litellm_proxy(litellm_cli, tmp_path_factory.mktemp("proxy"), guard) as (base, key):
+    guard = guard_config(url, token_budget=budget)
+    with litellm_proxy(litellm_cli, tmp, guard) as (base, key):
         client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
         yield client
         client.close()
@@ -209,3 +217,32 @@ def test_a_stream_refused_before_its_first_chunk_answers_with_the_same_status(
         )
     assert info.value.status_code == 503
     assert "agentguard tiers_exhausted" in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def hourly_proxy(
+    upstream: tuple[Upstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """A second proxy whose rolling-hour budget is tiny (it is spent for the whole module)."""
+    _, url = upstream
+    budget = {"per_hour": 400, "max_output_tokens": 50, "policy": "hard_stop"}
+    with _client(url, tmp_path_factory.mktemp("hourly"), budget) as client:
+        yield client
+
+
+def test_a_spent_hourly_budget_answers_429_with_retry_after(
+    hourly_proxy: Any, upstream: Any
+) -> None:
+    """hard_stop, the rolling hour spent: 429 with Retry-After (seconds until it frees up), which
+    a default OpenAI() client waits for; the budget state in the x-agentguard-* headers."""
+    up, _ = upstream
+    up.script(fast_model=[Reply.text("an answer")] * 10)
+    text = " ".join(f"line {i} of the log" for i in range(30))  # ~150 tokens a call
+    with pytest.raises(openai.RateLimitError) as info:  # noqa: PT012
+        for i in range(10):  # the hour holds 400: the third or fourth call is refused
+            _ask(hourly_proxy, f"hour-{i}", text=text)
+    headers = info.value.response.headers
+    assert 1 <= int(headers["retry-after"]) <= 3600
+    assert headers["x-agentguard-budget-exceeded"] == "true"
+    assert "budget_exceeded" in str(info.value)
+    up.queues["fast-model"].clear()
