@@ -168,7 +168,9 @@ class Attempt:
     Attributes:
         tier: the tier's name.
         model: the model tried.
-        outcome: ``ok`` or the trigger that ended it (``server_error``, ``timeout`` ...).
+        outcome: what happened: ``ok`` (the answer was used), the class of the error the call
+            ended in (``transient``, ``timeout``, ``rate_limited`` ...), ``breaker_open``, or
+            what was wrong with the answer (``tool_validation_failure``, ``loop_detected``).
         detail: a short, redacted description.
     """
 
