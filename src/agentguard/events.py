@@ -5,7 +5,9 @@ argument of every component) and per process (:func:`add_hook`); the process def
 event through the stdlib logger ``"agentguard"``. A failing hook is logged and otherwise ignored:
 observability never breaks the agent.
 
-Events carry no secrets: components build them from redacted values only.
+Events carry no secrets: components build them from redacted values, and the free-text fields
+(an exception's message ...) pass :func:`agentguard._redact.redact` once more when the event is
+made, so neither a hook nor the log it feeds ever sees a configured secret.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from agentguard._exports import publish
+from agentguard._redact import redact
 
 __all__ = [
     "BreakerStateChanged",
@@ -70,6 +73,16 @@ class Event:
 
     session: str | None = None
 
+    #: The fields holding free text (an exception's message ...), redacted when the event is
+    #: made: the last gate before hooks and logs, whoever built the text.
+    _texts: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self._texts:
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, redact(value))
+
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-ready data, with its ``kind``."""
         data: dict[str, Any] = {"kind": self.kind}
@@ -99,6 +112,7 @@ class GuardInternalError(Event):
     """
 
     kind: ClassVar[str] = "guard_internal_error"
+    _texts: ClassVar[tuple[str, ...]] = ("message",)
     level: ClassVar[int] = logging.ERROR
 
     component: str
@@ -230,6 +244,7 @@ class LoopFlagged(Event):
     """
 
     kind: ClassVar[str] = "loop_flagged"
+    _texts: ClassVar[tuple[str, ...]] = ("message",)
     level: ClassVar[int] = logging.WARNING
 
     detector: str
@@ -355,6 +370,7 @@ class StoreFallback(Event):
     """
 
     kind: ClassVar[str] = "store_fallback"
+    _texts: ClassVar[tuple[str, ...]] = ("message",)
     level: ClassVar[int] = logging.ERROR
 
     store: str
@@ -477,6 +493,7 @@ class ToolCallRefused(Event):
     """
 
     kind: ClassVar[str] = "tool_call_refused"
+    _texts: ClassVar[tuple[str, ...]] = ("message",)
     level: ClassVar[int] = logging.WARNING
 
     tool: str
