@@ -78,16 +78,28 @@ def _mask_userinfo(match: re.Match[str]) -> str:
 
 
 class _Known:
-    """One immutable snapshot of the registered values and the pattern that finds them."""
+    """One immutable snapshot of the registered values and the pattern that finds them.
 
-    __slots__ = ("members", "pattern", "values")
+    The pattern is compiled on first use, not on registration: compiling an alternation of
+    hundreds of values takes milliseconds, and a proxy registering a new caller's key on the
+    request path should not pay it (several new keys between two redactions cost one compile).
+    """
+
+    __slots__ = ("_pattern", "members", "values")
 
     def __init__(self, values: tuple[str, ...]) -> None:
         self.values = values  # in registration order: the oldest is forgotten first
         self.members = frozenset(values)
-        # longest first: where one secret contains another, the whole of it goes
-        ordered = sorted(values, key=len, reverse=True)
-        self.pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._pattern: re.Pattern[str] | None = None
+
+    def pattern(self) -> re.Pattern[str] | None:
+        """The alternation of every value, longest first (where one secret contains another,
+        the whole of it goes); ``None`` when there is none."""
+        if self._pattern is None and self.values:
+            # two threads may both compile it: the same pattern, either assignment wins
+            ordered = sorted(self.values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+        return self._pattern
 
 
 _lock = threading.Lock()
@@ -136,7 +148,7 @@ def is_secret_key(key: str) -> bool:
 
 def redact(text: str) -> str:
     """``text`` without the registered secrets and without secret-looking values (``***``)."""
-    pattern = _known.pattern
+    pattern = _known.pattern()
     if pattern is not None:
         text = pattern.sub(REDACTED, text)
     text = _SECRET_VALUE.sub(REDACTED, text)
