@@ -455,3 +455,18 @@ def test_a_url_password_in_a_misplaced_value_is_masked() -> None:
         GuardConfig.from_dict({"storage": f"redis://:{SECRET}@cache:6379/0"}, env={})
     assert SECRET not in str(info.value)
     assert "redis://:***@cache:6379/0" in str(info.value)
+
+
+def test_mappings_nested_too_deep_or_cyclic_are_a_config_error() -> None:
+    """A mapping nested thousands deep (or holding itself) from Python: a ConfigError, never a
+    RecursionError."""
+    deep: dict[str, typing.Any] = {}
+    node = deep
+    for _ in range(5_000):
+        node["a"] = {}
+        node = node["a"]
+    cyclic: dict[str, typing.Any] = {}
+    cyclic["a"] = cyclic
+    for data in ({"tiers": deep}, deep, {"reliability": cyclic}):
+        with pytest.raises(ConfigError, match="nested"):
+            GuardConfig.from_dict(data, env={})

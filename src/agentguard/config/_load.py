@@ -66,12 +66,15 @@ def validate(
     Raises:
         ConfigError: naming every bad key path, its value and what is allowed.
     """
-    body = _unwrap(data or {}, source)
-    body = _apply_env(model, body, os.environ if env is None else env, source)
     try:
+        body = _unwrap(data or {}, source)
+        body = _apply_env(model, body, os.environ if env is None else env, source)
         return model.model_validate(body)
     except ValidationError as exc:
         raise ConfigError(_problems(exc, model), source=source) from None
+    except RecursionError:  # mappings nested thousands deep, or a mapping that holds itself
+        problem = {"path": ROOT, "value": "{...}", "allowed": "mappings nested a few levels deep"}
+        raise ConfigError([problem], source=source) from None
 
 
 def load_file(model: type[M], path: str | os.PathLike[str], *, env: Mapping[str, str] | None) -> M:
