@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from agentguard._redact import redact_data, register_secret
 
 from . import _load
 
@@ -57,10 +61,37 @@ _Strategy = Annotated[
 ]
 
 
-class Section(BaseModel):
-    """Base of every configuration section: unknown keys are errors, instances are immutable."""
+#: The largest fractional number a configuration accepts: 10^9 seconds is about 31 years, and
+#: larger timeouts overflow the platform's timers (sockets, locks) long after loading.
+MAX_FLOAT = 1e9
+#: The largest whole number: 2^53 - 1, exact in JSON, in Redis's Lua and in a double.
+MAX_INT = 2**53 - 1
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+class Section(BaseModel):
+    """Base of every configuration section: unknown keys are errors, instances are immutable.
+
+    Every number is finite and bounded (:data:`MAX_FLOAT`, :data:`MAX_INT`), so a value that
+    would crash a store or a timer later is a ``ConfigError`` at load time; ``repr()`` and
+    ``str()`` show strings redacted (a URL's password, a configured secret).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_are_bounded(cls, value: Any) -> Any:
+        if type(value) is float and abs(value) > MAX_FLOAT:
+            raise ValueError(f"must be at most {MAX_FLOAT:.0e} (in seconds, about 31 years)")
+        if type(value) is int and abs(value) > MAX_INT:
+            raise ValueError(f"must be at most 2^53 - 1 ({MAX_INT})")
+        return value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_data(value) if isinstance(value, (str, list, tuple)) else value
 
 
 class LoopDetectionConfig(Section):
@@ -325,6 +356,19 @@ class StorageConfig(Section):
     )
     timeout_seconds: float = Field(2.0, gt=0.0, description="Redis: connect and command timeout.")
 
+    @field_validator("url")
+    @classmethod
+    def _password_is_a_secret(cls, url: str | None) -> str | None:
+        if url:
+            try:
+                password = urllib.parse.urlsplit(url).password
+            except ValueError:  # not a URL the store could use either; validation goes on
+                password = None
+            if password:
+                register_secret(password)
+                register_secret(urllib.parse.unquote(password))
+        return url
+
     @model_validator(mode="after")
     def _backend_has_its_location(self) -> StorageConfig:
         if self.backend == "sqlite" and not self.path:
@@ -504,10 +548,16 @@ class TierConfig(Section):
     @classmethod
     def _names_a_variable(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.fullmatch(value):
-            raise ValueError(
-                "must be the NAME of an environment variable holding the key "
-                "(e.g. OPENROUTER_API_KEY), never the key itself"
+            # not a variable's name: most likely the key itself, so it is never repeated
+            # (the loader shows no value for this error) and redacted from now on
+            register_secret(value)
+            raise PydanticCustomError(
+                _load.SECRET_VALUE,
+                "looks like a key, not the NAME of an environment variable: put the key in a "
+                "variable (e.g. OPENROUTER_API_KEY) and give its name",
             )
+        if value is not None:
+            register_secret(os.environ.get(value))  # the key the tier will send
         return value
 
 

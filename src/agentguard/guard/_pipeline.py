@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
+from agentguard._redact import register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
 from agentguard.budget._values import Reservation
@@ -250,6 +251,8 @@ class Pipeline:
         _, headers = split_session_header(request.headers)
         if headers is not request.headers:  # the guard's own header: never sent upstream
             request = dataclasses.replace(request, headers=headers)
+        if headers:  # an Authorization / api-key header sent upstream: redacted by value
+            register_credentials(headers)
         b = ReportBuilder(sid, source)
         tools = list(request.tools)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
