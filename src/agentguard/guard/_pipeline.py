@@ -29,7 +29,7 @@ from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
 from agentguard._fingerprint import fingerprint_bytes
 from agentguard.budget import TokenLedger, estimate_tokens, estimate_usage
-from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
+from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING, UNCAPPED_OUTPUT
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import Emitter, Escalated, Hook
@@ -292,16 +292,16 @@ class Pipeline:
     def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
         """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
         b, tier = call.b, call.tier
+        # the cap sent: the caller's own, lowered to a configured one; none when neither is set
         max_output_tokens = call.request.max_output_tokens
         reservation = None
         if self.ledger is not None:
+            max_output_tokens = self.ledger.output_cap(max_output_tokens)
             reservation = yield Budget(
                 "reserve",
                 (b.session, self._prompt_tokens(call)),
-                {"max_output_tokens": max_output_tokens, "model": tier.model},
+                {"max_output_tokens": max_output_tokens or UNCAPPED_OUTPUT, "model": tier.model},
             )
-            if reservation.output_tokens:
-                max_output_tokens = _capped(max_output_tokens, reservation.output_tokens)
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
@@ -549,11 +549,6 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
     if moved or error is None:
         raise TiersExhausted(call.b.attempts, reason) from error
     raise error
-
-
-def _capped(requested: int | None, cap: int) -> int:
-    """The output cap to send: the caller's own when lower than the reservation's, else that."""
-    return cap if requested is None or requested > cap else requested
 
 
 def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str, Any]]:

@@ -38,7 +38,8 @@ def _request(kwargs: Mapping[str, Any], *, responses: bool = False) -> ModelRequ
     if responses:
         base = request_from_responses(params)
     else:
-        params.pop("stream", None)
+        if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
+            del params["stream"]
         model = params.pop("model")
         base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None

@@ -148,11 +148,13 @@ class ResponsesCall:
     """What a Responses API call keeps beside its neutral request (in its extensions).
 
     Attributes:
-        tools: the caller's ``tools`` argument as given (every kind, Responses format), or
-            ``None`` when it gave none.
+        tools: the caller's ``tools`` argument as given (every kind, Responses format).
+        has_tools: whether the caller gave ``tools`` at all (an explicit ``None`` included,
+            which goes upstream as sent).
     """
 
     tools: Any = None
+    has_tools: bool = False
 
 
 def is_responses(request: ModelRequest) -> bool:
@@ -166,11 +168,13 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
     ``headers`` and ``timeout`` are left to the caller, as for chat requests.
     """
     params = dict(kwargs)
-    params.pop("stream", None)
+    if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
+        del params["stream"]
     model = params.pop("model")
     raw_input = params.pop("input", None)
     if raw_input is None:
         raw_input = []
+    has_tools = "tools" in params
     tools = params.pop("tools", None)
     cap = params.get("max_output_tokens")
     if isinstance(cap, int):
@@ -183,7 +187,7 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
         params=params,
         tools=chat_tools(tools),
         max_output_tokens=cap if isinstance(cap, int) else None,
-        extensions={RESPONSES: ResponsesCall(tools)},
+        extensions={RESPONSES: ResponsesCall(tools, has_tools)},
     )
 
 
@@ -192,9 +196,8 @@ def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, 
     body: dict[str, Any] = {"model": request.model, "input": messages_to_items(request.messages)}
     body.update(request.params)
     call = request.extensions.get(RESPONSES)
-    tools = call.tools if isinstance(call, ResponsesCall) else None
-    if tools is not None:
-        body["tools"] = tools
+    if isinstance(call, ResponsesCall) and call.has_tools:
+        body["tools"] = call.tools
     if request.max_output_tokens is not None:
         body["max_output_tokens"] = request.max_output_tokens
     if stream:
