@@ -151,10 +151,15 @@ class ResponsesCall:
         tools: the caller's ``tools`` argument as given (every kind, Responses format).
         has_tools: whether the caller gave ``tools`` at all (an explicit ``None`` included,
             which goes upstream as sent).
+        input: the caller's ``input`` argument as given (a string, or items).
+        messages: the messages made of it: while the request still carries exactly these,
+            ``input`` goes upstream as given.
     """
 
     tools: Any = None
     has_tools: bool = False
+    input: Any = None
+    messages: Sequence[Mapping[str, Any]] = ()
 
 
 def is_responses(request: ModelRequest) -> bool:
@@ -187,15 +192,19 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
         params=params,
         tools=chat_tools(tools),
         max_output_tokens=cap if isinstance(cap, int) else None,
-        extensions={RESPONSES: ResponsesCall(tools, has_tools)},
+        extensions={RESPONSES: ResponsesCall(tools, has_tools, kwargs.get("input"), messages)},
     )
 
 
 def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``responses.create`` for a neutral request."""
-    body: dict[str, Any] = {"model": request.model, "input": messages_to_items(request.messages)}
-    body.update(request.params)
     call = request.extensions.get(RESPONSES)
+    unchanged = isinstance(call, ResponsesCall) and (
+        request.messages is call.messages or list(request.messages) == list(call.messages)
+    )
+    items = call.input if unchanged and call is not None else messages_to_items(request.messages)
+    body: dict[str, Any] = {"model": request.model, "input": items}
+    body.update(request.params)
     if isinstance(call, ResponsesCall) and call.has_tools:
         body["tools"] = call.tools
     if request.max_output_tokens is not None:

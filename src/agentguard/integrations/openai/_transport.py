@@ -8,6 +8,7 @@ Upstream errors are the SDK's own exceptions, passed through untouched.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -17,7 +18,61 @@ from agentguard.types import Usage
 
 from ._responses import is_responses, response_from_responses, responses_body
 
-__all__ = ["AsyncOpenAITransport", "OpenAITransport", "dump", "is_async_client", "sdk_message"]
+__all__ = [
+    "PARSE",
+    "RAW",
+    "AsyncOpenAITransport",
+    "OpenAITransport",
+    "RawCall",
+    "dump",
+    "is_async_client",
+    "sdk_message",
+]
+
+#: The ``ModelRequest.extensions`` key of a :class:`RawCall`: every streamed call of a wrapped
+#: client, and every call made through ``with_raw_response`` / ``with_streaming_response``.
+RAW = "agentguard.openai.raw"
+#: The ``ModelRequest.extensions`` key of a ``chat.completions.parse`` call.
+PARSE = "agentguard.openai.parse"
+
+
+class RawCall:
+    """What the transport saw of the upstream, for the wrapped client to hand on.
+
+    ``response``: the upstream's raw response (``LegacyAPIResponse`` or ``APIResponse``:
+    headers, status, request id) of a call made through ``with_raw_response`` or
+    ``with_streaming_response``; the last attempt's, which is the one whose answer is served.
+    ``chunk``: the last chunk a streamed call received (what the chunks the guard makes are
+    dated by). ``opening``: the upstream's opening chunk (``role: assistant`` and no text),
+    which the guard does not pass on and the wrapped client's stream replays first.
+    """
+
+    __slots__ = ("chunk", "opening", "response")
+
+    def __init__(self) -> None:
+        self.response: Any = None
+        self.chunk: Any = None
+        self.opening: Any = None
+
+
+class _ParseEndpoint:
+    """``chat.completions.parse`` as an endpoint whose answer the guard judges before parsing.
+
+    ``create`` runs the SDK's own ``parse`` on this object, whose ``_post`` is the resource's
+    without the SDK's ``post_parser``: the request goes out exactly as the SDK builds it, and
+    the answer comes back as a plain ``ChatCompletion`` for the guard to validate and repair;
+    the caller's ``parse`` turns the guarded answer into a ``ParsedChatCompletion``.
+    """
+
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    def _post(self, path: str, *, options: Mapping[str, Any], **kwargs: Any) -> Any:
+        options = {k: v for k, v in options.items() if k != "post_parser"}
+        return self._completions._post(path, options=options, **kwargs)
+
+    def create(self, **kwargs: Any) -> Any:
+        return type(self._completions).parse(self, **kwargs)
 
 
 def is_async_client(client: Any) -> bool:
@@ -30,6 +85,8 @@ def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dic
     """The endpoint to call for ``request``, and its keyword arguments (the wire form)."""
     if is_responses(request):
         endpoint, kwargs = client.responses, responses_body(request, stream=stream)
+    elif PARSE in request.extensions:
+        endpoint, kwargs = _ParseEndpoint(client.chat.completions), request.to_body()
     else:
         endpoint, kwargs = client.chat.completions, request.to_body(stream=stream)
     if request.headers:
@@ -43,6 +100,36 @@ def dump(obj: Any) -> Mapping[str, Any]:
     """An SDK object as JSON-ready data."""
     data: Mapping[str, Any] = obj.model_dump(mode="json")
     return data
+
+
+def _seen(holder: Any, chunk: Any) -> None:
+    """Note a streamed chunk: the last one, and the opening one (role only, no text)."""
+    holder.chunk = chunk
+    if holder.opening is None and chunk.choices:
+        delta = chunk.choices[0].delta
+        if delta.role and not delta.content and not delta.tool_calls:
+            holder.opening = chunk
+
+
+def _is_raw(result: Any) -> bool:
+    """Whether an endpoint returned the SDK's raw response (the call carried its raw header)."""
+    return hasattr(result, "http_response") and callable(getattr(result, "parse", None))
+
+
+def _unwrap(request: ModelRequest, result: Any) -> Any:
+    """The SDK object of an endpoint's result; a raw response is kept for the caller, parsed."""
+    if not _is_raw(result):
+        return result
+    holder = request.extensions.get(RAW)
+    if isinstance(holder, RawCall):
+        holder.response = result
+    return result.parse()
+
+
+async def _aunwrap(request: ModelRequest, result: Any) -> Any:
+    """Async twin of :func:`_unwrap` (an async client's streamed response parses async)."""
+    parsed = _unwrap(request, result)
+    return await parsed if inspect.isawaitable(parsed) else parsed
 
 
 def _response(request: ModelRequest, raw: Any) -> ModelResponse:
@@ -142,13 +229,16 @@ class OpenAITransport:
     def send(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
         endpoint, kwargs = _call(self._client, request, stream=False)
-        return _response(request, endpoint.create(**kwargs))
+        return _response(request, _unwrap(request, endpoint.create(**kwargs)))
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
-        with endpoint.create(**kwargs) as stream:
+        holder = request.extensions.get(RAW)
+        with _unwrap(request, endpoint.create(**kwargs)) as stream:
             for chunk in stream:
+                if holder is not None:
+                    _seen(holder, chunk)
                 yield _chunk(chunk)
 
 
@@ -170,11 +260,14 @@ class AsyncOpenAITransport:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
         endpoint, kwargs = _call(self._client, request, stream=False)
-        return _response(request, await endpoint.create(**kwargs))
+        return _response(request, await _aunwrap(request, await endpoint.create(**kwargs)))
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
-        async with await endpoint.create(**kwargs) as stream:
+        holder = request.extensions.get(RAW)
+        async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
             async for chunk in stream:
+                if holder is not None:
+                    _seen(holder, chunk)
                 yield _chunk(chunk)
