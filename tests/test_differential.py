@@ -22,7 +22,8 @@ import pytest
 from pydantic import BaseModel
 
 import agentguard as ag
-from agentguard.testing import Reply, ScriptedModel
+from _openai_upstream import Upstream
+from agentguard.testing import Reply
 
 openai = pytest.importorskip("openai")
 http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
@@ -256,6 +257,41 @@ async def responses_raw(client: Any) -> Any:
     return response, (raw.status_code, json.loads(raw.text), _dump(response))
 
 
+async def responses_stream_text(client: Any) -> Any:
+    stream = await _maybe(client.responses.create(model="m", input="hi", stream=True))
+    return stream, [_dump(e) for e in await _chunks(stream)]
+
+
+async def responses_stream_tool_call(client: Any) -> Any:
+    stream = await _maybe(
+        client.responses.create(
+            model="m", input="Weather in Paris?", tools=RESPONSES_TOOLS, stream=True
+        )
+    )
+    return stream, [_dump(e) for e in await _chunks(stream)]
+
+
+async def responses_stream_helper(client: Any) -> Any:
+    manager = client.responses.stream(model="m", input="hi")
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            events = [event async for event in stream]
+            final = await stream.get_final_response()
+    else:
+        with manager as stream:
+            events = list(stream)
+            final = stream.get_final_response()
+    return stream, ([e.type for e in events], _dump(final))
+
+
+async def responses_raw_stream(client: Any) -> Any:
+    raw = await _maybe(
+        client.responses.with_raw_response.create(model="m", input="hi", stream=True)
+    )
+    stream = raw.parse()
+    return stream, (raw.status_code, [_dump(e) for e in await _chunks(stream)])
+
+
 WEATHER = Reply.call("get_weather", {"city": "Paris"}, id="call_1")
 JSON_ANSWER = Reply.text('{"city": "Paris", "celsius": 21}')
 SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
@@ -279,36 +315,11 @@ SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
     "responses_tool_call": (responses_tool_call, [WEATHER]),
     "responses_tools_none": (responses_tools_none, [Reply.text("hello")]),
     "responses_raw": (responses_raw, [WEATHER]),
+    "responses_stream_text": (responses_stream_text, [Reply.text("Sunny in Paris today.")]),
+    "responses_stream_tool_call": (responses_stream_tool_call, [WEATHER]),
+    "responses_stream_helper": (responses_stream_helper, [Reply.text("Sunny.")]),
+    "responses_raw_stream": (responses_raw_stream, [Reply.text("Sunny.")]),
 }
-
-
-class Recorder:
-    """A scripted upstream that records what it receives."""
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.model = ScriptedModel(replies, chunk_size=5)
-        self.seen: list[tuple[str, str, bytes, dict[str, str]]] = []
-        inner = self.model.mock_transport(http)
-
-        def handler(request: Any) -> Any:
-            headers = {k.lower(): v for k, v in request.headers.items()}
-            self.seen.append((request.method, request.url.path, request.content, headers))
-            return inner.handler(request)
-
-        self.transport = http.MockTransport(handler)
-
-    def client(self, *, asynchronous: bool) -> Any:
-        if asynchronous:
-            return openai.AsyncOpenAI(
-                api_key="sk-test",
-                base_url="http://upstream.invalid/v1",
-                http_client=http.AsyncClient(transport=self.transport),
-            )
-        return openai.OpenAI(
-            api_key="sk-test",
-            base_url="http://upstream.invalid/v1",
-            http_client=http.Client(transport=self.transport),
-        )
 
 
 def _wire(seen: list[tuple[str, str, bytes, dict[str, str]]]) -> list[Any]:
@@ -324,9 +335,9 @@ def _wire(seen: list[tuple[str, str, bytes, dict[str, str]]]) -> list[Any]:
 async def test_guarded_traffic_equals_raw_traffic(name: str, asynchronous: bool) -> None:
     """The upstream receives the same bytes and the caller the same answers, raw vs wrapped."""
     scenario, replies = SCENARIOS[name]
-    raw_side, guarded_side = Recorder(replies), Recorder(replies)
-    _, raw_view = await scenario(raw_side.client(asynchronous=asynchronous))
-    wrapped = ag.wrap(guarded_side.client(asynchronous=asynchronous), CONFIG)
+    raw_side, guarded_side = Upstream(http, replies), Upstream(http, replies)
+    _, raw_view = await scenario(raw_side.client(openai, asynchronous=asynchronous))
+    wrapped = ag.wrap(guarded_side.client(openai, asynchronous=asynchronous), CONFIG)
     answer, guarded_view = await scenario(wrapped)
 
     assert _wire(guarded_side.seen) == _wire(raw_side.seen)
@@ -339,15 +350,15 @@ async def test_guarded_traffic_equals_raw_traffic(name: str, asynchronous: bool)
 def test_no_cap_unless_configured() -> None:
     """Without a configured cap no output limit is added; a configured one goes in the field
     every model accepts (chat: max_completion_tokens, Responses: max_output_tokens)."""
-    side = Recorder([Reply.text("a"), Reply.text("b"), Reply.text("c")])
+    side = Upstream(http, [Reply.text("a"), Reply.text("b"), Reply.text("c")])
     capped = ag.GuardConfig.from_dict(
         {"memory_pressure": {"enabled": False}, "token_budget": {"max_output_tokens": 100}},
         env={},
     )
-    ag.wrap(side.client(asynchronous=False), CONFIG).chat.completions.create(
+    ag.wrap(side.client(openai, asynchronous=False), CONFIG).chat.completions.create(
         model="m", messages=MESSAGES
     )
-    client = ag.wrap(side.client(asynchronous=False), capped)
+    client = ag.wrap(side.client(openai, asynchronous=False), capped)
     client.chat.completions.create(model="m", messages=MESSAGES)
     client.responses.create(model="m", input="hi")
     bodies = [json.loads(body) for _, _, body, _ in side.seen]

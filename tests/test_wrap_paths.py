@@ -190,7 +190,7 @@ async def test_parse_repairs_json_against_the_response_format(asynchronous: bool
 async def test_parse_unrepairable_content_raises_as_unguarded(asynchronous: bool) -> None:
     """Content that is not JSON at all reaches the SDK's parser unchanged (it raises)."""
     model = ScriptedModel([Reply.text("I cannot answer that.")])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Invalid JSON"):
         await _maybe(
             _client(model, asynchronous=asynchronous).chat.completions.parse(
                 model="m", messages=MESSAGES, response_format=Weather
@@ -246,6 +246,4 @@ def test_stream_errors_surface_at_create_for_raw_responses() -> None:
     model = ScriptedModel([Fault.server_error(400)])
     client = _client(model, asynchronous=False)
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.with_raw_response.create(
-            model="m", messages=MESSAGES, stream=True
-        )
+        client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)

@@ -18,6 +18,7 @@ from agentguard.integrations._tiers import tier_api_key
 from agentguard.transport import ModelRequest, ModelResponse, attach_report, report_of
 from agentguard.types import Tier
 
+from ._events import AsyncResponsesStream, ResponsesStream
 from ._raw import AsyncStreamedResponse, RawResponse, StreamedResponse, raw_mode
 from ._responses import request_from_responses, response_from_responses, responses_output
 from ._stream import AsyncStream, Stream
@@ -240,35 +241,47 @@ class _AsyncCompletions(_Resource):
 
 
 class _Responses(_Resource):
-    """``client.responses`` of a sync client: ``create`` is guarded (streaming passes through)."""
+    """``client.responses`` of a sync client: ``create`` (streamed too) and ``stream``."""
 
     def __init__(self, inner: Any, guard: Guard) -> None:
         super().__init__(inner)
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
-        if kwargs.get("stream"):
-            return self._inner.create(**kwargs)
         mode, raw, request = _call(kwargs, responses=True)
+        if raw is not None and kwargs.get("stream"):
+            stream = ResponsesStream(self._guard.stream(request), raw)
+            if mode is not None:
+                stream.prime()
+            return _served(mode, raw, stream, changed=True, asynchronous=False)
         response, report = _guarded(self._guard, request)
         out = _responses_result(response, report)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
+    def stream(self, **kwargs: Any) -> Any:
+        return StreamManager(type(self._inner).stream(self, **kwargs))
+
 
 class _AsyncResponses(_Resource):
-    """``client.responses`` of an async client: ``create`` is guarded (streaming passes through)."""
+    """``client.responses`` of an async client: ``create`` (streamed too) and ``stream``."""
 
     def __init__(self, inner: Any, guard: AsyncGuard) -> None:
         super().__init__(inner)
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
-        if kwargs.get("stream"):
-            return await self._inner.create(**kwargs)
         mode, raw, request = _call(kwargs, responses=True)
+        if raw is not None and kwargs.get("stream"):
+            stream = AsyncResponsesStream(self._guard.astream(request), raw)
+            if mode is not None:
+                await stream.prime()
+            return _served(mode, raw, stream, changed=True, asynchronous=True)
         response, report = await _aguarded(self._guard, request)
         out = _responses_result(response, report)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
+
+    def stream(self, **kwargs: Any) -> Any:
+        return AsyncStreamManager(type(self._inner).stream(self, **kwargs))
 
 
 class _Chat:

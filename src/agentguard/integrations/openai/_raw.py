@@ -20,6 +20,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from ._events import AsyncResponsesStream, ResponsesStream
 from ._stream import AsyncStream, Stream
 from ._transport import RawCall
 
@@ -108,7 +109,7 @@ class StreamedResponse(_Upstream):
 
     def iter_lines(self) -> Iterator[str]:
         """The guarded answer's lines (server-sent events for a stream)."""
-        if isinstance(self._answer, Stream):
+        if isinstance(self._answer, (Stream, ResponsesStream)):
             for chunk in self._answer:
                 yield from _chunk_line(chunk).splitlines()
             yield "data: [DONE]"
@@ -139,7 +140,7 @@ class StreamedResponse(_Upstream):
 
     def close(self) -> None:
         """Close the upstream response (and a guarded stream)."""
-        if isinstance(self._answer, Stream):
+        if isinstance(self._answer, (Stream, ResponsesStream)):
             self._answer.close()
         if self._call.response is not None:
             self._call.response.close()
@@ -157,7 +158,7 @@ class AsyncStreamedResponse(_Upstream):
 
     async def iter_lines(self) -> AsyncIterator[str]:
         """The guarded answer's lines (server-sent events for a stream)."""
-        if isinstance(self._answer, AsyncStream):
+        if isinstance(self._answer, (AsyncStream, AsyncResponsesStream)):
             async for chunk in self._answer:
                 for line in _chunk_line(chunk).splitlines():
                     yield line
@@ -190,7 +191,7 @@ class AsyncStreamedResponse(_Upstream):
 
     async def close(self) -> None:
         """Close the upstream response (and a guarded stream)."""
-        if isinstance(self._answer, AsyncStream):
+        if isinstance(self._answer, (AsyncStream, AsyncResponsesStream)):
             await self._answer.close()
         if self._call.response is not None:
             await self._call.response.close()

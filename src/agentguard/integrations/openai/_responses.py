@@ -18,13 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, usage_from_body
+from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, StreamChunk, usage_from_body
 
 __all__ = [
+    "ENDS",
     "ITEM",
     "RESPONSES",
     "ResponsesCall",
     "chat_tools",
+    "chunk_of_event",
     "is_responses",
     "messages_to_items",
     "request_from_responses",
@@ -37,6 +39,8 @@ __all__ = [
 ITEM = ORIGINAL
 #: The ``ModelRequest.extensions`` key of a Responses API call (a :class:`ResponsesCall`).
 RESPONSES = "agentguard.openai.responses"
+#: The events that end a streamed response.
+ENDS = ("response.completed", "response.incomplete")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
 
@@ -177,7 +181,7 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
         del params["stream"]
     model = params.pop("model")
     raw_input = params.pop("input", None)
-    if raw_input is None:
+    if not isinstance(raw_input, (str, Sequence)):  # None, or the SDK's omit
         raw_input = []
     has_tools = "tools" in params
     tools = params.pop("tools", None)
@@ -303,3 +307,27 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
             }
         )
     return kept
+
+
+def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
+    """One upstream event as a neutral chunk (``calls``: output index -> tool-call index)."""
+    kind = getattr(event, "type", None)
+    if kind == "response.output_text.delta":
+        return StreamChunk(content=event.delta, raw=event)
+    if (
+        kind == "response.output_item.added"
+        and getattr(event.item, "type", None) == "function_call"
+    ):
+        index = calls.setdefault(event.output_index, len(calls))
+        item = event.item
+        fn = {"name": item.name, "arguments": item.arguments or ""}
+        return StreamChunk(
+            tool_calls=({"index": index, "id": item.call_id, "function": fn},), raw=event
+        )
+    if kind == "response.function_call_arguments.delta" and event.output_index in calls:
+        delta = {"index": calls[event.output_index], "function": {"arguments": event.delta}}
+        return StreamChunk(tool_calls=(delta,), raw=event)
+    if kind in ENDS:
+        answer = response_from_responses(event.response.model_dump(mode="json"))
+        return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
+    return StreamChunk(raw=event)

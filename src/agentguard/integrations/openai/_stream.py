@@ -8,6 +8,7 @@ whatever else holds it: the ``chat.completions.stream`` helper's stream).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -59,21 +60,22 @@ class _ChunkMaker:
 class _Response:
     """``stream.response`` of a guarded stream: closing it closes the guarded stream.
 
-    The SDK's ``chat.completions.stream`` helper keeps its stream's ``response`` only to close
-    it; other attributes are the upstream's HTTP response's, once the stream has started.
+    The SDK's stream helpers keep their stream's ``response`` only to close it; other
+    attributes are the upstream's HTTP response's (of a raw-response call, once started).
     """
 
-    def __init__(self, stream: Stream | AsyncStream, raw: Any) -> None:
+    def __init__(self, stream: Any, raw: Any) -> None:
         self._stream = stream
         self._raw = raw
 
     def close(self) -> None:
-        if isinstance(self._stream, Stream):
+        if not inspect.iscoroutinefunction(self._stream.close):
             self._stream.close()
 
     async def aclose(self) -> None:
-        if isinstance(self._stream, AsyncStream):
-            await self._stream.close()
+        closed = self._stream.close()
+        if inspect.isawaitable(closed):
+            await closed
 
     def __getattr__(self, name: str) -> Any:
         upstream = getattr(self._raw, "response", None)
@@ -93,7 +95,7 @@ class _Base:
     @property
     def response(self) -> _Response:
         """Stands for the HTTP response (the SDK's stream helper closes it)."""
-        return _Response(self, self._raw)  # type: ignore[arg-type]
+        return _Response(self, self._raw)
 
     def _first(self, chunk: Any) -> list[Any]:
         """``chunk``, after the upstream's opening chunk (``role: assistant``, no text) if it

@@ -23,8 +23,6 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import attach_report
 from agentguard.validation import ToolCallValidator
 
-from ._stream import AsyncStream, Stream
-
 __all__ = ["AsyncStreamManager", "StreamManager", "parsed"]
 
 _CALL_ID = "agentguard-structured"
@@ -95,9 +93,9 @@ def parsed(
 
 def _adopt(stream: Any) -> Any:
     """Give the helper's stream the report of the guarded stream it reads, when it ends."""
-    inner = getattr(stream, "_raw_stream", None)
-    if isinstance(inner, (Stream, AsyncStream)):
-        inner.owners.append(stream)
+    owners = getattr(getattr(stream, "_raw_stream", None), "owners", None)
+    if isinstance(owners, list):
+        owners.append(stream)
     return stream
 
 

@@ -9,14 +9,14 @@ Upstream errors are the SDK's own exceptions, passed through untouched.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from agentguard.integrations._lazy import require
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from agentguard.types import Usage
 
-from ._responses import is_responses, response_from_responses, responses_body
+from ._responses import chunk_of_event, is_responses, response_from_responses, responses_body
 
 __all__ = [
     "PARSE",
@@ -45,14 +45,16 @@ class RawCall:
     ``chunk``: the last chunk a streamed call received (what the chunks the guard makes are
     dated by). ``opening``: the upstream's opening chunk (``role: assistant`` and no text),
     which the guard does not pass on and the wrapped client's stream replays first.
+    ``events``: every event of the last streamed Responses attempt, in order.
     """
 
-    __slots__ = ("chunk", "opening", "response")
+    __slots__ = ("chunk", "events", "opening", "response")
 
     def __init__(self) -> None:
         self.response: Any = None
         self.chunk: Any = None
         self.opening: Any = None
+        self.events: list[Any] = []
 
 
 class _ParseEndpoint:
@@ -102,13 +104,33 @@ def dump(obj: Any) -> Mapping[str, Any]:
     return data
 
 
-def _seen(holder: Any, chunk: Any) -> None:
-    """Note a streamed chunk: the last one, and the opening one (role only, no text)."""
-    holder.chunk = chunk
-    if holder.opening is None and chunk.choices:
-        delta = chunk.choices[0].delta
-        if delta.role and not delta.content and not delta.tool_calls:
-            holder.opening = chunk
+def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
+    """What turns one streamed SDK object into a neutral chunk, noting in ``holder`` (if
+    any) what the wrapped client hands on: for chat, the last chunk and the opening one (role
+    only, no text); for Responses, every event of this attempt."""
+    if is_responses(request):
+        calls: dict[int, int] = {}
+        events: list[Any] = []
+        if isinstance(holder, RawCall):
+            holder.events = events
+
+        def event(raw: Any) -> StreamChunk:
+            events.append(raw)
+            return chunk_of_event(raw, calls)
+
+        return event
+    if not isinstance(holder, RawCall):
+        return _chunk
+
+    def chunk(raw: Any) -> StreamChunk:
+        holder.chunk = raw
+        if holder.opening is None and raw.choices:
+            delta = raw.choices[0].delta
+            if delta.role and not delta.content and not delta.tool_calls:
+                holder.opening = raw
+        return _chunk(raw)
+
+    return chunk
 
 
 def _is_raw(result: Any) -> bool:
@@ -235,11 +257,10 @@ class OpenAITransport:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
         holder = request.extensions.get(RAW)
+        see = _watch(request, holder)
         with _unwrap(request, endpoint.create(**kwargs)) as stream:
             for chunk in stream:
-                if holder is not None:
-                    _seen(holder, chunk)
-                yield _chunk(chunk)
+                yield see(chunk)
 
 
 class AsyncOpenAITransport:
@@ -266,8 +287,7 @@ class AsyncOpenAITransport:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
         holder = request.extensions.get(RAW)
+        see = _watch(request, holder)
         async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
             async for chunk in stream:
-                if holder is not None:
-                    _seen(holder, chunk)
-                yield _chunk(chunk)
+                yield see(chunk)
