@@ -292,6 +292,22 @@ async def responses_raw_stream(client: Any) -> Any:
     return stream, (raw.status_code, [_dump(e) for e in await _chunks(stream)])
 
 
+async def responses_parse(client: Any) -> Any:
+    response = await _maybe(
+        client.responses.parse(model="m", input="Weather in Paris?", text_format=Weather)
+    )
+    assert response.output_parsed == Weather(city="Paris", celsius=21)
+    return response, _dump(response)
+
+
+async def beta_chat_parse(client: Any) -> Any:
+    """``client.beta.chat.completions`` is the same API (langchain-openai streams with it)."""
+    completion = await _maybe(
+        client.beta.chat.completions.parse(model="m", messages=MESSAGES, response_format=Weather)
+    )
+    return completion, _dump(completion)
+
+
 WEATHER = Reply.call("get_weather", {"city": "Paris"}, id="call_1")
 JSON_ANSWER = Reply.text('{"city": "Paris", "celsius": 21}')
 SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
@@ -319,6 +335,8 @@ SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
     "responses_stream_tool_call": (responses_stream_tool_call, [WEATHER]),
     "responses_stream_helper": (responses_stream_helper, [Reply.text("Sunny.")]),
     "responses_raw_stream": (responses_raw_stream, [Reply.text("Sunny.")]),
+    "responses_parse": (responses_parse, [JSON_ANSWER]),
+    "beta_chat_parse": (beta_chat_parse, [JSON_ANSWER]),
 }
 
 

@@ -111,6 +111,7 @@ async def test_with_raw_response_is_guarded(asynchronous: bool) -> None:
     )
     assert raw.status_code == 200
     assert raw.headers["content-type"] == "application/json"
+    assert raw.headers["x-agentguard-repairs"] == "1"  # the report, as the proxy sends it
     completion = raw.parse()
     call = completion.choices[0].message.tool_calls[0]
     assert (call.function.name, json.loads(call.function.arguments)) == (
@@ -247,3 +248,28 @@ def test_stream_errors_surface_at_create_for_raw_responses() -> None:
     client = _client(model, asynchronous=False)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+
+
+@pytest.mark.anyio
+@BOTH
+async def test_responses_parse_repairs_text_against_the_text_format(asynchronous: bool) -> None:
+    """responses.parse on text the guard can repair gives the parsed model and a report."""
+    model = ScriptedModel([Reply.text('{"city": "Paris", "celsius": "21"')])
+    response = await _maybe(
+        _client(model, asynchronous=asynchronous).responses.parse(
+            model="m", input="Weather in Paris?", text_format=Weather
+        )
+    )
+    assert response.output_parsed == Weather(city="Paris", celsius=21)
+    assert any(r.startswith("response_format") for r in ag.report_of(response).repairs)
+
+
+def test_paths_that_pass_through_are_the_documented_ones() -> None:
+    """Model-calling resources other than chat completions and Responses are the client's
+    own (docs/integrations.md lists them); the guarded ones are not."""
+    client = _client(ScriptedModel([]), asynchronous=False)
+    assert type(client.chat.completions).__module__.startswith("agentguard")
+    assert type(client.beta.chat.completions).__module__.startswith("agentguard")
+    assert type(client.responses).__module__.startswith("agentguard")
+    assert client.with_raw_response.chat.completions._completions is client.chat.completions
+    assert type(client.completions).__module__.startswith("openai")  # legacy completions

@@ -22,7 +22,7 @@ from ._events import AsyncResponsesStream, ResponsesStream
 from ._raw import AsyncStreamedResponse, RawResponse, StreamedResponse, raw_mode
 from ._responses import request_from_responses, response_from_responses, responses_output
 from ._stream import AsyncStream, Stream
-from ._structured import AsyncStreamManager, StreamManager, parsed
+from ._structured import AsyncStreamManager, StreamManager, parsed, parsed_response
 from ._transport import (
     PARSE,
     RAW,
@@ -258,6 +258,13 @@ class _Responses(_Resource):
         out = _responses_result(response, report)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
+    def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        response, report = _guarded(self._guard, request)
+        result = _responses_result(response, report)
+        out = parsed_response(result, kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=False)
+
     def stream(self, **kwargs: Any) -> Any:
         return StreamManager(type(self._inner).stream(self, **kwargs))
 
@@ -280,6 +287,13 @@ class _AsyncResponses(_Resource):
         out = _responses_result(response, report)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
 
+    async def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        response, report = await _aguarded(self._guard, request)
+        result = _responses_result(response, report)
+        out = parsed_response(result, kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=True)
+
     def stream(self, **kwargs: Any) -> Any:
         return AsyncStreamManager(type(self._inner).stream(self, **kwargs))
 
@@ -288,6 +302,17 @@ class _Chat:
     def __init__(self, inner: Any, completions: Any) -> None:
         self._inner = inner
         self.completions = completions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Beta:
+    """``client.beta``: its ``chat`` (the chat completions API again) is the guarded one."""
+
+    def __init__(self, inner: Any, chat: _Chat) -> None:
+        self._inner = inner
+        self.chat = chat
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -347,6 +372,9 @@ def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
         responses = _Responses(client.responses, guard)
     client.__dict__["chat"] = _Chat(inner_chat, completions)
     client.__dict__["responses"] = responses
+    beta = getattr(client, "beta", None)
+    if beta is not None and hasattr(beta, "chat"):  # beta.chat.completions: the same API
+        client.__dict__["beta"] = _Beta(beta, _Chat(beta.chat, completions))
     original_copy = client.copy
 
     def copy(*args: Any, **kwargs: Any) -> Any:

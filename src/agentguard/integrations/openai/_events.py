@@ -172,6 +172,7 @@ class ResponsesStream:
         self._events = _Events(raw)
         self._head: list[Any] = []
         self.owners = self._events.owners
+        self._iterator = self._chunks()
 
     @property
     def response(self) -> _Response:
@@ -185,13 +186,19 @@ class ResponsesStream:
                 self._head.append(chunk)
                 break
 
-    def __iter__(self) -> Iterator[Any]:
+    def _chunks(self) -> Iterator[Any]:
         while self._head:
             yield from self._events.of(self._head.pop(0))
         for chunk in self._inner:
             yield from self._events.of(chunk)
         yield from self._events.end()
         self._events.done(self, self._inner.report)
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._iterator
 
     def close(self) -> None:
         self._inner.close()
@@ -212,6 +219,7 @@ class AsyncResponsesStream:
         self._events = _Events(raw)
         self._head: list[Any] = []
         self.owners = self._events.owners
+        self._iterator = self._chunks()
 
     @property
     def response(self) -> _Response:
@@ -225,7 +233,7 @@ class AsyncResponsesStream:
                 self._head.append(chunk)
                 break
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    async def _chunks(self) -> AsyncIterator[Any]:
         while self._head:
             for event in self._events.of(self._head.pop(0)):
                 yield event
@@ -235,6 +243,13 @@ class AsyncResponsesStream:
         for event in self._events.end():
             yield event
         self._events.done(self, self._inner.report)
+
+    async def __anext__(self) -> Any:
+        return await anext(self._iterator)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for event in self._iterator:
+            yield event
 
     async def close(self) -> None:
         await self._inner.aclose()

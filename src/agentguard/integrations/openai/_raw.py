@@ -7,7 +7,8 @@ header to the upstream, which answers with its raw response; the transport keeps
 :class:`~agentguard.integrations.openai._transport.RawCall` and the caller gets one of the
 classes below: ``parse()`` returns the guarded answer (the report attached: ``report_of``
 works on it), everything else (``headers``, ``status_code``, ``http_response``,
-``request_id`` ...) is the upstream's raw response of the attempt that was served.
+``request_id`` ...) is the upstream's raw response of the attempt that was served; its
+``headers`` also carry the report as ``x-agentguard-*`` headers once the answer is complete.
 
 The body accessors (``read()``, ``text``, ``json()``, ``iter_lines()`` ...) serve the guarded
 answer too: the upstream's bytes when the guard changed nothing, else the answer's JSON (for a
@@ -19,6 +20,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+from agentguard.transport import report_of
 
 from ._events import AsyncResponsesStream, ResponsesStream
 from ._stream import AsyncStream, Stream
@@ -56,6 +59,19 @@ class _Upstream:
     def upstream(self) -> Any:
         """The upstream's own raw response (of the attempt whose answer is served)."""
         return self._call.response
+
+    @property
+    def headers(self) -> Any:
+        """The upstream's headers, and the report as ``x-agentguard-*`` headers (as the proxy
+        sends them) once the answer is complete: clients that keep a raw response's headers
+        (LiteLLM, langchain-openai's ``include_response_headers``) carry the report on."""
+        headers = self._call.response.headers
+        report = report_of(self._answer)
+        if report is None:
+            return headers
+        merged = headers.copy()
+        merged.update(report.headers())
+        return merged
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

@@ -118,6 +118,7 @@ class Stream(_Base):
     def __init__(self, inner: GuardedStream, model: str, raw: RawCall | None = None) -> None:
         super().__init__(model, raw)
         self._inner = inner
+        self._iterator = self._chunks()
 
     def prime(self) -> None:
         """Start the guarded call now (the first chunk is read ahead): a raw response's
@@ -127,12 +128,18 @@ class Stream(_Base):
                 self._head.append(self._make(chunk))
                 break
 
-    def __iter__(self) -> Iterator[Any]:
+    def _chunks(self) -> Iterator[Any]:
         while self._head:
             yield from self._first(self._head.pop(0))
         for chunk in self._inner:
             yield from self._first(self._make(chunk))
         self._done(self._inner.report)
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._iterator
 
     def close(self) -> None:
         self._inner.close()
@@ -150,6 +157,7 @@ class AsyncStream(_Base):
     def __init__(self, inner: AsyncGuardedStream, model: str, raw: RawCall | None = None) -> None:
         super().__init__(model, raw)
         self._inner = inner
+        self._iterator = self._chunks()
 
     async def prime(self) -> None:
         """Async twin of :meth:`Stream.prime`."""
@@ -158,7 +166,7 @@ class AsyncStream(_Base):
                 self._head.append(self._make(chunk))
                 break
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    async def _chunks(self) -> AsyncIterator[Any]:
         while self._head:
             for out in self._first(self._head.pop(0)):
                 yield out
@@ -166,6 +174,13 @@ class AsyncStream(_Base):
             for out in self._first(self._make(chunk)):
                 yield out
         self._done(self._inner.report)
+
+    async def __anext__(self) -> Any:
+        return await anext(self._iterator)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for chunk in self._iterator:
+            yield chunk
 
     async def close(self) -> None:
         await self._inner.aclose()

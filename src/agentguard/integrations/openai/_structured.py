@@ -23,7 +23,7 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import attach_report
 from agentguard.validation import ToolCallValidator
 
-__all__ = ["AsyncStreamManager", "StreamManager", "parsed"]
+__all__ = ["AsyncStreamManager", "StreamManager", "parsed", "parsed_response"]
 
 _CALL_ID = "agentguard-structured"
 
@@ -79,8 +79,7 @@ def parsed(
             data = completion.model_dump(mode="json")
             data["choices"][0]["message"]["content"] = repaired[0]
             completion = type(completion).construct(**data)
-            if report is not None:
-                report = dataclasses.replace(report, repairs=(*report.repairs, *repaired[1]))
+            report = _with_repairs(report, repaired[1])
     out = parsing.parse_chat_completion(
         response_format=response_format,
         chat_completion=completion,
@@ -97,6 +96,46 @@ def _adopt(stream: Any) -> Any:
     if isinstance(owners, list):
         owners.append(stream)
     return stream
+
+
+def _with_repairs(report: GuardReport | None, repairs: list[str]) -> GuardReport | None:
+    if report is None or not repairs:
+        return report
+    return dataclasses.replace(report, repairs=(*report.repairs, *repairs))
+
+
+def parsed_response(
+    response: Any, kwargs: Mapping[str, Any], report: GuardReport | None, config: GuardConfig
+) -> Any:
+    """The ``ParsedResponse`` of a guarded ``responses.parse`` call, its text repaired first."""
+    openai = require("openai", "openai")
+    parsing = require("openai.lib._parsing._responses", "openai")
+    text_format = kwargs.get("text_format", openai.NOT_GIVEN)
+    wanted = None
+    if isinstance(text_format, type):
+        param = parsing.type_to_text_format_param(text_format)
+        wanted = (str(param.get("name") or "response"), param.get("schema") or {})
+    repairs: list[str] = []
+    if wanted is not None:
+        data = response.model_dump(mode="json")
+        for item in data.get("output") or ():
+            for part in item.get("content") or () if item.get("type") == "message" else ():
+                text = part.get("text") if part.get("type") == "output_text" else None
+                fixed = repair_content(text, *wanted, config) if isinstance(text, str) else None
+                if fixed is not None:
+                    part["text"] = fixed[0]
+                    repairs.extend(fixed[1])
+        if repairs:
+            response = type(response).construct(**data)
+    report = _with_repairs(report, repairs)
+    out = parsing.parse_response(
+        text_format=text_format,
+        input_tools=kwargs.get("tools", openai.NOT_GIVEN),
+        response=response,
+    )
+    if report is not None:
+        attach_report(out, report)
+    return out
 
 
 class StreamManager:

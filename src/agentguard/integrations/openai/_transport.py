@@ -32,7 +32,7 @@ __all__ = [
 #: The ``ModelRequest.extensions`` key of a :class:`RawCall`: every streamed call of a wrapped
 #: client, and every call made through ``with_raw_response`` / ``with_streaming_response``.
 RAW = "agentguard.openai.raw"
-#: The ``ModelRequest.extensions`` key of a ``chat.completions.parse`` call.
+#: The ``ModelRequest.extensions`` key of a ``parse`` call (chat completions or Responses).
 PARSE = "agentguard.openai.parse"
 
 
@@ -58,23 +58,25 @@ class RawCall:
 
 
 class _ParseEndpoint:
-    """``chat.completions.parse`` as an endpoint whose answer the guard judges before parsing.
+    """``parse`` (of chat completions or Responses) as an endpoint whose answer the guard
+    judges before the SDK parses it.
 
     ``create`` runs the SDK's own ``parse`` on this object, whose ``_post`` is the resource's
     without the SDK's ``post_parser``: the request goes out exactly as the SDK builds it, and
-    the answer comes back as a plain ``ChatCompletion`` for the guard to validate and repair;
-    the caller's ``parse`` turns the guarded answer into a ``ParsedChatCompletion``.
+    the answer comes back as a plain ``ChatCompletion`` (``Response``) for the guard to validate
+    and repair; the caller's ``parse`` then builds the ``ParsedChatCompletion``
+    (``ParsedResponse``) from the guarded answer.
     """
 
-    def __init__(self, completions: Any) -> None:
-        self._completions = completions
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
 
     def _post(self, path: str, *, options: Mapping[str, Any], **kwargs: Any) -> Any:
         options = {k: v for k, v in options.items() if k != "post_parser"}
-        return self._completions._post(path, options=options, **kwargs)
+        return self._resource._post(path, options=options, **kwargs)
 
     def create(self, **kwargs: Any) -> Any:
-        return type(self._completions).parse(self, **kwargs)
+        return type(self._resource).parse(self, **kwargs)
 
 
 def is_async_client(client: Any) -> bool:
@@ -87,6 +89,8 @@ def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dic
     """The endpoint to call for ``request``, and its keyword arguments (the wire form)."""
     if is_responses(request):
         endpoint, kwargs = client.responses, responses_body(request, stream=stream)
+        if PARSE in request.extensions:
+            endpoint = _ParseEndpoint(client.responses)
     elif PARSE in request.extensions:
         endpoint, kwargs = _ParseEndpoint(client.chat.completions), request.to_body()
     else:
