@@ -1,8 +1,11 @@
 """``wrap()``: an openai client whose ``chat.completions`` and ``responses`` run through a guard.
 
-The wrapped client is a copy of the user's, still an instance of its class; its ``create``
-methods build a neutral request, run it through the guard and hand back the SDK's own objects
-(rebuilt only when the guard changed the answer), the report attached.
+The wrapped client is a copy of the user's, still an instance of its class; its ``create``,
+``parse`` and ``stream`` methods build a neutral request, run it through the guard and hand
+back the SDK's own objects (rebuilt only when the guard changed the answer), the report
+attached. ``with_raw_response`` / ``with_streaming_response`` are the SDK's own wrappers around
+the guarded resources (see ``_raw``); ``beta.chat`` is the guarded ``chat``. Whatever else the
+client has passes through to it.
 """
 
 from __future__ import annotations
