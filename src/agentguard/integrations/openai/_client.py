@@ -67,7 +67,9 @@ def _request(
         base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None
     if extensions:
-        base = dataclasses.replace(base, extensions={**base.extensions, **extensions})
+        return dataclasses.replace(
+            base, headers=headers, timeout=seconds, extensions={**base.extensions, **extensions}
+        )
     return dataclasses.replace(base, headers=headers, timeout=seconds)
 
 
