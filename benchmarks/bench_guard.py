@@ -39,6 +39,34 @@ def _history(n: int) -> list[dict[str, Any]]:
     return messages[:n]
 
 
+class _Agent:
+    """A healthy agent conversation: ``size`` messages of history, then ``steps`` calls, each
+    appending the answer and its tool result (as an agent does); then a new conversation with an
+    opening of its own. The guard follows each conversation as one run, so a call judges only
+    what is new (re-sending one history over and over would be a retry, judged whole: see
+    ``docs/guard.md#sessions``)."""
+
+    def __init__(self, call: Any, size: int, steps: int = 20) -> None:
+        self.call, self.size, self.steps = call, size, steps
+        self.runs = itertools.count()
+        self.messages: list[dict[str, Any]] = []
+        self.left = 0
+
+    def __call__(self) -> None:
+        if self.left == 0:  # a new conversation: its opening is its own
+            self.messages = _history(self.size)
+            self.messages[1] = {
+                "role": "user",
+                "content": f"task {next(self.runs)}: audit the logs",
+            }
+            self.left = self.steps
+        answer = self.call(self.messages)
+        self.left -= 1
+        calls = answer.get("tool_calls") or [{"id": "none"}]
+        result = {"role": "tool", "tool_call_id": calls[0]["id"], "content": "12 lines"}
+        self.messages += [answer, result]
+
+
 def run(quick: bool) -> list[Table]:
     openai = import_module("openai")
     http = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
@@ -65,15 +93,16 @@ def run(quick: bool) -> list[Table]:
         model = ScriptedModel([reply], cycle=True)
         raw = client(model)
         guarded = ag.wrap(raw, config)
-        messages = _history(size)
 
-        def call_raw(raw: Any = raw, messages: list[Any] = messages) -> None:
-            raw.chat.completions.create(model="m", messages=messages, tools=tools)
+        def answer_of(client: Any) -> Any:
+            def call(messages: list[Any]) -> dict[str, Any]:
+                response = client.chat.completions.create(model="m", messages=messages, tools=tools)
+                message: dict[str, Any] = response.choices[0].message.model_dump(exclude_none=True)
+                return message
 
-        def call_guarded(guarded: Any = guarded, messages: list[Any] = messages) -> None:
-            guarded.chat.completions.create(model="m", messages=messages, tools=tools)
+            return call
 
-        call_guarded()  # the session's history is seen once; later calls are incremental
+        call_raw, call_guarded = _Agent(answer_of(raw), size), _Agent(answer_of(guarded), size)
         base, mine = map(us, side_by_side(call_raw, call_guarded, repeat=repeat, min_time=min_time))
         rows.append([f"{size} messages", base, mine, f"{mine / base:.3f}", mine - base])
     ratios = {row[0]: float(row[3]) for row in rows[:2]}  # 30 and 300 messages
@@ -84,7 +113,9 @@ def run(quick: bool) -> list[Table]:
         description=(
             "Real openai client, same in-process HTTP mock (ScriptedModel), same run, CPU time "
             "in alternating rounds; the guarded client runs the whole pipeline (loop check, "
-            "validation, ledger, report)."
+            "validation, ledger, report). Each side runs healthy agent conversations: a history "
+            "of the given length, then 20 calls that each append the answer and a tool result, "
+            "then a new conversation (so every 20th call is a session's first)."
         ),
         notes=[
             "Goal: overhead ≤ 2 % of the raw client's own cost at 30 and 300 messages: "
@@ -116,32 +147,38 @@ def _ttft_table(openai: Any, client: Any, config: Any, quick: bool) -> Table:
     model = ScriptedModel([answer], cycle=True, chunk_size=8)
     raw = client(model)
     guarded = ag.wrap(raw, config)
-    history = _history(30)
 
-    def ttft(client: Any, session: str) -> float:
+    def ttft(client: Any, history: list[dict[str, Any]]) -> tuple[float, str]:
         start = time.process_time()
-        stream = client.chat.completions.create(
-            model="m",
-            messages=history,
-            stream=True,
-            extra_headers={"x-agentguard-session": session},
-        )
+        stream = client.chat.completions.create(model="m", messages=history, stream=True)
+        text = []
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
+                text.append(chunk.choices[0].delta.content)
                 break
         spent = time.process_time() - start
-        for _chunk in stream:
-            pass
-        return spent
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text.append(chunk.choices[0].delta.content)
+        return spent, "".join(text)
 
     rows = []
     runs = 40 if quick else 300
     for label, fresh in (("first call of a session", True), ("later call in a session", False)):
         times: tuple[list[float], list[float]] = ([], [])
+        # a conversation per side; "later" ones continue, each with its own answers
+        histories = ([*_history(30)], [*_history(30)])
         for i in range(runs):  # alternating, so machine load shifts both alike
-            session = f"ttft-{i}" if fresh else "ttft-steady"
-            times[0].append(ttft(raw, session))
-            times[1].append(ttft(guarded, session))
+            for side, client_ in enumerate((raw, guarded)):
+                if fresh or i % 20 == 0:  # a new conversation, with an opening of its own
+                    histories[side][:] = _history(30)
+                    histories[side][1] = {"role": "user", "content": f"task {i}: check the build"}
+                spent, text = ttft(client_, histories[side])
+                histories[side].extend(
+                    [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+                )
+                if fresh or i % 20:  # a "later" row counts only calls that continue
+                    times[side].append(spent)
         raw_t, guarded_t = (us(statistics.median(t)) for t in times)
         rows.append([label, raw_t, guarded_t, f"{guarded_t / raw_t:.3f}"])
     steady = float(rows[1][3])
@@ -152,8 +189,8 @@ def _ttft_table(openai: Any, client: Any, config: Any, quick: bool) -> Table:
         rows,
         description=(
             "CPU time from create() to the first content delta, median of alternating runs. The "
-            "first call of a session judges its whole transcript once; later calls only what "
-            "is new."
+            "first call of a conversation judges its whole transcript once; later calls, which "
+            "carry the previous answer, only what is new."
         ),
         notes=[
             f"Goal ≤ 1.05×: later calls {verdict(steady, 1.05)} ({steady:.3f}×); "
@@ -168,18 +205,27 @@ def _pipeline_table(config: Any, tools: Any, reply: Any, repeat: int, min_time: 
     for size in [30, 300, 1000, 3000]:
         model = ScriptedModel([reply], cycle=True)
         guard = ag.Guard(model, config)
-        request = ag.transport.ModelRequest(
-            model="m", messages=_history(size), params={"tools": tools}
-        )
-        guard.complete(request)  # the history is seen once; later calls are incremental
+
+        def send(model: ScriptedModel = model) -> Any:
+            return lambda messages: dict(
+                model.send(
+                    ag.transport.ModelRequest(model="m", messages=messages, tools=tools)
+                ).message
+            )
+
+        def complete(guard: Any = guard) -> Any:
+            return lambda messages: dict(
+                guard.complete(
+                    ag.transport.ModelRequest(model="m", messages=messages, tools=tools)
+                ).message
+            )
+
+        # one long conversation per side (never a new one): every measured call continues it
+        bare_agent = _Agent(send(), size, steps=10**9)
+        guarded_agent = _Agent(complete(), size, steps=10**9)
+        guarded_agent()  # its first call judges the history once; later calls are incremental
         bare, full = map(
-            us,
-            side_by_side(
-                lambda model=model, request=request: model.send(request),
-                lambda guard=guard, request=request: guard.complete(request),
-                repeat=repeat,
-                min_time=min_time,
-            ),
+            us, side_by_side(bare_agent, guarded_agent, repeat=repeat, min_time=min_time)
         )
         own[size] = full - bare
         pipeline_rows.append([f"{size} messages", bare, full, full - bare])
@@ -202,7 +248,9 @@ def _pipeline_table(config: Any, tools: Any, reply: Any, repeat: int, min_time: 
         pipeline_rows,
         description=(
             "The scripted transport reports usage itself here, so its own cost does not grow "
-            "with the history either and the difference is the guard's alone."
+            "with the history either and the difference is the guard's alone. Each side runs one "
+            "long healthy conversation that starts at the given length and grows by an answer "
+            "and a tool result per call."
         ),
         figure=("overhead_vs_history.png", draw),
         notes=[

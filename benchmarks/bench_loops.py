@@ -29,13 +29,25 @@ def _args(i: int) -> dict[str, Any]:
     return {"path": f"src/pkg/module_{i}.py", "lines": [1, 200], "follow": True}
 
 
-def _warmed(history: int) -> LoopDetector:
-    det = LoopDetector(hooks=(), _process_hooks=False)
+def _warmed(history: int, *, default: bool = False) -> LoopDetector:
+    det = LoopDetector() if default else LoopDetector(hooks=(), _process_hooks=False)
     for i in range(history):
         a = _args(i)
         det.check_tool_call("read_file", a)
         det.record_tool_result("read_file", a, f"contents of module {i}")
     return det
+
+
+def _source(i: int) -> str:
+    """A tool result as agents get them: a few hundred characters of file text."""
+    body = "".join(f"def f{k}(x: int) -> int:\n    return x + {k}\n" for k in range(6))
+    return f"# module_{i}.py\n{body}"
+
+
+def _status(i: int) -> dict[str, Any]:
+    """A structured tool result with the volatile noise real APIs add."""
+    return {"path": f"src/pkg/module_{i}.py", "lines": 200, "ok": True, "request_id": f"r-{i}",
+            "fetched_at": "2026-11-20T09:01:00Z", "elapsed_ms": 12.5}  # fmt: skip
 
 
 def _stream(det: LoopDetector, op: str) -> Callable[[], object]:
@@ -59,7 +71,24 @@ def _stream(det: LoopDetector, op: str) -> Callable[[], object]:
         i = state["i"] = (state["i"] + 1) % _DISTINCT
         return det.check_text(f"Step {i}: module_{i}.py now has type hints; tests pass.")
 
-    return {"check": check, "pair": pair, "looping": looping, "text": text}[op]
+    # The default path: arguments as JSON text (what the OpenAI API sends, what ToolGuard and
+    # the guarded client pass on), check before the tool runs and record after it.
+    texts = [json.dumps(a) for a in args]
+    sources = [_source(i) for i in range(_DISTINCT)]
+    statuses = [_status(i) for i in range(_DISTINCT)]
+
+    def default_text() -> object:
+        i = state["i"] = (state["i"] + 1) % _DISTINCT
+        det.check_tool_call("read_file", texts[i])
+        return det.record_tool_result("read_file", texts[i], sources[i])
+
+    def default_json() -> object:
+        i = state["i"] = (state["i"] + 1) % _DISTINCT
+        det.check_tool_call("read_file", texts[i])
+        return det.record_tool_result("read_file", texts[i], statuses[i])
+
+    ops = {"check": check, "pair": pair, "looping": looping, "text": text}
+    return {**ops, "default_text": default_text, "default_json": default_json}[op]
 
 
 def _per_event(quick: bool) -> Table:
@@ -80,7 +109,10 @@ def _per_event(quick: bool) -> Table:
             "goal ≤ 5 µs",
         ],
         description="Median of repeated rounds; every call is new to the window unless noted. "
-        "The baseline is `call_fingerprint` alone (canonical JSON + blake3), same run.",
+        "The baseline is `call_fingerprint` alone (canonical JSON + blake3), same run. The "
+        "`default path` rows are what users get: a default `LoopDetector()` (process-wide hooks "
+        "on), arguments as JSON text, a check before and a record after each tool call (one "
+        "event), results of a few hundred characters or a dict with volatile fields.",
     )
     table.rows.append(["call_fingerprint (baseline)", "-", base, 1.0, "-"])
     checks: list[float] = []
@@ -90,14 +122,17 @@ def _per_event(quick: bool) -> Table:
             ("pair", "check_tool_call + record_tool_result"),
             ("looping", "check_tool_call, looping call (BREAK)"),
             ("text", "check_text (distinct responses, window 10)"),
+            ("default_text", "default path: check + record, JSON-text args, text result"),
+            ("default_json", "default path: check + record, JSON-text args, dict result"),
         ]:
-            det = _warmed(history)
+            det = _warmed(history, default=op.startswith("default"))
             if op == "looping":
                 for _ in range(10):
                     det.check_tool_call("get_build", {"build_id": 8812})
                     det.record_tool_result("get_build", {"build_id": 8812}, {"status": "failed"})
             cost = us(per_call(_stream(det, op), repeat=repeat, min_time=min_time))
-            goal = verdict(cost, 5.0) if op in {"check", "looping"} else "-"
+            per_event = {"check", "looping", "default_text", "default_json"}
+            goal = verdict(cost, 5.0) if op in per_event else "-"
             if op == "check":
                 checks.append(cost)
             table.rows.append([label, history, cost, cost / base, goal])

@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 import agentguard
+from agentguard.cli._audit import SessionAudit
+from agentguard.config import GuardConfig
+from agentguard.loops import is_error_result
 
 SRC = str(Path(agentguard.__file__).resolve().parent.parent)
 EXAMPLE = Path(SRC).parent / "examples" / "looping_agent.jsonl"
@@ -327,3 +330,32 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert json.loads(out)["summary"]["messages"] == 5_000  # stdout stays clean JSON
     assert "scanning big.jsonl" in b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize(
+    ("content", "failed"),
+    [
+        ("Errors found: 0", False),  # the scan's old rule saw a failure here
+        ('{"error": null, "rows": 3}', False),
+        ("Traceback (most recent call last):\n  ValueError", True),  # and saw none here
+        ('{"ok": false}', True),
+        ([{"type": "text", "text": "Error: no such file"}], True),
+    ],
+)
+def test_scan_judges_failed_results_as_the_live_guard_does(content: Any, failed: bool) -> None:
+    """A tool whose only result failed is suspect (no tools declared), by the guard's rule."""
+    audit = SessionAudit("s", GuardConfig())
+    audit.feed(tool_call(0, "lookup", {"q": "x"}))
+    audit.feed({"role": "tool", "tool_call_id": "c0", "content": content})
+    audit.finish()
+    suspect = [(i.detector, i.tool) for i in audit.issues] == [("unknown_tool", "lookup")]
+    assert suspect is failed
+    assert is_error_result(content) is failed
+
+
+def test_scan_decodes_arguments_as_the_guard_does() -> None:
+    """Blank (whitespace) arguments are not JSON for ToolGuard and the validator, nor for scan."""
+    audit = SessionAudit("s", GuardConfig())
+    fn = {"name": "lookup", "arguments": "  "}
+    audit.feed({"role": "assistant", "tool_calls": [{"id": "c0", "function": fn}]})
+    assert [i.detector for i in audit.issues] == ["invalid_json"]

@@ -10,14 +10,18 @@ import pytest
 from agentguard._engine import (
     END,
     Ask,
+    Call,
     Emit,
     Open,
     Plan,
     Pull,
     Send,
     Sleep,
+    acall,
     arun,
     astream,
+    call,
+    perform,
     run,
     stream,
 )
@@ -210,3 +214,50 @@ async def test_async_stream_hands_the_result_to_done() -> None:
     out = [c async for c in astream(plan(), {}, open=_achunks, done=results.append)]
     assert out == [1]
     assert results == ["report"]
+
+
+class _Counter:
+    """A component with a sync method and its async twin, as the ledger and the stores have."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def add(self, a: int, b: int = 0, *, scale: int = 1) -> int:
+        self.calls.append("sync")
+        return (a + b) * scale
+
+    async def aadd(self, a: int, b: int = 0, *, scale: int = 1) -> int:
+        self.calls.append("async")
+        return (a + b) * scale
+
+
+def _counting_plan(counter: _Counter) -> Plan[int]:
+    total = yield from perform(counter.add, counter.aadd, 1, 2, scale=10)
+    try:
+        yield from perform(counter.add, counter.aadd, "x")  # a str: TypeError inside add()
+    except TypeError:
+        total += 1
+    return total
+
+
+def test_call_runs_the_sync_callable_in_the_sync_driver() -> None:
+    """A Call's sync callable runs with its arguments; its errors are thrown into the plan."""
+    counter = _Counter()
+    assert run(_counting_plan(counter), {Call: call}) == 31
+    assert counter.calls == ["sync", "sync"]
+
+
+@pytest.mark.anyio
+async def test_call_awaits_the_async_callable_in_the_async_driver() -> None:
+    """The async driver awaits the Call's async twin, same arguments, same result."""
+    counter = _Counter()
+    assert await arun(_counting_plan(counter), {Call: acall}) == 31
+    assert counter.calls == ["async", "async"]
+
+
+def test_a_call_names_its_callables_not_a_method_string() -> None:
+    """The action holds the bound methods themselves, so a reader can follow it to the code."""
+    counter = _Counter()
+    plan = perform(counter.add, counter.aadd, 1, scale=2)
+    action = next(plan)
+    assert action == Call(counter.add, counter.aadd, (1,), {"scale": 2})

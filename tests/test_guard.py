@@ -308,12 +308,12 @@ def test_transcript_is_processed_incrementally() -> None:
     model = ScriptedModel([Reply.text("a"), Reply.text("b")])
     guard, _ = _guard(model, GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
     history = _looping_history(2)
-    guard.complete(_req(model="gpt-x", tools=False, messages=history))
-    state = next(iter(guard.pipeline._sessions.values()))
+    first = guard.complete(_req(model="gpt-x", tools=False, messages=history))
+    (state,) = guard.pipeline._runs
     seen = len(state.marks)
-    guard.complete(
-        _req(model="gpt-x", tools=False, messages=[*history, {"role": "user", "content": "and?"}])
-    )
+    follow_up = [*history, dict(first.message), {"role": "user", "content": "and?"}]
+    guard.complete(_req(model="gpt-x", tools=False, messages=follow_up))
+    assert list(guard.pipeline._runs) == [state]  # the same run, continued
     assert len(state.marks) == seen + 2  # the new user message and the new answer
 
 
@@ -325,7 +325,7 @@ def test_incremental_prompt_estimate_matches_a_full_estimate() -> None:
     for i in range(6):
         request = _req(messages=list(messages))
         response = guard.complete(request, session="s")
-        call = guard.pipeline._sessions["s"]
+        (call,) = guard.pipeline._runs
         assert call.last is not None
         expected = estimate_tokens(messages) - 3 + estimate_tokens([response.message]) - 3
         assert call.last[2] == expected

@@ -221,3 +221,21 @@ def test_transport_refuses_to_call_itself() -> None:
     request = ModelRequest(model="agentguard/fast", messages=ASK)
     with pytest.raises(ag.ConfigError, match="agentguard/"):
         LiteLLMTransport().send(request)
+
+
+def test_the_proxy_caller_scopes_conversations_found_without_a_session() -> None:
+    """The proxy's caller (its virtual key's hash, else the Authorization header) becomes the
+    request's scope, as a fingerprint: never the key itself."""
+    from agentguard.integrations.litellm import _request
+    from agentguard.transport import SCOPE
+
+    def scope(**litellm_params: Any) -> Any:
+        request, _ = _request({"model": "agentguard/fast", "litellm_params": litellm_params})
+        return request.extensions.get(SCOPE)
+
+    one = scope(metadata={"user_api_key_hash": "hash-one"})
+    two = scope(metadata={"user_api_key_hash": "hash-two"})
+    header = scope(proxy_server_request={"headers": {"Authorization": "Bearer sk-live-secret"}})
+    assert len({one, two, header}) == 3
+    assert "sk-live-secret" not in str(header)
+    assert scope() is None

@@ -146,3 +146,21 @@ def test_streaming_through_the_proxy_carries_the_report_at_the_end(
         "strong",
         "fast",
     )
+
+
+def test_callers_with_the_same_conversation_get_their_own_sessions(
+    proxy: Any, upstream: Any
+) -> None:
+    """Without a session header, `user: alice` and `user: bob` asking the same thing are two
+    sessions (never one fingerprint of their opening), and each keeps its own on a retry."""
+    up, _ = upstream
+    up.script(fast_model=[Reply.text("same answer")] * 4)
+    messages = [{"role": "user", "content": "what does the install guide say?"}]
+    sessions = {}
+    for user in ("alice", "bob"):
+        raw = proxy.chat.completions.with_raw_response.create(
+            model="agent", messages=messages, user=user
+        )
+        sessions[user] = _guard_headers(raw)["x-agentguard-session"]
+    assert sessions["alice"] != sessions["bob"]
+    assert all(s.startswith("auto-") for s in sessions.values())

@@ -13,7 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.events import Event, LoopFlagged
 from agentguard.exceptions import ConfigError
-from agentguard.loops import LoopDetector, ToolLoopPolicy, Verdict
+from agentguard.loops import LoopDetector, ToolLoopPolicy, Verdict, is_error_result
+from agentguard.loops._detectors import NearDuplicate
 from agentguard.testing import capture_events
 from agentguard.types import Severity
 
@@ -334,7 +335,8 @@ def test_state_stays_bounded_by_the_window() -> None:
     for i in range(5_000):
         step(det, "write_file", {"path": f"f{i}"}, f"wrote f{i} with a long enough ack")
     assert len(det._keys) <= det.config.tool_window
-    assert len(det._groups) <= det.config.tool_window
+    near = next(d for d in det._detectors if isinstance(d, NearDuplicate))
+    assert len(near.groups) <= det.config.tool_window
 
 
 def test_record_without_check_still_counts() -> None:
@@ -383,3 +385,39 @@ class LadderMachine(RuleBasedStateMachine):
 
 TestLadderMachine = LadderMachine.TestCase
 TestLadderMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+# Where the live guard's and ``agentguard scan``'s old rules for a failed tool disagreed; the
+# guard's rule (now ``is_error_result``, used by both) decides.
+ERROR_RESULTS = [
+    ("Errors found: 0", False),  # scan said failed: "error" was only a prefix
+    ('{"error": null, "rows": 3}', False),  # scan said failed: the key was there, empty
+    ("Traceback (most recent call last):\n  ValueError", True),  # scan said working
+    ("Exception: quota exceeded", True),
+    ('{"ok": false, "reason": "quota"}', True),
+    ('{"success": false}', True),
+    ('{ "error": "timeout" }', True),  # scan needed '{"error"' byte for byte
+    ('{"rows": 3, "error": "partial"}', True),
+    ([{"type": "text", "text": "Error: no such file"}], True),  # content parts
+    ("error: disk full", True),  # both agreed
+    ("all 3 files written", False),
+]
+
+
+@pytest.mark.parametrize(("content", "failed"), ERROR_RESULTS)
+def test_is_error_result(content: Any, failed: bool) -> None:
+    """One rule for a failed tool result, for the live guard and ``agentguard scan``."""
+    assert is_error_result(content) is failed
+
+
+@pytest.mark.parametrize(("content", "failed"), ERROR_RESULTS)
+def test_observe_judges_failures_by_is_error_result(content: Any, failed: bool) -> None:
+    """Fed as transcript messages, failed results count towards ``error_repeat``."""
+    det = LoopDetector()
+    fired: set[str | None] = set()
+    for i in range(det.config.error_warn_at):
+        fn = {"name": "lookup", "arguments": '{"q": "x"}'}
+        det.observe({"role": "assistant", "tool_calls": [{"id": f"c{i}", "function": fn}]})
+        result = {"role": "tool", "tool_call_id": f"c{i}", "content": content}
+        fired |= {v.detector for v in det.observe(result)}
+    assert ("error_repeat" in fired) is failed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentguard.loops import ToolLoopPolicy, call_fingerprint, result_fingerprint
+from agentguard.loops._identity import _TEXT_NOISE, _denoise, call_key, result_key
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=10))
 json_values = st.recursive(
@@ -108,3 +110,50 @@ def test_policy_custom_fingerprint_selects_what_signals_progress() -> None:
 def test_non_json_text_arguments_are_fingerprinted_as_text(raw: str) -> None:
     """Arguments that are not valid JSON still get a stable identity."""
     assert call_fingerprint("t", raw) == call_fingerprint("t", raw)
+
+
+@given(arg_dicts, st.sampled_from([None, 2]))
+def test_in_memory_keys_follow_the_fingerprints(args: dict[str, Any], indent: int | None) -> None:
+    """The LoopDetector's compact keys: dict and JSON text are one call, as for fingerprints."""
+    text = json.dumps(args, indent=indent)
+    assert call_key("t", text) == call_key("t", args)
+    assert result_key(text) == result_key(args)
+
+
+def test_volatile_arguments_of_a_dict_keep_integral_floats_canonical() -> None:
+    """A policy dropping fields from a dict still writes ``1.0`` as ``1`` (like the JSON text)."""
+    policy = ToolLoopPolicy("t", volatile_arguments={"nonce"})
+    as_dict = {"n": 1.0, "nonce": "a"}
+    as_text = '{"n": 1, "nonce": "b"}'
+    assert call_fingerprint("t", as_dict, policy) == call_fingerprint("t", as_text, policy)
+    assert call_key("t", as_dict, policy) == call_key("t", as_text, policy)
+
+
+_ORIGINAL_NOISE = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b[0-9a-f]{24,}\b",
+    re.I,
+)
+_NOISY = st.lists(
+    st.sampled_from(
+        [
+            "2026-11-20T09:01:00Z", "2026-11-20 09:01", "2026-11-20t09:01:00.5+02:00",
+            "550e8400-E29B-41d4-a716-446655440000", "deadBEEF" * 4, "a" * 30, "face", "-", ":",
+            " ", "_", "x", "7", "+02:00", ".123", "z",
+        ]
+    ),
+    max_size=12,
+).map("".join)  # fmt: skip
+
+
+@given(_NOISY)
+def test_text_noise_pattern_matches_the_original_case_insensitive_one(text: str) -> None:
+    """The faster noise pattern (cases spelt out, a look-ahead) replaces exactly what ``re.I`` did."""
+    assert _TEXT_NOISE.sub("<v>", text) == _ORIGINAL_NOISE.sub("<v>", text)
+
+
+@given(st.lists(_NOISY | st.text(max_size=20), max_size=6).map("".join))
+def test_the_prefilter_never_hides_noise(text: str) -> None:
+    """Long texts skip the regex only when it would find nothing."""
+    assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)

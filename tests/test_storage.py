@@ -17,30 +17,36 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from _stores import RedisServer, run_workers
-from agentguard import BudgetExceeded
+from agentguard import BudgetExceeded, GuardConfig, StoreUnavailable, ToolGuard
 from agentguard._clock import wall
 from agentguard.budget import TokenLedger
 from agentguard.config import StorageConfig, TokenBudgetConfig
+from agentguard.events import StoreFallback, StoreRecovered
 from agentguard.resilience import CircuitBreaker, Classification, ErrorClass
 from agentguard.storage import (
     BreakerSpec,
     BudgetSpec,
     Charge,
+    FallbackStore,
     Hold,
     MemoryStore,
     RedisStore,
     SQLiteStore,
     Store,
     store_from_config,
+    with_fallback,
 )
-from agentguard.testing import FakeClock
+from agentguard.testing import FakeClock, capture_events
+from agentguard.tools import DeadLetter
 
-BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+BACKENDS = ["memory", "fallback", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
 
 
 def _make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "memory":
         return MemoryStore()
+    if kind == "fallback":  # the outage wrapper must keep the contract of what it wraps
+        return FallbackStore(MemoryStore())
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "budget.db")
     server: RedisServer = request.getfixturevalue("redis_server")
@@ -458,3 +464,128 @@ def test_store_breakers_follow_the_local_state_machine(store: Store) -> None:
     run_state_machine_as_test(
         machine, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
     )
+
+
+# -- the outage policy (FallbackStore), shared by the ledger and ToolGuard ------------------------
+
+
+class _Flaky(MemoryStore):
+    """A MemoryStore that can be taken down: every operation then fails as an unreachable server."""
+
+    down = False
+
+
+def _failing_when_down(name: str) -> Any:
+    op = getattr(MemoryStore, name)
+
+    def guarded(self: _Flaky, *args: Any) -> Any:
+        if self.down:
+            raise StoreUnavailable("connection refused")
+        return op(self, *args)
+
+    return guarded
+
+
+for _op in ("reserve", "commit", "release", "snapshot", "breaker_allow", "breaker_record"):
+    setattr(_Flaky, _op, _failing_when_down(_op))
+for _op in ("breaker_view", "claim", "put", "get", "items", "delete"):
+    setattr(_Flaky, _op, _failing_when_down(_op))
+
+
+def test_ledger_outage_serves_locally_and_replays_commits_once() -> None:
+    """Down: served locally, said once; back after retry_seconds: commits replayed, said so."""
+    clock, store = FakeClock(), _Flaky()
+    config = GuardConfig(
+        token_budget=TokenBudgetConfig(max_output_tokens=None),
+        storage=StorageConfig(retry_seconds=5),
+    )
+    ledger = TokenLedger(config, store=store, clock=clock)
+    ledger.commit(ledger.reserve("s", 10), 10, event_id="before")
+    store.down = True
+    with capture_events() as events:
+        ledger.commit(ledger.reserve("s", 5), 5, event_id="during")
+        ledger.commit(ledger.reserve("s", 5), 5, event_id="during")  # a duplicate: not replayed
+        assert ledger.usage("s").session_tokens == 5  # local state: only the outage's usage
+    assert len(events.of_type(StoreFallback)) == 1
+    assert ledger.degraded
+    store.down = False
+    clock.advance(4)
+    assert ledger.degraded  # not retried before retry_seconds
+    assert ledger.usage("s").session_tokens == 5
+    clock.advance(2)
+    with capture_events() as events:
+        assert ledger.usage("s").session_tokens == 15
+    [recovered] = events.of_type(StoreRecovered)
+    assert (recovered.resynced, recovered.outage_seconds) == (1, 6)
+    assert not ledger.degraded
+
+
+@pytest.mark.anyio
+async def test_async_ledger_outage_follows_the_same_policy() -> None:
+    """The async twins fall back and re-sync exactly as the sync ones do."""
+    clock, store = FakeClock(), _Flaky()
+    config = GuardConfig(storage=StorageConfig(retry_seconds=5))
+    ledger = TokenLedger(config, store=store, clock=clock)
+    store.down = True
+    await ledger.acommit(await ledger.areserve("s", 7), 7, event_id="e")
+    assert ledger.degraded
+    store.down = False
+    clock.advance(5)
+    assert (await ledger.ausage("s")).session_tokens == 7
+    assert not ledger.degraded
+    assert (await store.asnapshot(ledger.spec, "s", clock())).session_tokens == 7
+
+
+def test_toolguard_follows_the_ledgers_outage_policy() -> None:
+    """ToolGuard on a store that goes down: idempotency and dead letters served locally, the
+    dead letter written to the shared store once it returns."""
+    clock, store = FakeClock(), _Flaky()
+    config = GuardConfig.from_dict(
+        {"storage": {"retry_seconds": 5}, "tools": {"retry": {"max_attempts": 1}}}, env={}
+    )
+    tools = ToolGuard(config, store=store, clock=clock, sleep=clock.sleep)
+    sent: list[str] = []
+
+    @tools.tool(side_effecting=True)
+    def send(text: str) -> str:
+        sent.append(text)
+        return "sent"
+
+    @tools.tool
+    def flaky() -> str:
+        raise ConnectionError("reset")
+
+    store.down = True
+    with capture_events() as events:
+        assert tools.call("send", {"text": "hi"}).ok
+        assert tools.call("send", {"text": "hi"}).replayed  # the local key still holds
+        assert not tools.call("flaky", {}).ok
+    assert sent == ["hi"]
+    assert len(events.of_type(StoreFallback)) == 1
+    assert [d.tool for d in tools.dead_letters()] == ["flaky"]  # served locally meanwhile
+    store.down = False
+    clock.advance(5)
+    with capture_events() as events:
+        letters = tools.dead_letters()
+    assert [d.tool for d in letters] == ["flaky"]
+    assert events.of_type(StoreRecovered)
+    shared = store.items("dead_letters:default", clock())  # replayed into the shared store
+    assert [DeadLetter.from_json(text).tool for _, text in shared] == ["flaky"]
+
+
+def test_fail_closed_raises_and_memory_needs_no_wrapper() -> None:
+    """fail_mode closed: the outage is raised; a plain MemoryStore is never wrapped."""
+    store = _Flaky()
+    assert with_fallback(store, fail_mode="closed") is store
+    plain = MemoryStore()
+    assert with_fallback(plain) is plain
+    store.down = True
+    ledger = TokenLedger(
+        GuardConfig(storage=StorageConfig(fail_mode="closed")), store=store, clock=FakeClock()
+    )
+    with pytest.raises(StoreUnavailable):
+        ledger.reserve("s", 1)
+    tools = ToolGuard(GuardConfig(storage=StorageConfig(fail_mode="closed")), store=store)
+    tools.register(lambda: "x", name="noop", side_effecting=True)
+    with pytest.raises(StoreUnavailable):
+        tools.call("noop", {})

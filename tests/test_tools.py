@@ -40,7 +40,7 @@ from agentguard.resilience import Classification, ErrorClass, RetryPolicy
 from agentguard.storage import MemoryStore, RedisStore, Store
 from agentguard.testing import CapturedEvents, FakeClock, capture_events
 from agentguard.tools import Default, HandOff, ToolGuard, ToolOutcome
-from agentguard.tools._run import DaemonPool
+from agentguard.tools._run import DaemonPool, _Job
 
 
 def _error(status: int, **headers: str) -> ModelError:
@@ -824,6 +824,39 @@ def test_daemon_pool_runs_reuses_and_shuts_down() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError):
         pool.submit(lambda: None)
+
+
+def test_daemon_pool_call_hands_back_results_errors_and_timeouts() -> None:
+    """call(): the result or the tool's own error; at the deadline late() is raised, the hung
+    job is abandoned, and the next call gets another worker."""
+    pool = DaemonPool("test")
+    assert pool.call(lambda: 42, 5.0, RuntimeError) == 42
+    with pytest.raises(TimeoutError, match="its own"):
+        pool.call(lambda: (_ for _ in ()).throw(TimeoutError("its own")), 5.0, RuntimeError)
+    release = threading.Event()
+    try:
+        with pytest.raises(RuntimeError, match="late"):
+            pool.call(lambda: release.wait(5), 0.01, lambda: RuntimeError("late"))
+        assert pool.call(lambda: "still served", 5.0, RuntimeError) == "still served"
+    finally:
+        release.set()
+        pool.shutdown()
+
+
+def test_an_abandoned_job_never_starts_and_cancels_its_future() -> None:
+    """What shutdown(cancel_futures=True) and a timeout do to queued work: it never runs."""
+    ran: list[bool] = []
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    job = _Job(lambda: ran.append(True), future)
+    job.abandon()
+    assert future.cancelled()
+    pool = DaemonPool("test")
+    pool._queue.put(job)  # a worker picks it up, skips it, and releases its waiter
+    pool._workers = 1
+    threading.Thread(target=pool._work, daemon=True).start()
+    assert job.done.acquire(timeout=5)
+    assert ran == []
+    pool.shutdown()
 
 
 @pytest.mark.anyio

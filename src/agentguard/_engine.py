@@ -1,8 +1,9 @@
 """Sans-I/O: the pipeline's logic is a generator of actions, carried out by two thin drivers.
 
 The pipeline never calls a model, sleeps, asks the user or touches a store itself. It *yields*
-what it wants done (:class:`Send`, :class:`Sleep`, :class:`Ask`, ledger operations, and for
-streams :class:`Open`, :class:`Pull`, :class:`Emit`) and receives the result, or the exception,
+what it wants done (:class:`Send`, :class:`Sleep`, :class:`Ask`, a :class:`Call` of a ledger or
+store operation, and for streams :class:`Open`, :class:`Pull`, :class:`Emit`) and receives the
+result, or the exception,
 back. :func:`run` / :func:`stream` carry the actions out synchronously, :func:`arun` /
 :func:`astream` asynchronously, each action by a handler for its type: one implementation of the
 logic, two small drivers (the shape of tenacity's ``iter()`` with its sync and asyncio drivers).
@@ -11,10 +12,11 @@ logic, two small drivers (the shape of tenacity's ``iter()`` with its sync and a
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
 
+from ._frozen import fast_init
 from .transport import ModelRequest, StreamChunk
 from .types import EscalationPrompt, Tier
 
@@ -22,6 +24,7 @@ __all__ = [
     "END",
     "Action",
     "Ask",
+    "Call",
     "Emit",
     "Handler",
     "Handlers",
@@ -30,13 +33,63 @@ __all__ = [
     "Pull",
     "Send",
     "Sleep",
+    "acall",
     "arun",
     "astream",
+    "call",
+    "perform",
     "run",
     "stream",
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """Call a component's method: the sync one in a sync driver, its async twin in an async one.
+
+    A sync driver runs ``sync(*args, **kwargs)``, an async driver awaits
+    ``async_(*args, **kwargs)``; the result is the return value (or the exception, thrown in).
+
+    Yield it through :func:`perform`, which types the result: ``reservation = yield from
+    perform(ledger.reserve, ledger.areserve, session, tokens)`` is a ``Reservation`` to mypy,
+    and a reader follows the call straight to the method that runs it.
+
+    Attributes:
+        sync: the callable a sync driver runs.
+        async_: its async twin, which an async driver awaits.
+        args: positional arguments of either.
+        kwargs: keyword arguments of either.
+    """
+
+    sync: Callable[..., T]
+    async_: Callable[..., Awaitable[T]]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
+def perform(
+    sync: Callable[P, T], async_: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+) -> Generator[Call[T], Any, T]:
+    """Yield a :class:`Call` of ``sync`` / ``async_`` with these arguments; return its result.
+
+    Use with ``yield from`` inside a plan; both callables must take the same arguments.
+    """
+    result: T = yield Call(sync, async_, args, kwargs)
+    return result
+
+
+def call(action: Call[T]) -> T:
+    """The sync drivers' handler of :class:`Call`."""
+    return action.sync(*action.args, **action.kwargs)
+
+
+def acall(action: Call[T]) -> Awaitable[T]:
+    """The async drivers' handler of :class:`Call` (the driver awaits what it returns)."""
+    return action.async_(*action.args, **action.kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +144,7 @@ class _End:
 #: What :class:`Pull` returns when the stream is finished.
 END: Any = _End()
 
-Action: TypeAlias = "Send | Sleep | Ask | Open | Pull | Emit"
+Action: TypeAlias = "Send | Sleep | Ask | Call[Any] | Open | Pull | Emit"
 #: A plan yields actions (these, or others its drivers have handlers for) and returns a T.
 Plan: TypeAlias = Generator[Any, Any, T]
 

@@ -1,27 +1,66 @@
-"""Canonical JSON and content fingerprints.
+"""Canonical JSON, content fingerprints, and the one decoder of tool-call arguments.
 
 Two values that mean the same JSON get the same fingerprint: key order, whitespace, ``1`` vs
 ``1.0`` and a JSON text vs the decoded value do not matter. Fingerprints are blake3 digests of
 the canonical form, a fixed 16 bytes (32 hex characters) whatever the input size.
+
+:func:`decode_arguments` is how every part of agentguard (validator, ToolGuard, loop identities,
+``agentguard scan``) reads tool-call arguments, so they agree on what a call says.
 """
 
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from blake3 import blake3
 
-__all__ = ["canonical_json", "fingerprint", "fingerprint_bytes", "normalise"]
+__all__ = [
+    "arguments_object",
+    "canonical_json",
+    "canonical_text",
+    "canonical_text_of_decoded",
+    "compact_key",
+    "decode_arguments",
+    "fingerprint",
+    "fingerprint_bytes",
+    "fingerprint_text",
+    "normalise",
+]
 
 DIGEST_SIZE = 16
+#: Canonical texts up to this length are their own identity key (see :func:`compact_key`).
+INLINE_KEY_CHARS = 256
 # Built once: json.dumps/loads with options build a new encoder/decoder on every call.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_STRICT = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _c_encoder(*, allow_nan: bool) -> Callable[[Any], str]:
+    """A canonical encoder calling the C encoder directly (``JSONEncoder.encode`` builds a new
+    one per call). No circular-reference bookkeeping: a cycle ends in RecursionError, as the
+    normalising fallback's would."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (another Python): the standard encoder
+        strict = json.JSONEncoder(
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+        )
+        return strict.encode
+    encode = make(None, _ENCODER.default, _encode_str, None, ":", ",", True, False, allow_nan)
+
+    def run(value: Any) -> str:
+        if value.__class__ is str:
+            return _encode_str(value)
+        return "".join(encode(value, 0))
+
+    return run
+
+
+_STRICT = _c_encoder(allow_nan=False)
+_CANONICAL_ENCODE = _c_encoder(allow_nan=True)
 
 
 def normalise(value: Any) -> Any:
@@ -43,18 +82,50 @@ def normalise(value: Any) -> Any:
     return str(value)
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical JSON encoding of ``value`` (sorted keys, no whitespace, UTF-8)."""
+def _canonical_str(value: Any) -> str:
+    if value.__class__ is str:  # a string holds no float: nothing to normalise
+        return _encode_str(value)
     try:
         # Fast path: plain JSON data is already canonical unless it holds an integral float
         # (1.0 must encode as 1). The C encoder and, only when a "." or an exponent appears,
         # the C decoder's float hook find out without a Python walk over the value.
-        text = _STRICT.encode(value)
-    except (TypeError, ValueError):  # sets, mixed key types, NaN, other objects
+        text = _STRICT(value)
+    except (TypeError, ValueError, RecursionError):  # sets, mixed key types, NaN, objects
         text = None
-    if text is None or _has_integral_float(text):
+    if text is None or (not _floatless(value) and _has_integral_float(text)):
         text = _ENCODER.encode(normalise(value))
-    return text.encode("utf-8", "surrogatepass")
+    return text
+
+
+def _floatless(value: Any) -> bool:
+    """True when a small plain value surely holds no float (then its JSON is canonical as it is).
+
+    Tool arguments are mostly a few strings, ints and flags: a walk over them is cheaper than
+    parsing their JSON again to look for floats. ``False`` means "maybe": too big to walk
+    cheaply, or holding a float or another type.
+    """
+    budget = 64
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = item.__class__
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        else:
+            return False
+        budget -= len(item)
+        if budget < 0:
+            return False
+    return True
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON encoding of ``value`` (sorted keys, no whitespace, UTF-8)."""
+    return _canonical_str(value).encode("utf-8", "surrogatepass")
 
 
 class _Found(Exception):
@@ -86,6 +157,23 @@ def fingerprint_bytes(data: bytes) -> str:
     return blake3(data).hexdigest(length=DIGEST_SIZE)
 
 
+def fingerprint_text(text: str) -> str:
+    """The fingerprint of a canonical text (as :func:`canonical_text` returns it)."""
+    return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
+
+
+def compact_key(text: str) -> str:
+    """An in-memory identity for a canonical text: the text itself when short, else a digest.
+
+    Cheaper than a fingerprint for the short texts most calls and results are, and as exact
+    (a digest is marked with ``#``, which no JSON text starts with). Not for storage: use
+    :func:`fingerprint`, whose form does not depend on the length.
+    """
+    if len(text) <= INLINE_KEY_CHARS:
+        return text
+    return "#" + fingerprint_text(text)
+
+
 def _parse_float(text: str) -> Any:
     number = float(text)
     if math.isfinite(number) and number.is_integer():
@@ -93,9 +181,93 @@ def _parse_float(text: str) -> Any:
     return number if math.isfinite(number) else repr(number)
 
 
-def _decode(text: str) -> Any:
-    # floats are canonicalised while parsing, so decoded JSON needs no normalise() pass
-    return json.loads(text, parse_float=_parse_float, parse_constant=lambda c: repr(float(c)))
+def _parse_constant(text: str) -> str:
+    return repr(float(text))  # NaN, Infinity: as normalise() writes non-finite floats
+
+
+# Built once (json.loads with options builds a decoder per call). The canonical one turns floats
+# into their canonical form while parsing, so its output needs no normalise() pass.
+_DECODER = json.JSONDecoder()
+_CANONICAL = json.JSONDecoder(parse_float=_parse_float, parse_constant=_parse_constant)
+
+
+def _decode(decoder: json.JSONDecoder, text: str) -> Any:
+    try:  # the scanner alone, for a text that is one JSON value and nothing around it
+        value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError):
+        pass
+    return decoder.decode(text)  # whitespace around the value, or the error with its position
+
+
+def decode_arguments(arguments: Any, *, canonical: bool = False) -> Any:
+    """Tool-call arguments as a value: the one argument decoder of agentguard.
+
+    A mapping comes back as a ``dict``; ``None`` and ``""`` mean no arguments (``{}``); ``str``
+    and UTF-8 ``bytes`` are decoded as JSON; any other value is returned as it is. Whether the
+    value is a JSON object, and what to do when it is not, is the caller's to decide.
+
+    Args:
+        arguments: the arguments as the model or the caller gave them.
+        canonical: decode floats in canonical form (``1.0`` becomes ``1``), as fingerprints need.
+
+    Raises:
+        ValueError: the text is not JSON (a :class:`json.JSONDecodeError`, with its position),
+            or the bytes are not UTF-8.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, (bytes, bytearray)):
+        arguments = arguments.decode("utf-8") if arguments else "{}"
+    if isinstance(arguments, str):
+        return _decode(_CANONICAL if canonical else _DECODER, arguments)
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    return arguments
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """:func:`decode_arguments`, required to be a JSON object.
+
+    Raises:
+        ValueError: the text is not JSON.
+        TypeError: the arguments are not a JSON object.
+    """
+    decoded = decode_arguments(arguments)
+    if not isinstance(decoded, dict):
+        raise TypeError("tool arguments must be a JSON object")
+    return decoded
+
+
+def canonical_text(value: Any) -> str:
+    """The canonical JSON text :func:`fingerprint` hashes; a ``str`` holding JSON is decoded first.
+
+    A string that is not JSON stands for itself (encoded as a JSON string).
+    """
+    if isinstance(value, (str, bytes, bytearray)):
+        text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
+        head = text[:1]  # a long text is not copied just to look at its first character
+        if head.isspace():
+            head = text.lstrip()[:1]
+        if head in ("{", "[", '"', "t", "f", "n"):
+            stripped = text.strip()
+            if head in ("{", "[", '"') or stripped in ("true", "false", "null"):
+                try:
+                    return _CANONICAL_ENCODE(_decode(_CANONICAL, stripped))
+                except (ValueError, RecursionError):
+                    pass
+        return _encode_str(text)
+    return _canonical_str(value)
+
+
+def canonical_text_of_decoded(value: Any) -> str:
+    """:func:`canonical_text` of a value already in canonical form, skipping the normalising pass.
+
+    For values built from :func:`decode_arguments` with ``canonical=True`` (plus ``str``, ``int``,
+    ``bool`` and ``None`` around them).
+    """
+    return _CANONICAL_ENCODE(value)
 
 
 def fingerprint(value: Any) -> str:
@@ -103,14 +275,4 @@ def fingerprint(value: Any) -> str:
 
     A string that is not JSON is fingerprinted as that string.
     """
-    if isinstance(value, (str, bytes, bytearray)):
-        text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
-        stripped = text.strip()
-        if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
-            try:
-                decoded = _decode(stripped)
-            except (ValueError, RecursionError):
-                return fingerprint_bytes(canonical_json(text))
-            return fingerprint_bytes(_ENCODER.encode(decoded).encode("utf-8", "surrogatepass"))
-        value = text
-    return fingerprint_bytes(canonical_json(value))
+    return fingerprint_text(canonical_text(value))

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Se
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ._fingerprint import arguments_object, fingerprint
 from .types import Message, Usage
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ORIGINAL",
+    "SCOPE",
     "SESSION_HEADER",
     "AsyncTransport",
     "ModelRequest",
@@ -36,14 +38,34 @@ __all__ = [
     "StreamChunk",
     "Transport",
     "attach_report",
+    "caller_scope",
     "report_of",
     "split_session_header",
+    "tool_arguments",
     "usage_from_body",
     "write_output_cap",
 ]
 
 #: The request header that names a session (never sent upstream: the guard takes it off).
 SESSION_HEADER = "x-agentguard-session"
+
+#: The :attr:`ModelRequest.extensions` key an adapter sets to the caller's identity (e.g. a hash
+#: of the API key a proxy was called with): conversations found without a named session are
+#: never matched across scopes.
+SCOPE = "agentguard.scope"
+
+
+#: Tool-call arguments (JSON text, UTF-8 bytes, a mapping, or nothing) as a ``dict``: the one
+#: argument decoder the guard itself uses. Raises ``ValueError`` for text that is not JSON and
+#: ``TypeError`` for JSON that is not an object.
+tool_arguments = arguments_object
+
+
+def caller_scope(*identity: str) -> str:
+    """The value for :data:`SCOPE` that names a caller by ``identity`` (an API key, a user id
+    ...): a short fingerprint, so the key itself is never kept."""
+    return fingerprint(["caller", *identity])[:16]
+
 
 #: The key under which a message translated from another wire form (a Responses API item ...)
 #: keeps the object it came from, so the transport can send an unchanged message back exactly as

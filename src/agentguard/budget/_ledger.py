@@ -5,22 +5,18 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from agentguard import _clock
-from agentguard._redact import redact
 from agentguard.config import GuardConfig, StorageConfig, TokenBudgetConfig
 from agentguard.events import (
     BudgetExhausted,
     BudgetWarning,
     Emitter,
     Hook,
-    StoreFallback,
-    StoreRecovered,
 )
-from agentguard.exceptions import BudgetExceeded, StoreUnavailable
-from agentguard.storage import MemoryStore, Store, store_from_config
+from agentguard.exceptions import BudgetExceeded
+from agentguard.storage import FallbackStore, Store, store_from_config, with_fallback
 from agentguard.storage._base import (
     NANOS,
     BudgetSpec,
@@ -33,148 +29,13 @@ from agentguard.transport import write_output_cap
 from agentguard.types import Clock, Usage
 
 from ._pricing import PriceTable
+from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
-__all__ = [
-    "Decision",
-    "Quote",
-    "Reservation",
-    "Settlement",
-    "TokenLedger",
-    "UsageSnapshot",
-    "clamp_output_tokens",
-]
+__all__ = ["TokenLedger", "clamp_output_tokens"]
 
-#: What the budget policy says about a reservation, in increasing order of concern.
-Decision = Literal["ok", "warn", "escalate"]
 _RANK = {"ok": 0, "warn": 1, "escalate": 2}
 _SPAN = 3600
 _OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """Tokens held for one model call, and the policy's decision about it.
-
-    Attributes:
-        id: unique id; also the default event id of its commit.
-        session: the session charged.
-        tokens: tokens held: ``prompt_tokens + output_tokens``.
-        prompt_tokens: the estimated prompt tokens reserved.
-        output_tokens: the output tokens reserved (the request's cap, lowered to the
-            configured one); ``0`` when no output limit was given.
-        model: the model the call is priced as, if given.
-        expires_at: wall-clock end of the lease; after it the tokens return to the budget.
-        decision: ``"ok"``, ``"warn"`` (a budget passed its warning ratio, or is exhausted
-            under ``warn_and_continue``) or ``"escalate"`` (exhausted under ``escalate``: move
-            the rest of the session to a cheaper tier).
-        budget: the budget behind a non-``ok`` decision (``"session"`` or ``"hour"``).
-        session_used: session tokens committed and held, this reservation included.
-        session_limit: the session budget, or ``None``.
-        hour_used: rolling-window tokens committed and held, this reservation included.
-        hour_limit: the hourly budget, or ``None``.
-    """
-
-    id: str
-    session: str
-    tokens: int
-    prompt_tokens: int
-    output_tokens: int
-    model: str | None
-    expires_at: float
-    decision: Decision = "ok"
-    budget: str | None = None
-    session_used: int = 0
-    session_limit: int | None = None
-    hour_used: int = 0
-    hour_limit: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """The outcome of a commit.
-
-    Attributes:
-        reservation_id: the reservation settled.
-        event_id: the idempotency key the usage was counted under.
-        counted: ``False`` when this event id had been counted before (nothing changed).
-        usage: the usage committed (``usage.estimated`` when it was estimated).
-        cost: its price in the price table's currency.
-        overrun: tokens used beyond the reservation (the estimate was too low); counted, and
-            later reservations see them.
-        session_tokens: the session's committed tokens afterwards.
-        hour_tokens: the rolling window's committed tokens afterwards.
-    """
-
-    reservation_id: str
-    event_id: str
-    counted: bool
-    usage: Usage
-    cost: float
-    overrun: int
-    session_tokens: int
-    hour_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class UsageSnapshot:
-    """Tokens and cost of a session and of the rolling hour, at one moment.
-
-    Attributes:
-        session: the session, or ``None`` for the window alone.
-        at: wall-clock time of the snapshot.
-        session_tokens: tokens committed by the session.
-        session_reserved: tokens the session holds in live reservations.
-        session_cost: cost of the session's committed tokens.
-        session_limit: the session budget, or ``None``.
-        hour_tokens: tokens committed in the rolling hour, by every session.
-        hour_reserved: tokens held in live reservations, by every session.
-        hour_cost: cost of the rolling hour's committed tokens.
-        hour_limit: the hourly budget, or ``None``.
-    """
-
-    session: str | None
-    at: float
-    session_tokens: int
-    session_reserved: int
-    session_cost: float
-    session_limit: int | None
-    hour_tokens: int
-    hour_reserved: int
-    hour_cost: float
-    hour_limit: int | None
-
-    @property
-    def session_remaining(self) -> int | None:
-        """Tokens the session may still reserve, or ``None`` without a session budget."""
-        if self.session_limit is None:
-            return None
-        return max(0, self.session_limit - self.session_tokens - self.session_reserved)
-
-    @property
-    def hour_remaining(self) -> int | None:
-        """Tokens the rolling hour still has room for, or ``None`` without an hourly budget."""
-        if self.hour_limit is None:
-            return None
-        return max(0, self.hour_limit - self.hour_tokens - self.hour_reserved)
-
-
-@dataclass(frozen=True, slots=True)
-class Quote:
-    """What a further call would cost, and whether the budgets have room for it (nothing held).
-
-    Attributes:
-        tokens: the tokens asked about.
-        cost: their price for the model asked about.
-        fits: whether a reservation of ``tokens`` would pass no limit right now.
-        budget: the first budget it would pass, or ``None``.
-        snapshot: the usage the answer is based on.
-    """
-
-    tokens: int
-    cost: float
-    fits: bool
-    budget: str | None
-    snapshot: UsageSnapshot = field(repr=False)
 
 
 def clamp_output_tokens(
@@ -201,18 +62,6 @@ def clamp_output_tokens(
     return out
 
 
-@dataclass
-class _Outage:
-    """The ledger's state while its store is unreachable."""
-
-    since: float
-    retry_at: float
-    local: MemoryStore = field(default_factory=MemoryStore)
-    # Commits served locally, replayed into the store when it returns (idempotent by event id),
-    # each with the time it happened so it lands in the right window bucket.
-    pending: list[tuple[Charge, float]] = field(default_factory=list)
-
-
 class TokenLedger:
     """Token budgets: reserve before a model call, commit the real usage after.
 
@@ -229,8 +78,9 @@ class TokenLedger:
     Every policy warns (event and ``"warn"``) when a budget passes ``warn_ratio``. A disabled
     ``token_budget`` still counts usage and cost but never warns or refuses.
 
-    If the store cannot be reached, the ledger falls back to local state (event
-    :class:`~agentguard.events.StoreFallback`), keeps serving, retries every
+    If the store cannot be reached, the ledger follows the outage policy of
+    :class:`~agentguard.storage.FallbackStore` (the one ``ToolGuard`` follows too): it serves
+    from local state (event :class:`~agentguard.events.StoreFallback`), retries every
     ``storage.retry_seconds`` and replays the commits it served locally when the store returns
     (:class:`~agentguard.events.StoreRecovered`). With ``storage.fail_mode: closed`` it raises
     :class:`~agentguard.StoreUnavailable` instead.
@@ -258,6 +108,12 @@ class TokenLedger:
         self.config = budget
         self.storage_config = storage
         self.store: Store = store if store is not None else store_from_config(storage)
+        self._store = with_fallback(
+            self.store,
+            fail_mode=storage.fail_mode,
+            retry_seconds=storage.retry_seconds,
+            hooks=hooks,
+        )
         self.prices = PriceTable(budget.prices)
         self._clock = clock
         self._emitter = Emitter(hooks)
@@ -272,12 +128,18 @@ class TokenLedger:
             event_ttl=budget.idempotency_ttl_seconds,
         )
         self._cap = budget.max_output_tokens if budget.enabled else None
+        # Usage below these (session, hour) needs no decision: under the warning line (a
+        # warn_ratio of at most 1 puts it at or below the limit).
+        ratio, spec = budget.warn_ratio, self._spec
+        self._quiet = (
+            None if spec.session_limit is None else ratio * spec.session_limit,
+            None if spec.hour_limit is None else ratio * spec.hour_limit,
+        )
         self._lease = budget.lease_seconds
         # Reservation ids: a random per-ledger prefix and a counter — unique across processes
         # and hosts, and far cheaper than a uuid4 per call.
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(8) + "-"
-        self._outage: _Outage | None = None
 
     # -- public API -----------------------------------------------------------------------
 
@@ -289,7 +151,7 @@ class TokenLedger:
     @property
     def degraded(self) -> bool:
         """Whether the ledger is serving from local state because its store is unreachable."""
-        return self._outage is not None
+        return isinstance(self._store, FallbackStore) and self._store.degraded
 
     def output_cap(self, requested: int | None = None) -> int | None:
         """The output tokens a request may use: ``requested`` lowered to the per-request cap.
@@ -330,7 +192,7 @@ class TokenLedger:
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
         hold, now = self._hold(session, estimated_tokens, max_output_tokens)
-        state = self._run("reserve", now, hold)
+        state = self._store.reserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
     async def areserve(
@@ -343,7 +205,7 @@ class TokenLedger:
     ) -> Reservation:
         """Async twin of :meth:`reserve`."""
         hold, now = self._hold(session, estimated_tokens, max_output_tokens)
-        state = await self._arun("reserve", now, hold)
+        state = await self._store.areserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
     def commit(
@@ -364,7 +226,7 @@ class TokenLedger:
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
         charge, used, now = self._charge(reservation, usage, event_id)
-        state = self._run("commit", now, charge)
+        state = self._store.commit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
     async def acommit(
@@ -372,28 +234,29 @@ class TokenLedger:
     ) -> Settlement:
         """Async twin of :meth:`commit`."""
         charge, used, now = self._charge(reservation, usage, event_id)
-        state = await self._arun("commit", now, charge)
+        state = await self._store.acommit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
     def release(self, reservation: Reservation) -> bool:
         """Give back a reservation whose call failed; ``False`` if it was no longer held."""
         now = self._clock()
-        return bool(self._run("release", now, reservation.id))
+        return self._store.release(self._spec, reservation.id, now)
 
     async def arelease(self, reservation: Reservation) -> bool:
         """Async twin of :meth:`release`."""
         now = self._clock()
-        return bool(await self._arun("release", now, reservation.id))
+        return await self._store.arelease(self._spec, reservation.id, now)
 
     def usage(self, session: str | None = None) -> UsageSnapshot:
         """Tokens and cost of ``session`` (if given) and of the rolling hour."""
         now = self._clock()
-        return self._snapshot(session, now, self._run("snapshot", now, session))
+        return self._snapshot(session, now, self._store.snapshot(self._spec, session, now))
 
     async def ausage(self, session: str | None = None) -> UsageSnapshot:
         """Async twin of :meth:`usage`."""
         now = self._clock()
-        return self._snapshot(session, now, await self._arun("snapshot", now, session))
+        state = await self._store.asnapshot(self._spec, session, now)
+        return self._snapshot(session, now, state)
 
     def quote(
         self,
@@ -432,7 +295,10 @@ class TokenLedger:
     ) -> tuple[Hold, float]:
         if estimated_tokens < 0:
             raise ValueError(f"estimated_tokens must not be negative (got {estimated_tokens})")
-        output = self.output_cap(max_output_tokens) or 0
+        if max_output_tokens is None:  # the common case, without a call
+            output = self._cap or 0
+        else:
+            output = self.output_cap(max_output_tokens) or 0
         now = self._clock()
         rid = f"{self._id_prefix}{next(self._ids)}"
         return Hold(session, rid, estimated_tokens + output, now + self._lease), now
@@ -444,13 +310,44 @@ class TokenLedger:
         session, tokens = hold.session, hold.tokens
         if state.refused is not None:
             self._refuse(session, tokens, now, state)
+        session_used = state.session_tokens + state.session_held
+        hour_used = state.hour_tokens + state.hour_held
+        quiet_session, quiet_hour = self._quiet
+        decision: Decision = "ok"
+        budget = None
+        if not (
+            (quiet_session is None or session_used < quiet_session)
+            and (quiet_hour is None or hour_used < quiet_hour)
+        ):  # past a warning line (the common case is below both: nothing to decide or say)
+            decision, budget = self._decide(session, tokens, session_used, hour_used)
+        return Reservation(
+            hold.id,
+            session,
+            tokens,
+            prompt,
+            tokens - prompt,
+            model,
+            hold.expires_at,
+            decision,
+            budget,
+            session_used,
+            spec.session_limit,
+            hour_used,
+            spec.hour_limit,
+        )
+
+    def _decide(
+        self, session: str, tokens: int, session_used: int, hour_used: int
+    ) -> tuple[Decision, str | None]:
+        """The policy's decision on a reservation past a warning line, and the events it says."""
+        spec = self._spec
         decision: Decision = "ok"
         budget = None
         policy = self.config.policy
         warn_ratio = self.config.warn_ratio
         for name, limit, after in (
-            ("session", spec.session_limit, state.session_used),
-            ("hour", spec.hour_limit, state.hour_used),
+            ("session", spec.session_limit, session_used),
+            ("hour", spec.hour_limit, hour_used),
         ):
             if limit is None:
                 continue
@@ -485,21 +382,7 @@ class TokenLedger:
                 continue
             if _RANK[verdict] > _RANK[decision]:
                 decision, budget = verdict, name
-        return Reservation(
-            hold.id,
-            session,
-            tokens,
-            prompt,
-            tokens - prompt,
-            model,
-            hold.expires_at,
-            decision,
-            budget,
-            state.session_used,
-            spec.session_limit,
-            state.hour_used,
-            spec.hour_limit,
-        )
+        return decision, budget
 
     def _refuse(self, session: str, tokens: int, now: float, state: BudgetState) -> None:
         spec = self._spec
@@ -592,75 +475,6 @@ class TokenLedger:
         elif snap.hour_remaining is not None and tokens > snap.hour_remaining:
             budget = "hour"
         return Quote(tokens, cost, budget is None, budget, snap)
-
-    # -- driving the store, with fallback -------------------------------------------------
-
-    def _run(self, op: str, now: float, arg: Any) -> Any:
-        """Run ``op`` on the store, or on local state while the store is unreachable."""
-        outage = self._outage
-        if outage is not None:
-            if now < outage.retry_at:
-                return self._local(outage, op, arg, now)
-            try:
-                for charge, at in outage.pending:
-                    self.store.commit(self._spec, charge, at)
-                if not outage.pending:
-                    self.store.snapshot(self._spec, None, now)  # a probe
-            except StoreUnavailable:
-                outage.retry_at = now + self.storage_config.retry_seconds
-                return self._local(outage, op, arg, now)
-            self._recovered(outage, now)
-        try:
-            return getattr(self.store, op)(self._spec, arg, now)
-        except StoreUnavailable as exc:
-            return self._local(self._fall_back(exc, now), op, arg, now)
-
-    async def _arun(self, op: str, now: float, arg: Any) -> Any:
-        """Async twin of :meth:`_run`."""
-        outage = self._outage
-        if outage is not None:
-            if now < outage.retry_at:
-                return self._local(outage, op, arg, now)
-            try:
-                for charge, at in outage.pending:
-                    await self.store.acommit(self._spec, charge, at)
-                if not outage.pending:
-                    await self.store.asnapshot(self._spec, None, now)  # a probe
-            except StoreUnavailable:
-                outage.retry_at = now + self.storage_config.retry_seconds
-                return self._local(outage, op, arg, now)
-            self._recovered(outage, now)
-        try:
-            return await getattr(self.store, "a" + op)(self._spec, arg, now)
-        except StoreUnavailable as exc:
-            return self._local(self._fall_back(exc, now), op, arg, now)
-
-    def _local(self, outage: _Outage, op: str, arg: Any, now: float) -> Any:
-        result = getattr(outage.local, op)(self._spec, arg, now)
-        if op == "commit" and result.applied:
-            outage.pending.append((arg, now))
-        return result
-
-    def _fall_back(self, exc: StoreUnavailable, now: float) -> _Outage:
-        if self.storage_config.fail_mode == "closed":
-            raise exc
-        self._emitter.emit(
-            StoreFallback(
-                store=self.store.name, error_type=type(exc).__name__, message=redact(str(exc))
-            )
-        )
-        self._outage = _Outage(since=now, retry_at=now + self.storage_config.retry_seconds)
-        return self._outage
-
-    def _recovered(self, outage: _Outage, now: float) -> None:
-        self._outage = None
-        self._emitter.emit(
-            StoreRecovered(
-                store=self.store.name,
-                outage_seconds=max(0.0, now - outage.since),
-                resynced=len(outage.pending),
-            )
-        )
 
     def __repr__(self) -> str:
         return f"TokenLedger(scope={self._spec.scope!r}, store={self.store!r})"

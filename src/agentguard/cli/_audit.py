@@ -13,14 +13,14 @@ re-sent requests).
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentguard._fingerprint import decode_arguments
 from agentguard.config import GuardConfig
-from agentguard.loops import TranscriptScanner
+from agentguard.loops import TranscriptScanner, is_error_result
 from agentguard.types import Severity
 from agentguard.validation import extract_calls
 
@@ -241,7 +241,7 @@ class SessionAudit:
 
     def _result(self, message: Mapping[str, Any]) -> None:
         name = self._pending.pop(str(message.get("tool_call_id")), None) or message.get("name")
-        if isinstance(name, str) and name and not _failed(message.get("content")):
+        if isinstance(name, str) and name and not is_error_result(message.get("content")):
             self._working.add(name)
 
     def _issue(self, index: int, severity: Severity, kind: str, tool: str, text: str) -> None:
@@ -264,19 +264,12 @@ _decoded: dict[str, Any] = {}
 
 
 def _arguments(text: str) -> Any:
-    """``text`` decoded (``{}`` when blank); raises ValueError. Loops repeat their arguments,
-    so recent texts are remembered (a bounded cache, cleared when full)."""
+    """``text`` decoded as the guard decodes arguments; raises ValueError. Loops repeat their
+    arguments, so recent texts are remembered (a bounded cache, cleared when full)."""
     value = _decoded.get(text)
     if value is None:
-        value = json.loads(text) if text.strip() else {}
+        value = decode_arguments(text)
         if len(_decoded) >= 4096:
             _decoded.clear()
         _decoded[text] = value
     return value
-
-
-def _failed(content: Any) -> bool:
-    """A tool result that reports a failure (``Error: ...``, ``{"error": ...}``)."""
-    text = content if isinstance(content, str) else ""
-    head = text.lstrip()[:12].lower()
-    return head.startswith(("error", '{"error"'))

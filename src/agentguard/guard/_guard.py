@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio
 
 from agentguard import _clock
-from agentguard._engine import Ask, Open, Send, Sleep, arun, astream, run, stream
+from agentguard._engine import Ask, Call, Open, Send, Sleep, acall, arun, astream, call, run, stream
 from agentguard._redact import redact
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
@@ -43,7 +43,7 @@ from agentguard.transport import (
 )
 from agentguard.types import Choice, EscalationPrompt, Tier
 
-from ._pipeline import Budget, Pipeline
+from ._pipeline import Pipeline
 from ._report import GuardReport, attach_report
 from ._session import resolve_session
 
@@ -183,8 +183,6 @@ class Guard(_Base):
         self._sleep = sleep or _clock.sleep
 
     def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
-        ledger = self.pipeline.ledger
-
         def send(action: Send) -> ModelResponse:
             try:
                 response = self._transport_for(action.tier).send(action.request)
@@ -194,14 +192,11 @@ class Guard(_Base):
             trace.last = response
             return response
 
-        def budget(action: Budget) -> Any:
-            return getattr(ledger, action.op)(*action.args, **action.kwargs)
-
         return {
             Send: send,
             Sleep: lambda a: self._sleep(a.seconds),
             Ask: lambda a: self._confirm(a.prompt),
-            Budget: budget,
+            Call: call,
         }
 
     def complete(self, request: ModelRequest, *, session: str | None = None) -> ModelResponse:
@@ -307,8 +302,6 @@ class AsyncGuard(_Base):
         self._sleep = sleep or anyio.sleep
 
     def _handlers(self, trace: _Trace) -> dict[type, Callable[[Any], Any]]:
-        ledger = self.pipeline.ledger
-
         async def send(action: Send) -> ModelResponse:
             try:
                 response = await self._transport_for(action.tier).asend(action.request)
@@ -318,14 +311,11 @@ class AsyncGuard(_Base):
             trace.last = response
             return response
 
-        def budget(action: Budget) -> Any:
-            return getattr(ledger, "a" + action.op)(*action.args, **action.kwargs)
-
         return {
             Send: send,
             Sleep: lambda a: self._sleep(a.seconds),
             Ask: lambda a: self._confirm(a.prompt),
-            Budget: budget,
+            Call: acall,
         }
 
     async def acomplete(

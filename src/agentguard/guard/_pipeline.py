@@ -21,15 +21,17 @@ import copy
 import dataclasses
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from agentguard import _clock
-from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep
+from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
 from agentguard.budget import TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING, UNCAPPED_OUTPUT
+from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import Emitter, Escalated, Hook
@@ -48,11 +50,11 @@ from agentguard.types import Attempt, Choice, Severity, Tier
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
-from ._session import resolve_session
+from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
-from ._transcript import New, SessionState, message_key, new_messages
+from ._transcript import New, Run, Runs, message_key
 
-__all__ = ["Budget", "Pipeline"]
+__all__ = ["Pipeline"]
 
 _HINT_PREFIX = "[agentguard] "
 _TRIGGER_OF = {
@@ -60,15 +62,6 @@ _TRIGGER_OF = {
     ErrorClass.RATE_LIMITED: "rate_limited",
     ErrorClass.TRANSIENT: "server_error",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """A ledger operation: the driver runs ``ledger.<op>`` (sync) or ``ledger.a<op>`` (async)."""
-
-    op: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -124,9 +117,12 @@ class Pipeline:
         self._validators: collections.OrderedDict[str, tuple[ToolCallValidator, int]] = (
             collections.OrderedDict()
         )
-        self._sessions: collections.OrderedDict[str, SessionState] = collections.OrderedDict()
+        self._runs = Runs(
+            lambda: LoopDetector(cfg, clock=self.clock, hooks=self.emitter.hooks),
+            memory=4 * cfg.loop_detection.tool_window,
+            max_runs=max_sessions,
+        )
         self._last_tools: tuple[list[Any], tuple[ToolCallValidator, int]] | None = None
-        self._max_sessions = max_sessions
 
     @staticmethod
     def _prompt_tokens(call: _Call) -> int:
@@ -158,17 +154,23 @@ class Pipeline:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _state(self, session: str) -> SessionState:
-        state = self._sessions.get(session)
-        if state is None:
-            detector = LoopDetector(self.config, clock=self.clock, hooks=self.emitter.hooks)
-            state = SessionState(detector, memory=4 * self.config.loop_detection.tool_window)
-            self._sessions[session] = state
-            if len(self._sessions) > self._max_sessions:
-                self._sessions.popitem(last=False)
+    def _locate(
+        self, request: ModelRequest, session: str | None
+    ) -> tuple[Run, SessionSource, list[New], int]:
+        """The run a request continues (see :class:`Runs`), where its session came from, its
+        unseen messages and the estimated tokens of its history."""
+        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        if source == "fingerprint":
+            # No session named: the conversation finds its own run, among the caller's runs
+            # with the same opening (``sid`` names it); each run is a session of its own for
+            # budgets and reports.
+            namespace = f"{sid}:{scope_of(request)}"
+            run, new, tokens = self._runs.locate(
+                namespace, request.messages, lambda: f"{sid[:17]}-{uuid.uuid4().hex[:8]}"
+            )
         else:
-            self._sessions.move_to_end(session)
-        return state
+            run, new, tokens = self._runs.locate(f"session:{sid}", request.messages, lambda: sid)
+        return run, source, new, tokens
 
     def breaker(self, tier: Tier) -> CircuitBreaker:
         """The circuit breaker of ``tier`` (one per tier, shared by every session)."""
@@ -225,14 +227,13 @@ class Pipeline:
     # -- steps ---------------------------------------------------------------------------------
 
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
-        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        state, source, new, message_tokens = self._locate(request, session)
+        sid = state.id
         _, headers = split_session_header(request.headers)
         if headers is not request.headers:  # the guard's own header: never sent upstream
             request = dataclasses.replace(request, headers=headers)
         b = ReportBuilder(sid, source)
-        state = self._state(sid)
         tools = list(request.tools)
-        new, message_tokens = new_messages(state, request.messages)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
         prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
         requested_output = request.max_output_tokens
@@ -294,19 +295,23 @@ class Pipeline:
         b, tier = call.b, call.tier
         # the cap sent: the caller's own, lowered to a configured one; none when neither is set
         max_output_tokens = call.request.max_output_tokens
-        reservation = None
-        if self.ledger is not None:
-            max_output_tokens = self.ledger.output_cap(max_output_tokens)
-            reservation = yield Budget(
-                "reserve",
-                (b.session, self._prompt_tokens(call)),
-                {"max_output_tokens": max_output_tokens or UNCAPPED_OUTPUT, "model": tier.model},
+        ledger = self.ledger
+        reservation: Reservation | None = None
+        if ledger is not None:
+            max_output_tokens = ledger.output_cap(max_output_tokens)
+            reservation = yield from perform(
+                ledger.reserve,
+                ledger.areserve,
+                b.session,
+                self._prompt_tokens(call),
+                max_output_tokens=max_output_tokens or UNCAPPED_OUTPUT,
+                model=tier.model,
             )
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
             if reservation.decision == "escalate" and call.state.forced_tier is None:
-                yield Budget("release", (reservation,))
+                yield from self._release(reservation)
                 cheaper = yield from self._trigger(call, "budget", None)
                 call.state.forced_tier = cheaper
                 return None
@@ -319,8 +324,7 @@ class Pipeline:
         )
         breaker = self.breaker(tier)
         if not breaker.allow().allowed:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
             call.tier = b.tier = yield from self._trigger(call, "server_error", None)
             return None
@@ -330,8 +334,7 @@ class Pipeline:
             else:
                 response = yield Send(tier, request)
         except Exception as exc:
-            if reservation is not None:
-                yield Budget("release", (reservation,))
+            yield from self._release(reservation)
             classification = classify(exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -353,14 +356,20 @@ class Pipeline:
         breaker.record_success()
         usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
         cost = None
-        if reservation is not None:
-            settlement = yield Budget(
-                "commit", (reservation, usage), {"event_id": response.id or reservation.id}
+        if ledger is not None and reservation is not None:
+            settlement = yield from perform(
+                ledger.commit, ledger.acommit, reservation, usage, response.id or reservation.id
             )
             cost = settlement.cost
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _release(self, reservation: Reservation | None) -> Plan[None]:
+        """Give a failed call's reservation back to the ledger."""
+        ledger = self.ledger
+        if ledger is not None and reservation is not None:
+            yield from perform(ledger.release, ledger.arelease, reservation)
 
     def _stream_once(self, call: _Call, tier: Tier, request: ModelRequest) -> Plan[ModelResponse]:
         """Pass content deltas through as they come; assemble tool calls, which are held back.
@@ -426,9 +435,10 @@ class Pipeline:
 
     def _report(self, call: _Call) -> Plan[GuardReport]:
         b = call.b
-        if self.ledger is None:
+        ledger = self.ledger
+        if ledger is None:
             return b.build()
-        snapshot = yield Budget("usage", (b.session,))
+        snapshot = yield from perform(ledger.usage, ledger.ausage, b.session)
         if b.budget == "off":
             b.budget = "ok"
         return b.build(session_tokens=snapshot.session_tokens, session_cost=snapshot.session_cost)
@@ -481,11 +491,11 @@ class Pipeline:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def _check_transcript(self, state: SessionState, new: Sequence[New]) -> Verdict:
-        """Remember and judge the messages this session had not seen (see :func:`new_messages`)."""
+    def _check_transcript(self, state: Run, new: Sequence[New]) -> Verdict:
+        """Remember and judge the messages the run had not seen (see :meth:`Runs.locate`)."""
         worst = Verdict()
         for index, key, tokens, message in new:
-            state.remember(key, index, tokens)
+            self._runs.remember(state, key, index, tokens)
             if message.get("role") in ("assistant", "tool"):
                 worst = _worst([worst, *state.detector.observe(message)])
         return worst
@@ -494,7 +504,7 @@ class Pipeline:
         """Remember and judge the answer, which the next request will carry after the history."""
         index, tokens = call.history
         tokens += estimate_tokens([message]) - REPLY_PRIMING
-        call.state.remember(message_key(message), index, tokens)
+        self._runs.remember(call.state, message_key(message), index, tokens)
         return _worst(call.state.detector.observe(message))
 
 
@@ -503,7 +513,7 @@ class _Call:
     """The mutable state of one guarded call while its plan runs."""
 
     request: ModelRequest
-    state: SessionState
+    state: Run
     b: ReportBuilder
     tools: list[Mapping[str, Any]]
     prompt_tokens: int

@@ -16,10 +16,18 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from agentguard._fingerprint import fingerprint
-from agentguard.transport import SESSION_HEADER, split_session_header
+from agentguard.transport import SCOPE, SESSION_HEADER, ModelRequest, split_session_header
 from agentguard.types import Message
 
-__all__ = ["SESSION_HEADER", "SessionSource", "current_session", "resolve_session", "session"]
+__all__ = [
+    "SESSION_HEADER",
+    "SessionSource",
+    "current_session",
+    "opening_key",
+    "resolve_session",
+    "scope_of",
+    "session",
+]
 
 SessionSource = Literal["explicit", "header", "context", "fingerprint"]
 
@@ -78,11 +86,11 @@ def resolve_session(
     ctx = _current.get()
     if ctx:
         return ctx, "context"
-    return "auto-" + fingerprint(_opening(messages))[:16], "fingerprint"
+    return "auto-" + opening_key(messages)[:16], "fingerprint"
 
 
-def _opening(messages: Sequence[Message]) -> list[Any]:
-    """The system messages before the first user message, and that user message."""
+def opening_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A fingerprint of a conversation's opening: its system messages and first user message."""
     opening: list[Any] = []
     for message in messages:
         role = message.get("role")
@@ -91,4 +99,15 @@ def _opening(messages: Sequence[Message]) -> list[Any]:
         elif role == "user":
             opening.append(["user", message.get("content")])
             break
-    return opening
+    return fingerprint(opening)
+
+
+def scope_of(request: ModelRequest) -> str:
+    """Who a request comes from, as far as the request says: the scope an adapter set (a proxy
+    sets the caller's key) and the body's ``user`` / ``safety_identifier``. Conversations found
+    without a named session are only ever matched within one scope."""
+    parts = [request.extensions.get(SCOPE), request.params.get("user")]
+    parts.append(request.params.get("safety_identifier"))
+    if not any(isinstance(p, str) and p for p in parts):
+        return ""
+    return fingerprint([p if isinstance(p, str) else "" for p in parts])[:16]

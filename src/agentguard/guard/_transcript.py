@@ -1,16 +1,31 @@
-"""What the guard remembers of a session's transcript, so each call judges only what is new.
+"""Which line of conversation a request continues, and what of it the guard has not judged.
 
-A session's :class:`SessionState` holds its loop detector and a bounded memory of the messages
-it has seen (by :func:`message_key`); :func:`new_messages` finds the messages of a request that
-the session has not seen, and the prompt-token estimate of the whole history, in O(new
-messages) for the usual append-only conversation.
+A conversation is a tree of turns. A *run* is one path through it: the loop detector that judged
+it and a bounded memory of its messages (by :func:`message_key`). :class:`Runs` finds, for each
+request, the run it continues:
+
+- a request whose history carries a run's latest message (the answer the guard returned) after
+  which it only adds messages continues that run: only the added messages are new, so the loop
+  check and the prompt estimate cost O(new messages) (also when the history was trimmed or
+  edited before that point: older messages are taken as seen, never judged twice);
+- a request that ends at a point some run has already passed — the same history re-sent (a
+  retry, a regeneration, another sample) or a history edited back to an earlier turn — is a
+  *fork*: a new run judged from its own transcript, so nothing that was not executed counts as
+  a loop step twice;
+- anything else (a new conversation, or one the guard has forgotten) is a new run, judged from
+  its transcript (at most as far back as a run remembers).
+
+Runs live in a *namespace*: an explicit session, or — without one — the caller's scope (a key,
+a ``user``) and the conversation's opening. Strangers never share a run: two conversations that
+share only their opening part ways at their first differing message, and an identical re-send is
+a fork, not a continuation.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from agentguard._fingerprint import fingerprint, fingerprint_bytes
@@ -20,41 +35,185 @@ from agentguard.loops import LoopDetector
 from agentguard.transport import ORIGINAL
 from agentguard.types import Tier
 
-__all__ = ["New", "SessionState", "message_key", "message_tokens", "new_messages"]
+__all__ = ["New", "Run", "Runs", "message_key", "message_tokens"]
 
 
-class SessionState:
-    """What the guard remembers about one session: its loop detector and what it has seen."""
+class Run:
+    """One run: its loop detector and the messages it has seen (bounded).
 
-    __slots__ = ("detector", "forced_tier", "last", "marks", "memory")
+    Attributes:
+        id: the run's id (a session id for the ledger and the report).
+        namespace: the namespace it lives in.
+        detector: the loop detector that judged its messages.
+        forced_tier: a tier the budget policy moved the run to, kept for its later calls.
+        last: its latest message: (index, key, tokens of the conversation up to it).
+    """
 
-    def __init__(self, detector: LoopDetector, memory: int) -> None:
+    __slots__ = (
+        "before",
+        "detector",
+        "forced_tier",
+        "id",
+        "last",
+        "marks",
+        "memory",
+        "namespace",
+    )
+
+    def __init__(self, run_id: str, namespace: str, detector: LoopDetector, memory: int) -> None:
+        self.id = run_id
+        self.namespace = namespace
         self.detector = detector
         #: message key -> (its index in the conversation, tokens of the conversation up to it),
         #: least recently seen first
         self.marks: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self.memory = memory
         self.forced_tier: Tier | None = None
-        #: the latest message remembered: (index, key, tokens up to it)
         self.last: tuple[int, str, int] | None = None
-
-    def remember(self, key: str, index: int, tokens: int) -> None:
-        self.last = (index, key, tokens)
-        self.marks[key] = (index, tokens)
-        self.marks.move_to_end(key)
-        if len(self.marks) > self.memory:
-            self.marks.popitem(last=False)
-
-    def recall(self, key: str) -> tuple[int, int] | None:
-        """The mark of a message seen before (kept fresh: it is in use), or ``None``."""
-        mark = self.marks.get(key)
-        if mark is not None:
-            self.marks.move_to_end(key)
-        return mark
+        #: the key of the message just before its latest one
+        self.before: str | None = None
 
 
 #: A message not seen before: its index, key, the history's tokens up to it, the message.
 New = tuple[int, str, int, Mapping[str, Any]]
+
+
+class Runs:
+    """Every run a guard follows (the least recently used are forgotten past ``max_runs``).
+
+    Args:
+        detector: makes the loop detector of a new run.
+        memory: messages each run remembers.
+        max_runs: runs remembered at once.
+    """
+
+    def __init__(self, detector: Callable[[], LoopDetector], *, memory: int, max_runs: int) -> None:
+        self._detector = detector
+        self._memory = memory
+        self._max_runs = max_runs
+        self._runs: collections.OrderedDict[int, Run] = collections.OrderedDict()
+        #: (namespace, message key) -> the run that saw it most recently
+        self._seen: dict[tuple[str, str], Run] = {}
+        #: (namespace, key of a run's latest message) -> the runs whose latest message it is
+        self._tips: dict[tuple[str, str], list[Run]] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(list(self._runs.values()))
+
+    def locate(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        new_id: Callable[[], str],
+    ) -> tuple[Run, list[New], int]:
+        """The run a request continues (or a new one), its unseen messages, and the estimated
+        tokens of the whole history.
+
+        Args:
+            namespace: where the request's runs live.
+            messages: the request's history.
+            new_id: gives the id of a new run.
+        """
+        end = len(messages)
+        floor = max(0, end - self._memory)
+        keys: list[str] = []  # of the messages after the match, last first
+        run: Run | None = None
+        parent: Run | None = None
+        start = end
+        while start > floor:
+            key = message_key(messages[start - 1])
+            waiting = self._tips.get((namespace, key))
+            if waiting:
+                run = _continued(waiting, start - 1, messages)
+                if run is not None:
+                    break
+            if parent is None:
+                parent = self._seen.get((namespace, key))
+            keys.append(key)
+            start -= 1
+        base: int | None = None
+        if run is None:
+            # A new run (or a fork of ``parent``): a fresh detector judges the whole transcript,
+            # as far back as a run remembers.
+            run = Run(new_id(), namespace, self._detector(), self._memory)
+            if parent is not None:
+                run.forced_tier = parent.forced_tier
+            self._add(run)
+        else:
+            mark = run.last
+            if mark is not None and mark[0] == start - 1:  # its tokens up to here are known
+                base = mark[2]
+            self._runs.move_to_end(id(run))
+        tokens = base if base is not None else sum(message_tokens(m) for m in messages[:start])
+        new: list[New] = []
+        for offset, key in enumerate(reversed(keys)):
+            message = messages[start + offset]
+            tokens += message_tokens(message)
+            new.append((start + offset, key, tokens, message))
+        return run, new, tokens
+
+    def remember(self, run: Run, key: str, index: int, tokens: int) -> None:
+        """``run`` has seen the message ``key`` at ``index``; it is now its latest."""
+        namespace = run.namespace
+        self._untip(run)
+        run.before = run.last[1] if run.last is not None else None
+        run.last = (index, key, tokens)
+        self._tips.setdefault((namespace, key), []).append(run)
+        run.marks[key] = (index, tokens)
+        run.marks.move_to_end(key)
+        self._seen[(namespace, key)] = run
+        if len(run.marks) > run.memory:
+            old, _ = run.marks.popitem(last=False)
+            if self._seen.get((namespace, old)) is run:
+                del self._seen[(namespace, old)]
+
+    def _add(self, run: Run) -> None:
+        self._runs[id(run)] = run
+        while len(self._runs) > self._max_runs:
+            _, old = self._runs.popitem(last=False)
+            self._forget(old)
+
+    def _forget(self, run: Run) -> None:
+        namespace = run.namespace
+        for key in run.marks:
+            if self._seen.get((namespace, key)) is run:
+                del self._seen[(namespace, key)]
+        self._untip(run)
+
+    def _untip(self, run: Run) -> None:
+        """``run`` no longer waits at its latest message (it moves on, or is forgotten)."""
+        if run.last is None:
+            return
+        tip = self._tips.get((run.namespace, run.last[1]))
+        if tip is not None and run in tip:
+            tip.remove(run)
+            if not tip:
+                del self._tips[(run.namespace, run.last[1])]
+
+
+def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
+    """Which of the runs whose latest message sits at ``index`` of a request it continues.
+
+    A run whose latest message is at the same index continues (the usual, append-only case); a
+    run that had it further on continues too when the history was trimmed before it — unless the
+    request ends exactly where that run's latest answer would follow: then it is that run's
+    previous request again (a retry, a regeneration, another sample), a fork.
+    """
+    later: Run | None = None
+    for run in waiting:
+        last = run.last
+        if last is None:
+            continue
+        if last[0] == index:
+            return run
+        if later is None and not (
+            len(messages) == last[0] and run.before == message_key(messages[-1])
+        ):
+            later = run
+    return later
 
 
 def message_key(message: Mapping[str, Any]) -> str:
@@ -75,11 +234,7 @@ def message_key(message: Mapping[str, Any]) -> str:
         parts = [role, content, call_id or ""]
         for call in calls:
             fn = call.get("function") or {}
-            parts += [
-                str(call.get("id")),
-                str(fn.get("name")),
-                fingerprint(fn.get("arguments") or ""),
-            ]
+            parts += [str(call.get("id")), str(fn.get("name")), _arguments_key(fn.get("arguments"))]
         text = "".join(f"{len(part)}:{part}" for part in parts)
         return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
     described = [
@@ -98,45 +253,23 @@ def message_key(message: Mapping[str, Any]) -> str:
     )
 
 
+#: fingerprints of argument texts seen lately: an answer's arguments are keyed when it is given
+#: and again when the next request carries it back
+_ARGUMENT_KEYS: dict[str, str] = {}
+
+
+def _arguments_key(arguments: Any) -> str:
+    """The arguments' fingerprint, spacing and key order aside (memoised for texts)."""
+    if not isinstance(arguments, str):
+        return fingerprint(arguments or "")
+    key = _ARGUMENT_KEYS.get(arguments)
+    if key is None:
+        key = fingerprint(arguments)
+        if len(_ARGUMENT_KEYS) >= 4096:  # bounded: start over rather than track recency
+            _ARGUMENT_KEYS.clear()
+        _ARGUMENT_KEYS[arguments] = key
+    return key
+
+
 def message_tokens(message: Mapping[str, Any]) -> int:
     return estimate_tokens([message]) - REPLY_PRIMING
-
-
-def new_messages(
-    state: SessionState, messages: Sequence[Mapping[str, Any]]
-) -> tuple[list[New], int]:
-    """The messages this session has not seen, and the token estimate of all of them.
-
-    An append-only conversation (the usual case) carries the last message the session saw — the
-    previous answer — at the index it had: everything after it is new, even a message repeating
-    an older one word for word (a poll returning the same result is a loop signal, not something
-    seen), and the tokens up to it are known. Both the loop check and the estimate then cost
-    O(new messages). An edited or trimmed history falls back to walking back to the last message
-    seen anywhere — at most as far as the session remembers: older messages are taken as seen,
-    never judged twice — and to an estimate over the whole history.
-    """
-    start = len(messages)
-    base: int | None = None
-    keys: list[str] = []
-    last = state.last
-    if last is not None and last[0] < start and message_key(messages[last[0]]) == last[1]:
-        start, base = last[0] + 1, last[2]
-        keys = [message_key(m) for m in reversed(messages[start:])]
-    else:
-        floor = max(0, start - state.memory)
-        while start > floor:
-            key = message_key(messages[start - 1])
-            mark = state.recall(key)
-            if mark is not None:
-                if mark[0] == start - 1:  # e.g. the same request again: its tokens are known
-                    base = mark[1]
-                break
-            keys.append(key)
-            start -= 1
-    tokens = base if base is not None else sum(message_tokens(m) for m in messages[:start])
-    new: list[New] = []
-    for offset, key in enumerate(reversed(keys)):
-        message = messages[start + offset]
-        tokens += message_tokens(message)
-        new.append((start + offset, key, tokens, message))
-    return new, tokens

@@ -20,7 +20,7 @@ import anyio.to_thread
 from agentguard.config import GuardConfig
 from agentguard.guard import Guard, GuardReport
 from agentguard.tools import ToolGuard, ToolOutcome
-from agentguard.transport import ModelRequest, ModelResponse
+from agentguard.transport import ModelRequest, ModelResponse, tool_arguments
 from agentguard.types import Tier, Usage
 
 from ._lazy import require
@@ -233,7 +233,7 @@ class GuardedLLM(BaseLLM):
         calls = [dict(c) for c in calls]
         if available_functions:
             function = calls[0]["function"]
-            return available_functions[function["name"]](**json.loads(function["arguments"]))
+            return available_functions[function["name"]](**tool_arguments(function["arguments"]))
         return calls
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:

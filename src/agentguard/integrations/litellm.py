@@ -44,11 +44,13 @@ from agentguard.exceptions import (
 )
 from agentguard.guard import AsyncGuard, Guard, GuardReport
 from agentguard.transport import (
+    SCOPE,
     SESSION_HEADER,
     ModelRequest,
     ModelResponse,
     StreamChunk,
     attach_report,
+    caller_scope,
     report_of,
     split_session_header,
 )
@@ -166,6 +168,7 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
     if kwargs.get("api_key"):
         params["api_key"] = _Secret(kwargs["api_key"])
     timeout = kwargs.get("timeout")
+    caller = _caller(litellm_params, client_headers)
     return (
         ModelRequest(
             model=str(kwargs["model"]),
@@ -173,9 +176,26 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
             params=params,
             headers=headers,
             timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
+            extensions={SCOPE: caller} if caller else {},
         ),
         str(session) if session else None,
     )
+
+
+def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> str | None:
+    """Who called the proxy, as a fingerprint (never the key itself): the virtual key's hash the
+    proxy logs, else the client's ``Authorization`` header. Conversations found without a named
+    session are never matched across callers."""
+    for name in ("metadata", "litellm_metadata"):
+        metadata = litellm_params.get(name)
+        if isinstance(metadata, Mapping):
+            key = metadata.get("user_api_key_hash") or metadata.get("user_api_key")
+            if isinstance(key, str) and key:
+                return caller_scope(key)
+    for name, value in client_headers.items():
+        if str(name).lower() == "authorization" and value:
+            return caller_scope(str(value))
+    return None
 
 
 def _result(response: ModelResponse, report: GuardReport | None) -> Any:

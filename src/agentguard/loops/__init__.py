@@ -8,7 +8,13 @@ from __future__ import annotations
 from agentguard._exports import publish
 
 from ._detector import DETECTORS, LoopDetector, Verdict
-from ._identity import DEFAULT_VOLATILE_FIELDS, ToolLoopPolicy, call_fingerprint, result_fingerprint
+from ._identity import (
+    DEFAULT_VOLATILE_FIELDS,
+    ToolLoopPolicy,
+    call_fingerprint,
+    is_error_result,
+    result_fingerprint,
+)
 from ._scan import Finding, TranscriptScanner, scan_transcript
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "TranscriptScanner",
     "Verdict",
     "call_fingerprint",
+    "is_error_result",
     "result_fingerprint",
     "scan_transcript",
 ]

@@ -5,6 +5,9 @@ protocol and its three implementations.
 - :class:`SQLiteStore` — one host, many processes, survives restarts.
 - :class:`RedisStore` — a fleet of workers on many hosts (needs ``agentguard[redis]``).
 
+:class:`FallbackStore` puts a shared store behind the one outage policy the ledger and
+``ToolGuard`` follow (serve locally, say so, re-sync).
+
 :func:`store_from_config` builds the one a :class:`~agentguard.config.StorageConfig` names.
 """
 
@@ -15,6 +18,7 @@ from agentguard.config import StorageConfig
 
 from ._base import NANOS, BudgetSpec, BudgetState, Charge, Hold, Store, SyncBackedStore
 from ._breaker import BreakerOutcome, BreakerRecord, BreakerSpec, BreakerView
+from ._fallback import FallbackStore, with_fallback
 from .memory import MemoryStore
 from .redis import RedisStore
 from .sqlite import SQLiteStore
@@ -28,6 +32,7 @@ __all__ = [
     "BudgetSpec",
     "BudgetState",
     "Charge",
+    "FallbackStore",
     "Hold",
     "MemoryStore",
     "RedisStore",
@@ -35,6 +40,7 @@ __all__ = [
     "Store",
     "SyncBackedStore",
     "store_from_config",
+    "with_fallback",
 ]
 
 

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
+from agentguard._frozen import fast_init
+
 from ._breaker import (
     BreakerOutcome,
     BreakerRecord,
@@ -110,6 +112,7 @@ class BudgetSpec:
         return float((bucket + self.buckets) * self.bucket_seconds)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Hold:
     """A reservation to place: ``tokens`` held for ``session`` until ``expires_at``.
@@ -127,6 +130,7 @@ class Hold:
     expires_at: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Charge:
     """Usage to commit: counted once per ``event_id``, replacing the reservation's hold.
@@ -146,6 +150,7 @@ class Charge:
     cost: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BudgetState:
     """The state of a budget scope as one atomic operation saw it (after the operation).
@@ -227,8 +232,9 @@ class Store(Protocol):
     time as far as their clocks agree (keep hosts NTP-synchronised).
 
     Each method has an async twin with an ``a`` prefix and the same semantics. Stores raise
-    :class:`~agentguard.StoreUnavailable` when the backend cannot be reached (the ledger then
-    falls back or fails closed) and :class:`~agentguard.StoreError` for other faults.
+    :class:`~agentguard.StoreUnavailable` when the backend cannot be reached (the outage policy
+    of :class:`~agentguard.storage.FallbackStore` then applies) and
+    :class:`~agentguard.StoreError` for other faults.
     """
 
     #: Short name of the backend, for events and reports (``"memory"``, ``"sqlite"``, ``"redis"``).

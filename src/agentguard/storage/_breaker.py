@@ -185,8 +185,8 @@ def _bucket_index(spec: BreakerSpec, now: float) -> int:
     return math.floor(now / spec.width)
 
 
-def _prune(spec: BreakerSpec, record: BreakerRecord, now: float) -> None:
-    oldest = _bucket_index(spec, now) - spec.buckets
+def _prune(spec: BreakerSpec, record: BreakerRecord, now: float, index: int | None = None) -> None:
+    oldest = (_bucket_index(spec, now) if index is None else index) - spec.buckets
     window = record.window
     while window and window[0][0] <= oldest:
         _, ok, bad = window.popleft()
@@ -271,7 +271,7 @@ def breaker_count(
     if record.state == OPEN or outcome == "ignored":
         return changes
     index = _bucket_index(spec, now)
-    _prune(spec, record, now)
+    _prune(spec, record, now, index)
     window = record.window
     if not window or window[-1][0] != index:
         window.append([index, 0, 0])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import heapq
+import math
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,7 +35,7 @@ class _Scope:
     """The state of one budget scope, with running totals so no operation walks it all."""
 
     __slots__ = (
-        "event_heap",
+        "event_queue",
         "events",
         "held",
         "hour_cost",
@@ -44,6 +46,7 @@ class _Scope:
         "reservations",
         "sessions",
         "window",
+        "window_due",
     )
 
     def __init__(self) -> None:
@@ -58,28 +61,38 @@ class _Scope:
         # Entries whose reservation was committed or released stay until they surface, then
         # are skipped (lazy deletion keeps commit and release O(1)).
         self.lease_heap: list[tuple[float, str]] = []
+        # Event ids with their expiry, and the same in commit order: expiries are commit time
+        # plus a fixed TTL, so the oldest is at the front and pruning is O(1) per id (a heap
+        # costs O(log n) at 140,000 ids). An id committed with an older clock (a re-sync) may
+        # be pruned late, never early: the duplicate check reads the expiry itself.
         self.events: dict[str, float] = {}
-        self.event_heap: list[tuple[float, str]] = []
+        self.event_queue: deque[tuple[float, str]] = deque()
         self.next_sweep = 0.0
+        # The window moves only when the clock enters a new bucket: until then, nothing to do.
+        self.window_due = -math.inf
 
     def advance(self, spec: BudgetSpec, now: float) -> None:
         """Forget what has expired by ``now``: old buckets, leases, event ids, idle sessions."""
-        first = spec.first_live(now)
-        if first > self.live_from:
-            self.live_from = first
-            for bucket in [b for b in self.window if b < first]:
-                tokens, cost = self.window.pop(bucket)
-                self.hour_tokens -= tokens
-                self.hour_cost -= cost
+        # Each kind of state checks its next expiry in O(1); most operations find none due.
+        if now >= self.window_due:
+            bucket = spec.bucket(now)
+            self.window_due = (bucket + 1) * spec.bucket_seconds
+            first = bucket - spec.buckets + 1
+            if first > self.live_from:
+                self.live_from = first
+                for old in [b for b in self.window if b < first]:
+                    tokens, cost = self.window.pop(old)
+                    self.hour_tokens -= tokens
+                    self.hour_cost -= cost
         heap = self.lease_heap
         while heap and heap[0][0] <= now:
             expiry, rid = heapq.heappop(heap)
             held = self.reservations.get(rid)
             if held is not None and held[2] == expiry:
                 self._drop(rid, held)
-        events = self.event_heap
+        events = self.event_queue
         while events and events[0][0] <= now:
-            expiry, eid = heapq.heappop(events)
+            expiry, eid = events.popleft()
             if self.events.get(eid) == expiry:
                 del self.events[eid]
         if now >= self.next_sweep:
@@ -172,7 +185,11 @@ class MemoryStore(SyncBackedStore):
                 sess = scope.sessions[hold.session] = _Session(now)
             scope.release(hold.id)  # the same id placed again replaces, never holds twice
             tokens = hold.tokens
-            refused = refusal(spec, sess.tokens + sess.held, scope.hour_tokens + scope.held, tokens)
+            refused = (
+                refusal(spec, sess.tokens + sess.held, scope.hour_tokens + scope.held, tokens)
+                if spec.enforce
+                else None
+            )
             if refused is not None:
                 buckets = tuple(sorted((b, v[0]) for b, v in scope.window.items()))
                 return scope.state(sess, refused, False, buckets if refused == "hour" else ())
@@ -191,11 +208,13 @@ class MemoryStore(SyncBackedStore):
             sess = scope.live_session(spec, charge.session, now)
             if sess is None:
                 sess = scope.sessions[charge.session] = _Session(now)
-            if charge.event_id in scope.events:
+            event_id = charge.event_id
+            seen = scope.events.get(event_id)
+            if seen is not None and seen > now:  # expired ids may linger a little: check
                 return scope.state(sess, applied=False)
             expiry = now + spec.event_ttl
-            scope.events[charge.event_id] = expiry
-            heapq.heappush(scope.event_heap, (expiry, charge.event_id))
+            scope.events[event_id] = expiry
+            scope.event_queue.append((expiry, event_id))
             tokens, cost = charge.tokens, charge.cost
             sess.tokens += tokens
             sess.cost += cost

@@ -6,7 +6,7 @@ Needs the ``redis`` package (``pip install agentguard[redis]``), imported when a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentguard.exceptions import StoreError, StoreUnavailable
@@ -603,18 +603,18 @@ class RedisStore:
 
     def get(self, namespace: str, key: str, now: float) -> str | None:
         """See :meth:`agentguard.storage.Store.get`."""
-        return _text(self._command("get", self._record_keys(namespace, key)[0]))
+        record = self._record_keys(namespace, key)[0]
+        return _text(self._command(lambda client: client.get(record)))
 
     def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
         """See :meth:`agentguard.storage.Store.items`."""
-        keys = [
-            _text(k) or ""
-            for k in self._command("zrangebyscore", self._index(namespace), now, "+inf")
-        ]
+        index = self._index(namespace)
+        found = self._command(lambda client: client.zrangebyscore(index, now, "+inf"))
+        keys = [_text(k) or "" for k in found]
         if not keys:
             return []
-        values = self._command("mget", [self._record_keys(namespace, k)[0] for k in keys])
-        return _pairs(keys, values)
+        records = [self._record_keys(namespace, k)[0] for k in keys]
+        return _pairs(keys, self._command(lambda client: client.mget(records)))
 
     def delete(self, namespace: str, key: str, now: float) -> bool:
         """See :meth:`agentguard.storage.Store.delete`."""
@@ -633,35 +633,37 @@ class RedisStore:
 
     async def aget(self, namespace: str, key: str, now: float) -> str | None:
         """Async twin of :meth:`get`."""
-        return _text(await self._acommand("get", self._record_keys(namespace, key)[0]))
+        record = self._record_keys(namespace, key)[0]
+        return _text(await self._acommand(lambda client: client.get(record)))
 
     async def aitems(self, namespace: str, now: float) -> list[tuple[str, str]]:
         """Async twin of :meth:`items`."""
-        found = await self._acommand("zrangebyscore", self._index(namespace), now, "+inf")
+        index = self._index(namespace)
+        found = await self._acommand(lambda client: client.zrangebyscore(index, now, "+inf"))
         keys = [_text(k) or "" for k in found]
         if not keys:
             return []
-        values = await self._acommand("mget", [self._record_keys(namespace, k)[0] for k in keys])
-        return _pairs(keys, values)
+        records = [self._record_keys(namespace, k)[0] for k in keys]
+        return _pairs(keys, await self._acommand(lambda client: client.mget(records)))
 
     async def adelete(self, namespace: str, key: str, now: float) -> bool:
         """Async twin of :meth:`delete`."""
         return bool(await self._arun(self._record_call("delete", namespace, key, now)))
 
-    def _command(self, name: str, *args: Any) -> Any:
+    def _command(self, command: Callable[[redis_sync.Redis], Any]) -> Any:
         if self._client is None:
             raise StoreError("this RedisStore has only an async client; use the a* methods")
         try:
-            return getattr(self._client, name)(*args)
+            return command(self._client)
         except self._errors as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
         except self._redis_error as exc:
             raise StoreError(f"Redis store failed: {exc}") from exc
 
-    async def _acommand(self, name: str, *args: Any) -> Any:
+    async def _acommand(self, command: Callable[[redis_async.Redis], Awaitable[Any]]) -> Any:
         client = self._aclient()
         try:
-            return await getattr(client, name)(*args)
+            return await command(client)
         except self._errors as exc:
             raise StoreUnavailable(f"Redis store unreachable: {exc}") from exc
         except self._redis_error as exc:

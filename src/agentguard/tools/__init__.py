@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentguard._exports import publish
 
-from ._guard import ToolGuard, Turn
+from ._guard import ToolGuard
 from ._model import (
     Criticality,
     DeadLetter,
@@ -21,6 +21,7 @@ from ._model import (
     TraceEntry,
 )
 from ._run import ToolTimeout
+from ._turns import Turn
 
 __all__ = [
     "Criticality",

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentguard._fingerprint import canonical_json
+from agentguard._fingerprint import arguments_object, canonical_json
+from agentguard._frozen import fast_init
 from agentguard.config import ToolBreakerConfig, ToolRetryConfig
 from agentguard.resilience import Classifier
 
@@ -96,6 +97,7 @@ class ToolError:
         return {k: v for k, v in data.items() if v not in (None, (), [], False)}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     """What a guarded call came to.
@@ -173,6 +175,7 @@ def _json(value: Any) -> str:
         return str(value)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TraceEntry:
     """One guarded call of a turn, as the hand-off payload shows it.
@@ -341,16 +344,7 @@ def schema_validator(schema: Mapping[str, Any] | Callable[[Any], Any]) -> Callab
     return check
 
 
-def decode_arguments(arguments: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
-    """Arguments as a dict (a JSON object text is decoded)."""
-    if arguments is None:
-        return {}
-    if isinstance(arguments, (str, bytes)):
-        decoded = json.loads(arguments or "{}")
-        if not isinstance(decoded, dict):
-            raise TypeError("tool arguments must be a JSON object")
-        return decoded
-    return dict(arguments)
+decode_arguments = arguments_object  # the one argument decoder (agentguard._fingerprint)
 
 
 def dead_letter_errors(classifications: Sequence[Any]) -> tuple[dict[str, Any], ...]:

@@ -21,9 +21,44 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from agentguard._frozen import fast_init
+
 from ._model import GuardedTool
 
-__all__ = ["DaemonPool", "Invoke", "ToolTimeout", "ainvoke", "invoke"]
+__all__ = ["DaemonPool", "Invoke", "ToolTimeout", "Workers", "ainvoke", "invoke"]
+
+
+class _Job:
+    """One call handed to a worker: the caller waits on ``done``, a lock the worker releases.
+
+    A bare lock is the cheapest hand-back between two threads: a ``Future`` builds a condition
+    and its waiter locks on every call, which costs the hop more than twice as much.
+    """
+
+    __slots__ = ("abandoned", "done", "error", "fn", "future", "value")
+
+    def __init__(
+        self, fn: Callable[[], Any], future: concurrent.futures.Future[Any] | None = None
+    ) -> None:
+        self.fn = fn
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+        self.future = future  # the Future of a submit(), cancelled with the job
+
+    def abandon(self) -> None:
+        """Never start this job (a worker that already did runs it to the end, unheard)."""
+        self.abandoned = True
+        if self.future is not None:
+            self.future.cancel()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # handed to the waiting caller
+            self.error = exc
 
 
 class DaemonPool(concurrent.futures.Executor):
@@ -37,20 +72,49 @@ class DaemonPool(concurrent.futures.Executor):
 
     def __init__(self, name: str = "agentguard-tool") -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[
-            tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None
-        ] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
         self._workers = 0
         self._closed = False
         self._ids = itertools.count(1)
 
+    def call(self, fn: Callable[[], Any], timeout: float, late: Callable[[], BaseException]) -> Any:
+        """Run ``fn()`` on a worker thread and wait for it at most ``timeout`` seconds.
+
+        Returns its result or raises its exception. When it does not finish in time it is
+        abandoned (it may never start, or finish unheard) and ``late()`` is raised.
+        """
+        job = _Job(fn)
+        self._dispatch(job)
+        if not job.done.acquire(timeout=timeout):
+            job.abandon()
+            raise late()
+        if job.error is not None:
+            raise job.error
+        return job.value
+
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
         """Run ``fn(*args, **kwargs)`` on a worker thread."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        call = functools.partial(fn, *args, **kwargs)
+
+        def settle() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = call()
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        self._dispatch(_Job(settle, future))
+        return future
+
+    def _dispatch(self, job: _Job) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot submit to a closed DaemonPool")
@@ -59,31 +123,18 @@ class DaemonPool(concurrent.futures.Executor):
                 self._workers += 1
             else:
                 self._idle -= 1
-        self._queue.put((future, functools.partial(fn, *args, **kwargs)))
+        self._queue.put(job)
         if spawn:
             name = f"{self._name}-{next(self._ids)}"
             threading.Thread(target=self._work, name=name, daemon=True).start()
-        return future
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, call = item
-            if not future.set_running_or_notify_cancel():
-                with self._lock:
-                    self._idle += 1
-                continue
-            try:
-                result = call()
-            except BaseException as exc:  # handed to the waiting caller
-                self._done()
-                future.set_exception(exc)
-            else:
-                self._done()  # idle before the caller hears back: its next call reuses us
-                future.set_result(result)
-
-    def _done(self) -> None:
-        with self._lock:
-            self._idle += 1
+        while (job := self._queue.get()) is not None:
+            if not job.abandoned:
+                job.run()
+            with self._lock:  # idle before the caller hears back: its next call reuses us
+                self._idle += 1
+            job.done.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop the idle workers; busy (abandoned) ones end when their tool returns."""
@@ -93,13 +144,38 @@ class DaemonPool(concurrent.futures.Executor):
         if cancel_futures:
             while True:
                 try:
-                    item = self._queue.get_nowait()
+                    job = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is not None:
-                    item[0].cancel()
+                if job is not None:
+                    job.abandon()
+                    job.done.release()
         for _ in range(workers):
             self._queue.put(None)
+
+
+class Workers:
+    """Where timed sync tools run: the executor given, or a :class:`DaemonPool` of our own.
+
+    The pool starts on first use and stops with :meth:`close`.
+    """
+
+    def __init__(self, executor: concurrent.futures.Executor | None = None) -> None:
+        self._given = executor
+        self._own: DaemonPool | None = None
+
+    def __call__(self) -> concurrent.futures.Executor:
+        if self._given is not None:
+            return self._given
+        if self._own is None:
+            self._own = DaemonPool("agentguard-tool")
+        return self._own
+
+    def close(self) -> None:
+        """Stop the pool's idle workers (busy, abandoned tools finish on their own)."""
+        if self._own is not None:
+            self._own.shutdown(wait=False, cancel_futures=True)
+            self._own = None
 
 
 class ToolTimeout(TimeoutError):
@@ -114,6 +190,7 @@ class ToolTimeout(TimeoutError):
         super().__init__(f"tool {tool!r} did not answer within {seconds:g}s")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Invoke:
     """Run one attempt of ``tool``; the result is its return value (or its exception, thrown in).
@@ -149,7 +226,11 @@ def invoke(action: Invoke, executor: Callable[[], concurrent.futures.Executor] |
         return anyio.run(functools.partial(_timed, tool, kwargs, timeout))
     if timeout is None or executor is None:
         return tool.fn(**kwargs)
-    future = executor().submit(tool.fn, **kwargs)
+    pool = executor()
+    if isinstance(pool, DaemonPool):  # the default: the cheap hand-off
+        call = functools.partial(tool.fn, **kwargs)
+        return pool.call(call, timeout, lambda: ToolTimeout(tool.name, timeout))
+    future = pool.submit(tool.fn, **kwargs)
     try:
         return future.result(timeout=timeout)
     except concurrent.futures.TimeoutError:

@@ -9,8 +9,9 @@ from agentguard._exports import publish
 
 from ._extract import Extracted, extract_calls
 from ._names import NameMatch, NameMatcher, normalise_name
+from ._report import ErrorKind, Repair, ToolCallError, ValidationReport
 from ._tools import ToolSpec, specs_from
-from ._validator import ErrorKind, Repair, ToolCallError, ToolCallValidator, ValidationReport
+from ._validator import ToolCallValidator
 
 __all__ = [
     "ErrorKind",

@@ -12,8 +12,10 @@ The pipeline, in order, for one assistant message:
 5. placeholder and empty values are flagged.
 
 A valid call comes back untouched, byte for byte. What cannot be repaired without guessing
-becomes an error with its location, the offending value and suggestions, and
-:meth:`ValidationReport.corrective_messages` turns the errors into a re-ask the model can act on.
+becomes an error with its location, the offending value and suggestions, collected in a
+:class:`~agentguard.validation.ValidationReport` (``_report.py``), whose
+``corrective_messages()`` turn the errors into a re-ask the model can act on. JSON Schema
+errors are mapped to error kinds and paths in ``_schema.py``.
 """
 
 from __future__ import annotations
@@ -21,14 +23,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import json_repair
-from jsonschema import Draft202012Validator
 
-from agentguard._fingerprint import canonical_json, fingerprint_bytes
-from agentguard._redact import redact
+from agentguard._fingerprint import decode_arguments
 from agentguard.config import GuardConfig, ToolValidationConfig
 from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
 from agentguard.types import ToolCall
@@ -36,24 +35,14 @@ from agentguard.types import ToolCall
 from ._extract import extract_calls
 from ._fast import compile_check
 from ._names import NameMatcher
+from ._report import ErrorKind, Repair, ToolCallError, ValidationReport, short
+from ._schema import compiled, schema_error
 from ._tools import ToolSpec, specs_from
 
-__all__ = ["ErrorKind", "Repair", "ToolCallError", "ToolCallValidator", "ValidationReport"]
+__all__ = ["ToolCallValidator"]
 
-ErrorKind = Literal[
-    "invalid_json",
-    "unknown_tool",
-    "missing_required",
-    "type_mismatch",
-    "unexpected_argument",
-    "placeholder_argument",
-    "empty_argument",
-    "truncated",
-    "schema_violation",
-]
-
-FEEDBACK_MARK = "[agentguard: automated feedback on your tool call]"
-_VALUE_LIMIT = 80
+#: Marks arguments not decoded yet (``None`` is a value: JSON ``null``).
+_UNDECODED: Any = object()
 _BUILTIN_PLACEHOLDERS = (
     r"<[^<>\s]{1,40}>",  # <query>
     r"\{[A-Za-z_][A-Za-z0-9_ ]{0,40}\}",  # {city}
@@ -63,186 +52,6 @@ _BUILTIN_PLACEHOLDERS = (
     r"(?i:your[_ \-]?\w{1,30}[_ \-]?here)",  # YOUR_KEY_HERE, your api key here
     r"(?i:xxx+|foo|bar|lorem ipsum.*)",
 )
-_SCHEMA_CACHE: dict[str, Draft202012Validator] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallError:
-    """One problem with one tool call.
-
-    Attributes:
-        kind: the error kind (see :data:`ErrorKind`).
-        tool_call_id: the call's id, when it had one.
-        tool_name: the tool as the model named it.
-        path: JSON path of the problem within the arguments (``$`` for the whole call).
-        message: what is wrong, for the model and for people.
-        value: the offending value, truncated (``None`` when there is none).
-        suggestions: valid alternatives (closest tool names, allowed values ...).
-    """
-
-    kind: ErrorKind
-    tool_call_id: str | None
-    tool_name: str
-    path: str
-    message: str
-    value: str | None = None
-    suggestions: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return f"{self.kind} at {self.path} in {self.tool_name!r}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Repair:
-    """One local change, made at no token cost.
-
-    Attributes:
-        kind: what was repaired (``extracted_from_text``, ``json_repaired``,
-            ``double_encoded``, ``tool_name``, ``coerced``, ``dropped_argument``).
-        tool_call_id: the call concerned.
-        path: where.
-        before: the value before (truncated).
-        after: the value after (truncated).
-    """
-
-    kind: str
-    tool_call_id: str | None
-    path: str
-    before: str
-    after: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} at {self.path}: {self.before!r} -> {self.after!r}"
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationReport:
-    """The verdict on one assistant message.
-
-    Attributes:
-        ok: every call is valid (after repairs).
-        tool_calls: the calls the agent should execute: normalised and repaired.
-        errors: every problem that could not be repaired.
-        repairs: every change made.
-        message: the assistant message as received (for the correction).
-        specs: the tools, for the correction.
-        extracted: the calls came out of the text content.
-        content: the text left once extracted calls are taken out.
-    """
-
-    ok: bool
-    tool_calls: tuple[ToolCall, ...]
-    errors: tuple[ToolCallError, ...]
-    repairs: tuple[Repair, ...]
-    message: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    specs: Mapping[str, ToolSpec] = field(default_factory=dict, repr=False)
-    extracted: bool = False
-    content: str | None = None
-
-    def corrective_text(self, tool_call_id: str | None = None) -> str:
-        """The correction as plain text (for one call id, or for every failing call)."""
-        errors = [e for e in self.errors if tool_call_id is None or e.tool_call_id == tool_call_id]
-        lines = [FEEDBACK_MARK]
-        names = sorted({e.tool_name for e in errors})
-        lines.append(
-            "Your previous tool call was not executed because it is invalid."
-            if len(names) <= 1
-            else "Some of your previous tool calls were not executed because they are invalid."
-        )
-        for e in errors:
-            detail = f"- {e.kind} at {e.path}: {e.message}"
-            if e.value is not None:
-                detail += f" (got {e.value})"
-            if e.suggestions:
-                detail += f"; did you mean: {', '.join(e.suggestions)}?"
-            lines.append(detail)
-        for name in names:
-            spec = self.specs.get(name)
-            if spec is not None:
-                lines.append(f"Expected parameters of {name}: {_signature(spec)}")
-        if any(e.kind == "unknown_tool" for e in errors):
-            lines.append(f"Available tools: {', '.join(sorted(self.specs))}.")
-        if any(e.kind == "truncated" for e in errors):
-            lines.append("Your answer was cut off: send a shorter call.")
-        lines.append("Reply with a corrected tool call that matches the schema exactly.")
-        return "\n".join(lines)
-
-    def corrective_messages(self) -> list[dict[str, Any]]:
-        """Messages to append for a re-ask: the failed assistant message, then one ``tool``
-        message per failing call id (a ``user`` message for errors without an id).
-
-        The assistant message is re-sent with ``content: ""`` rather than ``null``: some
-        OpenAI-compatible servers reject a null content.
-        """
-        assistant = dict(self.message)
-        assistant["role"] = "assistant"
-        if assistant.get("content") is None:
-            assistant["content"] = ""
-        calls = [c.to_openai() for c in self._sent_calls()]
-        if calls:
-            assistant["tool_calls"] = calls
-        else:
-            assistant.pop("tool_calls", None)
-        out: list[dict[str, Any]] = [assistant]
-        ids = {c["id"] for c in calls if c.get("id")}
-        answered: set[str] = set()
-        for e in self.errors:
-            if (
-                e.tool_call_id is not None
-                and e.tool_call_id in ids
-                and e.tool_call_id not in answered
-            ):
-                answered.add(e.tool_call_id)
-                text = self.corrective_text(e.tool_call_id)
-                out.append({"role": "tool", "tool_call_id": e.tool_call_id, "content": text})
-        for call in calls:  # every call in the message needs an answer
-            if call.get("id") and call["id"] not in answered:
-                out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["id"],
-                        "content": f"{FEEDBACK_MARK}\nNot executed: fix the other calls first.",
-                    }
-                )
-        loose = [e for e in self.errors if e.tool_call_id not in ids]
-        if loose:
-            report = ValidationReport(False, (), tuple(loose), (), self.message, self.specs)
-            out.append({"role": "user", "content": report.corrective_text()})
-        return out
-
-    def _sent_calls(self) -> list[ToolCall]:
-        calls = self.message.get("tool_calls") or []
-        sent = []
-        for i, c in enumerate(calls):
-            fn = c.get("function") or {}
-            args = fn.get("arguments")
-            text = args if isinstance(args, str) else json.dumps(args)
-            sent.append(ToolCall(str(fn.get("name", "")), text, c.get("id") or f"call_{i}"))
-        return sent
-
-
-def _signature(spec: ToolSpec) -> str:
-    required = set(spec.required)
-    parts = []
-    for name, schema in spec.properties.items():
-        kind = schema.get("type", "any") if isinstance(schema, Mapping) else "any"
-        if isinstance(schema, Mapping) and "enum" in schema:
-            kind = " | ".join(json.dumps(v) for v in schema["enum"][:8])
-        parts.append(f"{name}: {kind}{'' if name in required else ' (optional)'}")
-    return "{" + ", ".join(parts) + "}" if parts else "{} (no arguments)"
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = redact(text)
-    return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 1] + "…"
-
-
-def _path(parts: Iterable[Any]) -> str:
-    out = "$"
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else f".{p}"
-    return out
 
 
 def _as_message(message: Any) -> dict[str, Any]:
@@ -307,7 +116,7 @@ class ToolCallValidator:
         else:
             self.config = (config or GuardConfig()).tool_validation
         self.specs = specs_from(tools, self.config.side_effecting)
-        self._validators = {name: _compiled(spec.parameters) for name, spec in self.specs.items()}
+        self._validators = {name: compiled(spec.parameters) for name, spec in self.specs.items()}
         # a sound shortcut for the common case (a valid call against a simple schema)
         self._fast = {name: compile_check(spec.parameters) for name, spec in self.specs.items()}
         self._names = NameMatcher(
@@ -333,7 +142,10 @@ class ToolCallValidator:
         else:
             msg = _as_message(message)
         cfg = self.config
-        raw_calls = list(msg.get("tool_calls") or [])
+        # each call with its decoded arguments when they are known already (extracted calls)
+        raw_calls: list[tuple[Mapping[str, Any], Any]] = [
+            (raw, _UNDECODED) for raw in msg.get("tool_calls") or []
+        ]
         repairs: list[Repair] = []
         errors: list[ToolCallError] = []
         extracted = False
@@ -344,20 +156,19 @@ class ToolCallValidator:
                 extracted = True
                 content = found.remaining
                 for i, (name, args) in enumerate(found.calls):
+                    # a value the extraction decoded is passed on, not encoded and parsed again
                     text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                    value = _UNDECODED if isinstance(args, str) else args
+                    fn = {"name": name, "arguments": text}
                     raw_calls.append(
-                        {
-                            "id": f"call_ag{i}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": text},
-                        }
+                        ({"id": f"call_ag{i}", "type": "function", "function": fn}, value)
                     )
                     repairs.append(
                         Repair("extracted_from_text", f"call_ag{i}", "$", found.style, name)
                     )
         calls: list[ToolCall] = []
-        for i, raw in enumerate(raw_calls):
-            call, call_errors, call_repairs = self._one(raw, i, finish_reason)
+        for i, (raw_call, value) in enumerate(raw_calls):
+            call, call_errors, call_repairs = self._one(raw_call, i, finish_reason, value)
             errors += call_errors
             repairs += call_repairs
             if call is not None:
@@ -383,7 +194,7 @@ class ToolCallValidator:
                 ToolCallRejected(
                     error=e.kind,
                     tool_call_id=e.tool_call_id,
-                    tool_name=_short(e.tool_name),
+                    tool_name=short(e.tool_name),
                     path=e.path,
                 )
             )
@@ -392,7 +203,7 @@ class ToolCallValidator:
     # -- one call -------------------------------------------------------------------------------
 
     def _one(
-        self, raw: Mapping[str, Any], index: int, finish_reason: str | None
+        self, raw: Mapping[str, Any], index: int, finish_reason: str | None, value: Any
     ) -> tuple[ToolCall | None, list[ToolCallError], list[Repair]]:
         cfg = self.config
         inner = raw.get("function")
@@ -407,7 +218,7 @@ class ToolCallValidator:
 
         # 2. arguments
         original_text = arguments if isinstance(arguments, str) else None
-        parsed, problem, how = self._parse(arguments, finish_reason)
+        parsed, problem, how = self._parse(arguments, finish_reason, value)
         if problem is not None:
             kind: ErrorKind = "truncated" if problem == "truncated" else "invalid_json"
             message = (
@@ -415,9 +226,9 @@ class ToolCallValidator:
                 if kind == "truncated"
                 else f"the arguments are not a JSON object: {problem}"
             )
-            errors.append(ToolCallError(kind, call_id, name, "$", message, _short(arguments)))
+            errors.append(ToolCallError(kind, call_id, name, "$", message, short(arguments)))
         elif how is not None:
-            repairs.append(Repair(how, call_id, "$", _short(arguments), _short(parsed)))
+            repairs.append(Repair(how, call_id, "$", short(arguments), short(parsed)))
 
         # 3. the tool name
         if cfg.validate_tool_names:
@@ -433,7 +244,7 @@ class ToolCallValidator:
                         name,
                         "$.name",
                         f"there is no tool named {name!r}",
-                        _short(name),
+                        short(name),
                         match.suggestions,
                     )
                 )
@@ -454,40 +265,24 @@ class ToolCallValidator:
         return ToolCall(name, text, call_id or f"call_{index}"), errors, repairs
 
     def _parse(
-        self, arguments: Any, finish_reason: str | None
+        self, arguments: Any, finish_reason: str | None, value: Any = _UNDECODED
     ) -> tuple[Any, str | None, str | None]:
-        """``(object, problem, repair kind)``."""
+        """``(object, problem, repair kind)``; ``value``: the arguments decoded, when known."""
         cfg = self.config
-        if isinstance(arguments, Mapping):
-            return dict(arguments), None, None
-        if arguments is None or arguments == "":
-            return {}, None, None
-        if not isinstance(arguments, str):
+        if value is not _UNDECODED:
+            pass
+        elif arguments is not None and not isinstance(arguments, (str, Mapping)):
             return None, f"expected a JSON object, got {type(arguments).__name__}", None
-        try:
-            value = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            if finish_reason == "length" or _ends_inside_a_string(arguments):
-                # cut off mid-value: a repair would invent the rest of it
-                return None, "truncated", None
-            if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
-                return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+        else:
             try:
-                repaired = json_repair.repair_json(arguments, return_objects=True)
-            except Exception:  # the repair library must never crash the validator
-                repaired = None
-            if isinstance(repaired, str):  # a JSON-encoded object inside the repaired text
-                try:
-                    repaired = json.loads(repaired)
-                except ValueError:
-                    repaired = None
-            if isinstance(repaired, dict) and repaired:
-                return repaired, None, "json_repaired"
-            return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+                value = decode_arguments(arguments)
+            except json.JSONDecodeError as exc:
+                return self._repaired(str(arguments), finish_reason, exc)
         how = None
-        if isinstance(value, str) and cfg.repair:  # double-encoded: a JSON string holding JSON
+        if isinstance(value, str) and value and cfg.repair:
+            # double-encoded: a JSON string holding JSON
             try:
-                inner = json.loads(value)
+                inner = decode_arguments(value)
             except ValueError:
                 inner = None
             if isinstance(inner, dict):
@@ -495,6 +290,29 @@ class ToolCallValidator:
         if not isinstance(value, dict):
             return None, f"expected a JSON object, got {type(value).__name__}", None
         return value, None, how
+
+    def _repaired(
+        self, arguments: str, finish_reason: str | None, exc: json.JSONDecodeError
+    ) -> tuple[Any, str | None, str | None]:
+        """Arguments that are not JSON: truncated, or repaired when a repair guesses nothing."""
+        cfg = self.config
+        if finish_reason == "length" or _ends_inside_a_string(arguments):
+            # cut off mid-value: a repair would invent the rest of it
+            return None, "truncated", None
+        if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
+            return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+        try:
+            repaired = json_repair.repair_json(arguments, return_objects=True)
+        except Exception:  # the repair library must never crash the validator
+            repaired = None
+        if isinstance(repaired, str):  # a JSON-encoded object inside the repaired text
+            try:
+                repaired = decode_arguments(repaired) if repaired else None
+            except ValueError:
+                repaired = None
+        if isinstance(repaired, dict) and repaired:
+            return repaired, None, "json_repaired"
+        return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
 
     def _check(
         self, spec: ToolSpec, args: dict[str, Any], call_id: str | None
@@ -509,7 +327,7 @@ class ToolCallValidator:
                 if cfg.unexpected_arguments == "drop" and cfg.repair:
                     repairs.append(
                         Repair(
-                            "dropped_argument", call_id, f"$.{key}", _short(args[key]), "(removed)"
+                            "dropped_argument", call_id, f"$.{key}", short(args[key]), "(removed)"
                         )
                     )
                     args = {k: v for k, v in args.items() if k != key}
@@ -522,20 +340,18 @@ class ToolCallValidator:
                             name,
                             f"$.{key}",
                             f"{name} takes no argument {key!r}",
-                            _short(args[key]),
+                            short(args[key]),
                             close,
                         )
                     )
         if cfg.coerce and cfg.repair:
             args, coerced = _coerce(args, declared)
             for key, before, after in coerced:
-                repairs.append(
-                    Repair("coerced", call_id, f"$.{key}", _short(before), _short(after))
-                )
+                repairs.append(Repair("coerced", call_id, f"$.{key}", short(before), short(after)))
         fast = self._fast[name]
         if cfg.validate_schema and not (fast is not None and fast(args)):
             for err in self._validators[name].iter_errors(args):
-                errors.append(_schema_error(err, call_id, name))
+                errors.append(schema_error(err, call_id, name))
         required = set(spec.required)
         for key, value in args.items():
             if not isinstance(value, str):
@@ -561,7 +377,7 @@ class ToolCallValidator:
                         name,
                         f"$.{key}",
                         f"{key!r} holds a placeholder, not a real value",
-                        _short(value),
+                        short(value),
                     )
                 )
         return args, errors, repairs
@@ -572,53 +388,6 @@ def _allowed(schema: Any, value: str) -> bool:
     if not isinstance(schema, Mapping):
         return False
     return value in (schema.get("enum") or ()) or schema.get("const") == value
-
-
-def _compiled(schema: Mapping[str, Any]) -> Draft202012Validator:
-    key = fingerprint_bytes(canonical_json(schema))
-    validator = _SCHEMA_CACHE.get(key)
-    if validator is None:
-        validator = Draft202012Validator(schema)
-        if len(_SCHEMA_CACHE) > 4096:
-            _SCHEMA_CACHE.clear()
-        _SCHEMA_CACHE[key] = validator
-    return validator
-
-
-def _schema_error(err: Any, call_id: str | None, tool: str) -> ToolCallError:
-    path = _path(err.absolute_path)
-    if err.validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", err.message)
-        key = missing[0] if missing else "?"
-        where = f"{path}.{key}" if path != "$" else f"$.{key}"
-        return ToolCallError(
-            "missing_required", call_id, tool, where, f"required argument {key!r} is missing"
-        )
-    if err.validator == "type":
-        expected = err.validator_value
-        return ToolCallError(
-            "type_mismatch",
-            call_id,
-            tool,
-            path,
-            f"expected {expected if isinstance(expected, str) else ' or '.join(expected)}, "
-            f"got {type(err.instance).__name__}",
-            _short(err.instance),
-        )
-    if err.validator == "additionalProperties":
-        return ToolCallError("unexpected_argument", call_id, tool, path, redact(err.message)[:200])
-    suggestions: tuple[str, ...] = ()
-    if err.validator == "enum":
-        suggestions = tuple(_short(v) for v in err.validator_value[:8])
-    return ToolCallError(
-        "schema_violation",
-        call_id,
-        tool,
-        path,
-        redact(err.message)[:200],
-        _short(err.instance),
-        suggestions,
-    )
 
 
 def _coerce(

@@ -33,6 +33,7 @@ from agentguard.events import (
     ToolDeadLettered,
 )
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, Step
+from agentguard.transport import tool_arguments
 from agentguard.types import Choice, EscalationPrompt
 
 from ._scenarios import Scenario, base_config
@@ -535,8 +536,8 @@ def _run_tool(run: _Run, workspace: Workspace, call: Any, tools: ag.ToolGuard) -
 def _run_plain(workspace: Workspace, name: str, raw: str | None) -> tuple[str, bool]:
     """The file tools run directly; a tool error goes back to the model, as agents do."""
     try:
-        arguments = json.loads(raw or "{}")
-    except ValueError:
+        arguments: dict[str, Any] | None = tool_arguments(raw)
+    except (TypeError, ValueError):
         arguments = None
     fn = workspace.functions.get(name)
     if fn is None or not isinstance(arguments, dict):

@@ -1,0 +1,636 @@
+"""The loop detectors, one small unit each, and the registry the LoopDetector runs.
+
+A detector is a class with a ``name``, the events it ``consumes`` (a tool call about to run, a
+tool result, an assistant text), a ``hint`` (what the model is told), and a ``check(event)``
+returning a :class:`Verdict`. Detectors that judge tool calls also say when they are ``quiet``:
+certain to find nothing for a call, and to change nothing by looking. The LoopDetector's fast path
+runs only when every call detector is quiet, so a new detector is never skipped by it (the default
+``quiet`` is "never").
+
+Adding a detector is one class here and one line in :data:`REGISTRY` (its place there is its
+priority: ties in severity go to the earlier detector).
+
+The LoopDetector keeps the bookkeeping the tool detectors share — per call identity, the counters
+in :class:`CallState`; across calls, the run of periodic calls and the stalled outcomes — and
+hands each detector a :class:`ToolEvent` (or a :class:`TextEvent`) built from it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from rapidfuzz import fuzz
+
+from agentguard.config import LoopDetectionConfig
+from agentguard.types import Severity
+
+from ._identity import ToolLoopPolicy, decoded
+from ._text import ResponseWindow, degenerate_repeats
+
+__all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
+
+Kind = Literal["call", "result", "text"]
+
+#: The result fingerprint of a failed call (no fingerprint starts with a NUL).
+ERROR_MARK = "\x00error"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The detector's judgement of one call, result or text.
+
+    Attributes:
+        severity: ``OK < WARNING < CRITICAL < BREAK``; ``BREAK`` means do not run the call.
+        detector: the detector that decided (see :data:`DETECTORS`), ``None`` when OK.
+        count: the repetition count the severity was judged on.
+        message: a hint fit to show the model (tool names and counts only, never arguments).
+        tool: the tool concerned, ``None`` for text.
+    """
+
+    severity: Severity = Severity.OK
+    detector: str | None = None
+    count: int = 0
+    message: str = ""
+    tool: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found."""
+        return self.severity is Severity.OK
+
+
+OK = Verdict()
+
+_ADVICE = {
+    Severity.WARNING: " Use the information you already have, or try a different approach.",
+    Severity.CRITICAL: " Stop repeating it: change your approach now or give your final answer "
+    "with what you know.",
+    Severity.BREAK: " This is refused: the pattern will not run again. Change approach or finish.",
+}
+
+
+def ladder(count: int, warn: int, critical: int, brk: int) -> Severity:
+    """The severity ``count`` reaches on a warn / critical / break ladder."""
+    if count >= brk:
+        return Severity.BREAK
+    if count >= critical:
+        return Severity.CRITICAL
+    if count >= warn:
+        return Severity.WARNING
+    return Severity.OK
+
+
+class CallState:
+    """Counters for one call identity while it occurs in the tool window."""
+
+    __slots__ = (
+        "calls", "changed", "errors", "in_window", "last_result", "level", "name", "pending",
+        "progressed", "same",
+    )  # fmt: skip
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.in_window = 0  # occurrences among the last tool_window calls
+        self.calls = 0  # identical calls in the current streak (refused calls included)
+        self.pending = 0  # calls checked whose result is not recorded yet
+        self.last_result: str | None = None
+        self.same = 0  # current run of identical results
+        self.changed = False  # the latest result differed from the one before
+        self.progressed = False  # results changed at least once during the streak
+        self.errors = 0  # consecutive failures
+        self.level: Verdict = OK  # sticky: never drops until progress
+
+
+class ToolEvent:
+    """One tool call about to run (``kind == "call"``) or one recorded result (``"result"``).
+
+    Attributes:
+        kind: ``call`` or ``result``.
+        name: the tool.
+        arguments: the arguments as given (a dict or JSON text).
+        fp: the call's identity.
+        policy: the tool's loop policy, if declared.
+        state: the counters of this call identity (already updated with this event).
+        ahead: 1 for a call (it counts as one more attempt), 0 for a result.
+        cycle: ``(period, full rounds)`` of the shortest periodic run this call completes.
+        stalled: tool outcomes without progress in the window (results so far).
+        result: the result (results only).
+        rfp: the result's fingerprint, :data:`ERROR_MARK` for a failure (results only).
+        error: the call failed (results only).
+    """
+
+    __slots__ = (
+        "_text", "ahead", "arguments", "cycle", "error", "fp", "kind", "name", "policy", "result",
+        "rfp", "stalled", "state",
+    )  # fmt: skip
+
+    def __init__(  # noqa: PLR0917 - built twice per tool call: positional is cheapest
+        self,
+        kind: Kind,
+        name: str,
+        arguments: Any,
+        fp: str,
+        policy: ToolLoopPolicy | None,
+        state: CallState,
+        stalled: int,
+        cycle: tuple[int, int] | None = None,
+        result: Any = None,
+        rfp: str = "",
+        error: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.arguments = arguments
+        self.fp = fp
+        self.policy = policy
+        self.state = state
+        self.stalled = stalled
+        self.ahead = 1 if kind == "call" else 0
+        self.cycle = cycle
+        self.result = result
+        self.rfp = rfp
+        self.error = error
+        self._text: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments as ``key value`` words, for fuzzy comparison (decoded once, on demand)."""
+        if self._text is None:
+            self._text = arguments_text(self.arguments)
+        return self._text
+
+
+@dataclass(frozen=True, slots=True)
+class TextEvent:
+    """One assistant text output.
+
+    Attributes:
+        text: the output (not blank).
+        narration: the text accompanies tool calls (only degeneration is judged then).
+    """
+
+    kind: ClassVar[Kind] = "text"
+    text: str
+    narration: bool = False
+
+
+def arguments_text(arguments: Any) -> str:
+    """Arguments as ``key value`` words: tokens of values stay whole for a token-set comparison."""
+    args = decoded(arguments)
+    if isinstance(args, Mapping):
+        return " ".join(f"{k} {args[k]}" for k in sorted(args, key=str))
+    return str(args)
+
+
+class Detector:
+    """One loop detector. Subclasses set the class attributes and implement :meth:`check`.
+
+    Args:
+        config: the loop-detection settings.
+        known: the tool names declared with schemas, ``None`` when any name may be a tool.
+    """
+
+    #: The name verdicts carry (see :data:`DETECTORS`).
+    name: ClassVar[str]
+    #: The events judged: ``call`` (before a tool runs), ``result`` (after), ``text``.
+    consumes: ClassVar[frozenset[Kind]]
+    #: What the model is told; formatted with ``tool`` and ``count``.
+    hint: ClassVar[str]
+    #: The tool events whose verdicts stick to the call identity until it makes progress.
+    sticky: ClassVar[frozenset[Kind]] = frozenset({"call", "result"})
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        self.config = config
+
+    def check(self, event: Any) -> Verdict:
+        """Judge one event of a kind in :attr:`consumes`."""
+        raise NotImplementedError
+
+    def quiet(self, event: ToolEvent) -> bool:
+        """True when :meth:`check` would surely return OK for this tool event and change nothing.
+
+        Lets the LoopDetector skip building verdicts for the common healthy call and result; the
+        default, ``False``, keeps a detector that does not say always checked.
+        """
+        return False
+
+    def verdict(self, severity: Severity, count: int, tool: str | None) -> Verdict:
+        """The verdict at ``severity``, with this detector's hint (``OK`` when nothing)."""
+        if severity is Severity.OK:
+            return OK
+        text = self.hint.format(tool=tool, count=count) + _ADVICE[severity]
+        return Verdict(severity, self.name, count, text, tool)
+
+
+def _no_progress(event: ToolEvent, cfg: LoopDetectionConfig) -> tuple[Severity, int] | None:
+    """Attempts for an unchanged (non-error) answer, and their severity; ``None`` before one."""
+    last = event.state.last_result
+    if last is None or last == ERROR_MARK:
+        return None
+    count = event.state.same + event.ahead
+    return no_progress_ladder(count, cfg), count
+
+
+def no_progress_ladder(count: int, cfg: LoopDetectionConfig) -> Severity:
+    """The ``no_progress_*`` ladder, shared by the detectors judging unchanged answers."""
+    return ladder(
+        count, cfg.no_progress_warn_at, cfg.no_progress_critical_at, cfg.no_progress_break_at
+    )
+
+
+# -- tool calls ----------------------------------------------------------------------------------
+
+
+class ErrorRepeat(Detector):
+    """The same call failing again and again (the error text may vary)."""
+
+    name = "error_repeat"
+    consumes = frozenset({"call", "result"})
+    hint = "`{tool}` with these arguments has failed {count} times in a row."
+    __slots__ = ()
+
+    def quiet(self, event: ToolEvent) -> bool:
+        errors = event.state.errors
+        return errors == 0 or errors + event.ahead < self.config.error_warn_at
+
+    def check(self, event: ToolEvent) -> Verdict:
+        if not event.state.errors:
+            return OK
+        cfg = self.config
+        count = event.state.errors + event.ahead
+        sev = ladder(count, cfg.error_warn_at, cfg.error_critical_at, cfg.error_break_at)
+        return self.verdict(sev, count, event.name)
+
+
+_UNKNOWN_TOOL = re.compile(
+    r"(unknown|invalid|unrecognized|undefined|unsupported|no such)\s+(tool|function)"
+    r"|(tool|function)\s+\S+\s+(not found|does not exist|is not available|is not defined)",
+    re.I,
+)
+
+
+class UnknownToolRepeat(Detector):
+    """Calls to a name that is not a tool: not declared, or an error result said so."""
+
+    name = "unknown_tool_repeat"
+    consumes = frozenset({"call", "result"})
+    hint = "`{tool}` is not an available tool ({count} attempts)."
+    sticky = frozenset()  # about a tool name, not one call identity
+    __slots__ = ("_known", "names")
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        super().__init__(config, known)
+        self._known = known
+        self.names: OrderedDict[str, int] = OrderedDict()  # unknown name -> calls
+
+    def quiet(self, event: ToolEvent) -> bool:
+        if event.kind == "result":
+            return not self._says_unknown(event)
+        known = self._known
+        return (known is None or event.name in known) and event.name not in self.names
+
+    @staticmethod
+    def _says_unknown(event: ToolEvent) -> bool:
+        result = event.result
+        return event.error and isinstance(result, str) and bool(_UNKNOWN_TOOL.search(result))
+
+    def check(self, event: ToolEvent) -> Verdict:
+        name = event.name
+        if event.kind == "result":
+            # an error result that says so teaches that the name is no tool
+            if not self._says_unknown(event):
+                return OK
+            self.names.setdefault(name, 1)
+            return self._judge(name)
+        if name not in self.names:
+            if self._known is None or name in self._known:
+                return OK
+            self.names[name] = 0
+        self.names[name] += 1
+        self.names.move_to_end(name)
+        while len(self.names) > self.config.tool_window:
+            self.names.popitem(last=False)
+        return self._judge(name)
+
+    def _judge(self, name: str) -> Verdict:
+        cfg = self.config
+        count = self.names[name]
+        sev = ladder(
+            count, cfg.unknown_tool_warn_at, cfg.unknown_tool_critical_at, cfg.unknown_tool_break_at
+        )
+        return self.verdict(sev, count, name)
+
+
+class _Periodic(Detector):
+    """A periodic run of calls (A-B-A-B…, A-B-C-A-B-C…) whose results do not change."""
+
+    consumes = frozenset({"call"})
+    __slots__ = ()
+
+    def _mine(self, period: int) -> bool:
+        raise NotImplementedError
+
+    def quiet(self, event: ToolEvent) -> bool:
+        return event.cycle is None or not self._mine(event.cycle[0])
+
+    def check(self, event: ToolEvent) -> Verdict:
+        if event.cycle is None or not self._mine(event.cycle[0]):
+            return OK
+        cfg = self.config
+        rounds = event.cycle[1]
+        sev = ladder(rounds, cfg.cycle_warn_at, cfg.cycle_critical_at, cfg.cycle_break_at)
+        if rounds >= 2:  # a loop of stale members is as bad as its stalest member
+            stale = _no_progress(event, cfg)
+            if stale is not None:
+                sev = max(sev, stale[0])
+        return self.verdict(sev, rounds, event.name)
+
+
+class PingPong(_Periodic):
+    """Two calls alternating (A-B-A-B…) with unchanged results."""
+
+    name = "ping_pong"
+    hint = (
+        "You are alternating between the same two tool calls ({count} rounds, ending with "
+        "`{tool}`) and the results do not change."
+    )
+    __slots__ = ()
+
+    def _mine(self, period: int) -> bool:
+        return period == 2
+
+
+class Cycle(_Periodic):
+    """A longer cycle of calls (A-B-C…-A-B-C…) with unchanged results."""
+
+    name = "cycle"
+    hint = (
+        "You are repeating the same cycle of tool calls ({count} rounds, ending with `{tool}`) "
+        "and the results do not change."
+    )
+    __slots__ = ()
+
+    def _mine(self, period: int) -> bool:
+        return period > 2
+
+
+class PollNoProgress(Detector):
+    """The same call whose result has not changed."""
+
+    name = "poll_no_progress"
+    consumes = frozenset({"call", "result"})
+    hint = (
+        "You have called `{tool}` with identical arguments {count} times and the result has not "
+        "changed."
+    )
+    __slots__ = ()
+
+    def quiet(self, event: ToolEvent) -> bool:
+        state = event.state
+        last = state.last_result
+        # ladders are ordered (the config checks), so below warn_at means OK
+        return (
+            last is None
+            or last == ERROR_MARK
+            or state.same + event.ahead < self.config.no_progress_warn_at
+        )
+
+    def check(self, event: ToolEvent) -> Verdict:
+        stale = _no_progress(event, self.config)
+        if stale is None:
+            return OK
+        return self.verdict(stale[0], stale[1], event.name)
+
+
+class _Group:
+    """Calls of one tool with different but similar arguments that returned one result."""
+
+    __slots__ = ("arguments", "fps", "name", "text")
+
+    def __init__(self, name: str, event: ToolEvent) -> None:
+        self.name = name
+        # The words are made when first compared (most groups never are). A mapping is copied,
+        # so a caller reusing its dict does not change what this call said.
+        args = event.arguments
+        self.arguments: Any = None
+        self.text: str | None = None
+        if isinstance(args, Mapping):
+            self.arguments = dict(args)
+        elif isinstance(args, (str, bytes)):
+            self.arguments = args
+        else:
+            self.text = event.arguments_text
+        self.fps: set[str] = {event.fp}
+
+    def words(self) -> str:
+        if self.text is None:
+            self.text = arguments_text(self.arguments)
+            self.arguments = None
+        return self.text
+
+
+class NearDuplicate(Detector):
+    """One tool, different but similar arguments, the same informative result."""
+
+    name = "near_duplicate"
+    consumes = frozenset({"call", "result"})
+    hint = (
+        "{count} calls of `{tool}` with only slightly different arguments all returned the same "
+        "result; rewording or re-tuning the call does not help."
+    )
+    # after a result the verdict is about the group of variants, not this call identity
+    sticky = frozenset({"call"})
+    __slots__ = ("groups", "suspects")
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        super().__init__(config, known)
+        self.groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
+        # tools with a group big enough to flag the next variant (may be stale: a stale name
+        # only costs the full check)
+        self.suspects: set[str] = set()
+
+    def quiet(self, event: ToolEvent) -> bool:
+        if event.kind == "call":
+            return event.name not in self.suspects
+        return not self._informative(event)
+
+    def check(self, event: ToolEvent) -> Verdict:
+        return self._ahead(event) if event.kind == "call" else self._after(event)
+
+    def _informative(self, event: ToolEvent) -> bool:
+        """A new answer long enough to say whether the calls differed (not a failure, not the
+        same answer again: those are the other detectors' case; not an acknowledgement such as
+        "ok", which says nothing about the calls)."""
+        if event.error or event.state.same != 1:
+            return False
+        result = event.result
+        size = len(result) if isinstance(result, str) else len(str(result))
+        return size >= self.config.near_duplicate_min_result_chars
+
+    def _after(self, event: ToolEvent) -> Verdict:
+        """After a result: is this call one more similar variant that returned the same thing?"""
+        if not self._informative(event):
+            return OK
+        cfg = self.config
+        name = event.name
+        gkey = (name, event.rfp)
+        groups = self.groups
+        group = groups.get(gkey)
+        if group is None:  # a new answer: a group of one, newest in the window
+            group = groups[gkey] = _Group(name, event)
+            if len(groups) > cfg.tool_window:
+                groups.popitem(last=False)
+        else:
+            if event.fp not in group.fps:
+                score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
+                if score < cfg.near_duplicate_threshold:
+                    return OK
+            groups.move_to_end(gkey)
+            group.fps.add(event.fp)
+        count = len(group.fps)
+        if count >= cfg.no_progress_warn_at - 1:
+            self.suspects.add(name)
+        return self.verdict(no_progress_ladder(count, cfg), count, name)
+
+    def _ahead(self, event: ToolEvent) -> Verdict:
+        """Before a call: is it one more variant of a near-duplicate group already flagged?"""
+        cfg = self.config
+        threshold = cfg.no_progress_warn_at - 1
+        best = OK
+        for group in self.groups.values():
+            if group.name != event.name or len(group.fps) < threshold:
+                continue
+            score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
+            if score >= cfg.near_duplicate_threshold:
+                count = len(group.fps) + 1
+                best = pick((best, self.verdict(no_progress_ladder(count, cfg), count, event.name)))
+        return best
+
+
+class GenericRepeat(Detector):
+    """The same call, whatever its results (capped at a hint once results have changed)."""
+
+    name = "generic_repeat"
+    consumes = frozenset({"call", "result"})
+    hint = "You have called `{tool}` with identical arguments {count} times."
+    __slots__ = ()
+
+    def quiet(self, event: ToolEvent) -> bool:
+        policy = event.policy
+        polling = policy is not None and policy.polling
+        return polling or event.state.calls < self.config.warn_at
+
+    def check(self, event: ToolEvent) -> Verdict:
+        if self._polling(event):
+            return OK  # a polling tool is judged by its results only
+        cfg = self.config
+        state = event.state
+        sev = ladder(state.calls, cfg.warn_at, cfg.critical_at, cfg.break_at)
+        if state.progressed:
+            sev = min(sev, Severity.WARNING)  # results keep changing: progress, at most a hint
+        return self.verdict(sev, state.calls, event.name)
+
+    @staticmethod
+    def _polling(event: ToolEvent) -> bool:
+        return event.policy is not None and event.policy.polling
+
+
+class GlobalBreaker(Detector):
+    """Many no-progress outcomes across all calls."""
+
+    name = "global_breaker"
+    consumes = frozenset({"call", "result"})
+    hint = "{count} of your recent tool calls made no progress."
+    __slots__ = ()
+
+    def quiet(self, event: ToolEvent) -> bool:
+        return event.stalled < self.config.global_warn_at
+
+    def check(self, event: ToolEvent) -> Verdict:
+        cfg = self.config
+        sev = ladder(event.stalled, cfg.global_warn_at, cfg.global_critical_at, cfg.global_break_at)
+        return self.verdict(sev, event.stalled, event.name)
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+class ResponseRepeat(Detector):
+    """An assistant response equal or near-equal to recent ones (not narration of tool calls)."""
+
+    name = "response_repeat"
+    consumes = frozenset({"text"})
+    hint = "This response repeats one of your recent responses ({count} times)."
+    __slots__ = ("_level", "_window")
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        super().__init__(config, known)
+        self._window = ResponseWindow(config.window_size, config.similarity_threshold)
+        self._level = OK  # sticky while the responses keep repeating
+
+    def check(self, event: TextEvent) -> Verdict:
+        if event.narration:
+            return OK  # a short narration repeated while the calls progress is normal
+        n = self.config.duplicate_threshold
+        count = self._window.add(event.text)
+        repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
+        if repeat.ok:
+            self._level = OK
+        elif repeat.severity < self._level.severity:
+            repeat = self.verdict(self._level.severity, count, None)
+        if not repeat.ok:
+            self._level = repeat
+        return repeat
+
+
+class DegenerateText(Detector):
+    """A line, sentence or chunk repeating inside one output."""
+
+    name = "degenerate_text"
+    consumes = frozenset({"text"})
+    hint = "This output repeats the same text {count} times."
+    __slots__ = ()
+
+    def check(self, event: TextEvent) -> Verdict:
+        n = degenerate_repeats(event.text)
+        m = self.config.degenerate_min_repeats
+        return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)
+
+
+#: Every detector, most specific first: ties in severity go to the earlier one.
+REGISTRY: tuple[type[Detector], ...] = (
+    ErrorRepeat,
+    UnknownToolRepeat,
+    PingPong,
+    Cycle,
+    PollNoProgress,
+    NearDuplicate,
+    GenericRepeat,
+    GlobalBreaker,
+    ResponseRepeat,
+    DegenerateText,
+)
+
+#: Every detector name, most specific first (ties in severity go to the earlier name).
+DETECTORS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
+_PRIORITY = {name: i for i, name in enumerate(DETECTORS)}
+
+
+def pick(candidates: Iterable[Verdict]) -> Verdict:
+    """The worst verdict; ties go to the more specific detector (the earlier in the registry)."""
+    best = OK
+    for v in candidates:
+        if v.severity > best.severity or (
+            v.severity == best.severity
+            and v.detector is not None
+            and best.detector is not None
+            and _PRIORITY[v.detector] < _PRIORITY[best.detector]
+        ):
+            best = v
+    return best

@@ -1,0 +1,344 @@
+"""``FallbackStore``: the one outage policy, shared by the ``TokenLedger`` and ``ToolGuard``.
+
+A shared store (SQLite, Redis) can become unreachable. What the components do then is decided
+here, in one place, rather than by each component:
+
+- **open** (the default): serve every operation from a local :class:`MemoryStore` and say so
+  (:class:`~agentguard.events.StoreFallback`), try the shared store again every
+  ``retry_seconds``, and when it answers replay into it the writes served locally (token
+  commits — counted once, by event id — and record writes: idempotency results, dead letters),
+  then say so (:class:`~agentguard.events.StoreRecovered`).
+- **closed**: raise :class:`~agentguard.StoreUnavailable`.
+
+Local state is a stand-in, not a copy: budgets served locally count only this process's usage
+since the outage began (nothing is reset in the shared store, and nothing counted locally is
+lost), breakers count only this process's calls, and an idempotency key claimed in the shared
+store before the outage is not seen. Reservations and breaker counts are not replayed: both are
+short-lived, and the shared store's own leases and windows take over again.
+
+Only :class:`~agentguard.StoreUnavailable` is an outage; other
+:class:`~agentguard.StoreError` faults pass through to the component.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from agentguard._engine import Call, Handlers, Plan, acall, arun, call, perform, run
+from agentguard._redact import redact
+from agentguard.events import Emitter, Hook, StoreFallback, StoreRecovered
+from agentguard.exceptions import StoreUnavailable
+
+from ._base import BudgetSpec, BudgetState, Charge, Hold, Store
+from ._breaker import BreakerOutcome, BreakerSpec, BreakerView
+from .memory import MemoryStore
+
+__all__ = ["FallbackStore", "with_fallback"]
+
+T = TypeVar("T")
+
+# The policy is one plan of store calls; the engine's drivers run it sync or async.
+_HANDLERS: Handlers = {Call: call}
+_AHANDLERS: Handlers = {Call: acall}
+
+
+@dataclass(frozen=True, slots=True)
+class _Op(Generic[T]):
+    """One store operation, for whichever store runs it: ``sync(store)``, ``async_(store)``."""
+
+    sync: Callable[[Store], T]
+    async_: Callable[[Store], Awaitable[T]]
+
+
+@dataclass
+class _Outage:
+    """The state kept while the shared store is unreachable."""
+
+    since: float
+    retry_at: float
+    local: MemoryStore = field(default_factory=MemoryStore)
+    # writes served locally, replayed into the shared store when it returns
+    pending: list[_Op[Any]] = field(default_factory=list)
+
+
+def with_fallback(
+    store: Store,
+    *,
+    fail_mode: Literal["open", "closed"] = "open",
+    retry_seconds: float = 5.0,
+    hooks: Iterable[Hook] | None = None,
+    session: str | None = None,
+) -> Store:
+    """``store`` behind the outage policy.
+
+    A :class:`FallbackStore`, or ``store`` itself when there is no policy to apply:
+    ``fail_mode: closed`` raises anyway, and a plain :class:`MemoryStore` is never unreachable.
+    """
+    if fail_mode == "closed" or type(store) is MemoryStore:
+        return store
+    return FallbackStore(store, retry_seconds=retry_seconds, hooks=hooks, session=session)
+
+
+class FallbackStore:
+    """A :class:`Store` that forwards to ``primary`` and serves locally while it is unreachable.
+
+    See the module documentation for the policy and its limits.
+
+    Args:
+        primary: the shared store.
+        retry_seconds: while serving locally, how often to try the shared store again.
+        hooks: receive the ``store_fallback`` and ``store_recovered`` events.
+        session: the session put on those events.
+    """
+
+    def __init__(
+        self,
+        primary: Store,
+        *,
+        retry_seconds: float = 5.0,
+        hooks: Iterable[Hook] | None = None,
+        session: str | None = None,
+    ) -> None:
+        self.primary = primary
+        self.name = primary.name
+        self._retry = retry_seconds
+        self._emitter = Emitter(hooks)
+        self._session = session
+        self._outage: _Outage | None = None
+
+    @property
+    def degraded(self) -> bool:
+        """Whether operations are served locally because the shared store is unreachable."""
+        return self._outage is not None
+
+    # -- the policy: one plan, run by the sync and the async driver ------------------------
+
+    def _policy(self, now: float, op: _Op[T], write: bool) -> Plan[T]:
+        """``op`` on the shared store (after replaying what an outage left), or locally."""
+        outage = self._outage
+        if outage is not None and now < outage.retry_at:
+            return self._local(outage, op, write)
+        primary = self.primary
+        try:
+            if outage is not None:
+                for pending in outage.pending:
+                    yield from perform(pending.sync, pending.async_, primary)
+            result: T = yield from perform(op.sync, op.async_, primary)
+        except StoreUnavailable as exc:
+            if outage is None:
+                outage = self._fall_back(exc, now)
+            else:
+                outage.retry_at = now + self._retry
+            return self._local(outage, op, write)
+        if outage is not None:
+            self._recovered(outage, now)
+        return result
+
+    def _run(self, now: float, op: _Op[T], write: bool = False) -> T:
+        return run(self._policy(now, op, write), _HANDLERS)
+
+    async def _arun(self, now: float, op: _Op[T], write: bool = False) -> T:
+        return await arun(self._policy(now, op, write), _AHANDLERS)
+
+    def _local(self, outage: _Outage, op: _Op[T], write: bool) -> T:
+        result = op.sync(outage.local)
+        # a duplicate commit changed nothing here, so there is nothing to replay
+        if write and not (isinstance(result, BudgetState) and not result.applied):
+            outage.pending.append(op)
+        return result
+
+    def _fall_back(self, exc: StoreUnavailable, now: float) -> _Outage:
+        self._emitter.emit(
+            StoreFallback(
+                store=self.name,
+                error_type=type(exc).__name__,
+                message=redact(str(exc))[:200],
+                session=self._session,
+            )
+        )
+        self._outage = _Outage(since=now, retry_at=now + self._retry)
+        return self._outage
+
+    def _recovered(self, outage: _Outage, now: float) -> None:
+        self._outage = None
+        self._emitter.emit(
+            StoreRecovered(
+                store=self.name,
+                outage_seconds=max(0.0, now - outage.since),
+                resynced=len(outage.pending),
+                session=self._session,
+            )
+        )
+
+    # -- budgets ----------------------------------------------------------------------------
+
+    def reserve(self, spec: BudgetSpec, hold: Hold, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.reserve`."""
+        return self._run(now, _reserve(spec, hold, now))
+
+    def commit(self, spec: BudgetSpec, charge: Charge, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.commit` (replayed after an outage)."""
+        return self._run(now, _commit(spec, charge, now), write=True)
+
+    def release(self, spec: BudgetSpec, reservation_id: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.release`."""
+        return self._run(now, _release(spec, reservation_id, now))
+
+    def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
+        """See :meth:`agentguard.storage.Store.snapshot`."""
+        return self._run(now, _snapshot(spec, session, now))
+
+    async def areserve(self, spec: BudgetSpec, hold: Hold, now: float) -> BudgetState:
+        """Async twin of :meth:`reserve`."""
+        return await self._arun(now, _reserve(spec, hold, now))
+
+    async def acommit(self, spec: BudgetSpec, charge: Charge, now: float) -> BudgetState:
+        """Async twin of :meth:`commit`."""
+        return await self._arun(now, _commit(spec, charge, now), write=True)
+
+    async def arelease(self, spec: BudgetSpec, reservation_id: str, now: float) -> bool:
+        """Async twin of :meth:`release`."""
+        return await self._arun(now, _release(spec, reservation_id, now))
+
+    async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
+        """Async twin of :meth:`snapshot`."""
+        return await self._arun(now, _snapshot(spec, session, now))
+
+    # -- breakers ---------------------------------------------------------------------------
+
+    def breaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_allow`."""
+        return self._run(now, _breaker_allow(spec, now))
+
+    def breaker_record(self, spec: BreakerSpec, outcome: BreakerOutcome, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_record`."""
+        return self._run(now, _breaker_record(spec, outcome, now))
+
+    def breaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """See :meth:`agentguard.storage.Store.breaker_view`."""
+        return self._run(now, _breaker_view(spec, now))
+
+    async def abreaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_allow`."""
+        return await self._arun(now, _breaker_allow(spec, now))
+
+    async def abreaker_record(
+        self, spec: BreakerSpec, outcome: BreakerOutcome, now: float
+    ) -> BreakerView:
+        """Async twin of :meth:`breaker_record`."""
+        return await self._arun(now, _breaker_record(spec, outcome, now))
+
+    async def abreaker_view(self, spec: BreakerSpec, now: float) -> BreakerView:
+        """Async twin of :meth:`breaker_view`."""
+        return await self._arun(now, _breaker_view(spec, now))
+
+    # -- records ----------------------------------------------------------------------------
+
+    def claim(self, namespace: str, key: str, value: str, now: float, ttl: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.claim`."""
+        return self._run(now, _claim(namespace, key, value, now, ttl))
+
+    def put(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """See :meth:`agentguard.storage.Store.put` (replayed after an outage)."""
+        self._run(now, _put(namespace, key, value, now, ttl), write=True)
+
+    def get(self, namespace: str, key: str, now: float) -> str | None:
+        """See :meth:`agentguard.storage.Store.get`."""
+        return self._run(now, _get(namespace, key, now))
+
+    def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """See :meth:`agentguard.storage.Store.items`."""
+        return self._run(now, _items(namespace, now))
+
+    def delete(self, namespace: str, key: str, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.delete` (replayed after an outage)."""
+        return self._run(now, _delete(namespace, key, now), write=True)
+
+    async def aclaim(
+        self, namespace: str, key: str, value: str, now: float, ttl: float
+    ) -> str | None:
+        """Async twin of :meth:`claim`."""
+        return await self._arun(now, _claim(namespace, key, value, now, ttl))
+
+    async def aput(self, namespace: str, key: str, value: str, now: float, ttl: float) -> None:
+        """Async twin of :meth:`put`."""
+        await self._arun(now, _put(namespace, key, value, now, ttl), write=True)
+
+    async def aget(self, namespace: str, key: str, now: float) -> str | None:
+        """Async twin of :meth:`get`."""
+        return await self._arun(now, _get(namespace, key, now))
+
+    async def aitems(self, namespace: str, now: float) -> list[tuple[str, str]]:
+        """Async twin of :meth:`items`."""
+        return await self._arun(now, _items(namespace, now))
+
+    async def adelete(self, namespace: str, key: str, now: float) -> bool:
+        """Async twin of :meth:`delete`."""
+        return await self._arun(now, _delete(namespace, key, now), write=True)
+
+    def close(self) -> None:
+        """Close the shared store."""
+        self.primary.close()
+
+    def __repr__(self) -> str:
+        return f"FallbackStore({self.primary!r}, degraded={self.degraded})"
+
+
+# Each operation once, for whichever store runs it (the shared one, or the local stand-in).
+
+
+def _reserve(spec: BudgetSpec, hold: Hold, now: float) -> _Op[BudgetState]:
+    return _Op(lambda s: s.reserve(spec, hold, now), lambda s: s.areserve(spec, hold, now))
+
+
+def _commit(spec: BudgetSpec, charge: Charge, now: float) -> _Op[BudgetState]:
+    return _Op(lambda s: s.commit(spec, charge, now), lambda s: s.acommit(spec, charge, now))
+
+
+def _release(spec: BudgetSpec, rid: str, now: float) -> _Op[bool]:
+    return _Op(lambda s: s.release(spec, rid, now), lambda s: s.arelease(spec, rid, now))
+
+
+def _snapshot(spec: BudgetSpec, session: str | None, now: float) -> _Op[BudgetState]:
+    return _Op(lambda s: s.snapshot(spec, session, now), lambda s: s.asnapshot(spec, session, now))
+
+
+def _breaker_allow(spec: BreakerSpec, now: float) -> _Op[BreakerView]:
+    return _Op(lambda s: s.breaker_allow(spec, now), lambda s: s.abreaker_allow(spec, now))
+
+
+def _breaker_record(spec: BreakerSpec, outcome: BreakerOutcome, now: float) -> _Op[BreakerView]:
+    return _Op(
+        lambda s: s.breaker_record(spec, outcome, now),
+        lambda s: s.abreaker_record(spec, outcome, now),
+    )
+
+
+def _breaker_view(spec: BreakerSpec, now: float) -> _Op[BreakerView]:
+    return _Op(lambda s: s.breaker_view(spec, now), lambda s: s.abreaker_view(spec, now))
+
+
+def _claim(ns: str, key: str, value: str, now: float, ttl: float) -> _Op[str | None]:
+    return _Op(
+        lambda s: s.claim(ns, key, value, now, ttl), lambda s: s.aclaim(ns, key, value, now, ttl)
+    )
+
+
+def _put(ns: str, key: str, value: str, now: float, ttl: float) -> _Op[None]:
+    return _Op(
+        lambda s: s.put(ns, key, value, now, ttl), lambda s: s.aput(ns, key, value, now, ttl)
+    )
+
+
+def _get(ns: str, key: str, now: float) -> _Op[str | None]:
+    return _Op(lambda s: s.get(ns, key, now), lambda s: s.aget(ns, key, now))
+
+
+def _items(ns: str, now: float) -> _Op[list[tuple[str, str]]]:
+    return _Op(lambda s: s.items(ns, now), lambda s: s.aitems(ns, now))
+
+
+def _delete(ns: str, key: str, now: float) -> _Op[bool]:
+    return _Op(lambda s: s.delete(ns, key, now), lambda s: s.adelete(ns, key, now))

@@ -1,0 +1,479 @@
+"""Hostile battery: token budgets under untrusted numbers, reused ids and concurrency.
+
+Invariants: committed totals exact, never negative, never NaN or infinite; ``hard_stop`` never
+exceeded, whatever the store (memory, real SQLite, real Redis), however many tasks race; an
+upstream that reuses one response id never hides another call's usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+import agentguard as ag
+from _hostile import (
+    MESSAGES,
+    RawUpstream,
+    Scratch,
+    assert_only,
+    bulk,
+    cases,
+    chunk,
+    completion,
+    encode,
+    guarded_client,
+    outcome,
+    seeds,
+    sse,
+)
+from _stores import RedisServer
+from agentguard.config import TokenBudgetConfig
+from agentguard.storage import MemoryStore, RedisStore, SQLiteStore
+from agentguard.testing import FakeClock
+
+WORK = Scratch("ag-hostile-budget-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch() -> Iterator[None]:
+    yield
+    WORK.cleanup()
+
+
+PER_SESSION = 1_000
+PER_HOUR = 5_000
+
+
+def _ledger(store: Any = None, **budget: Any) -> ag.TokenLedger:
+    config = TokenBudgetConfig(
+        **{
+            "per_session": PER_SESSION,
+            "per_hour": PER_HOUR,
+            "max_output_tokens": None,
+            "policy": "hard_stop",
+            **budget,
+        }
+    )
+    return ag.TokenLedger(config, store=store or MemoryStore(), clock=FakeClock())
+
+
+def _assert_sound(ledger: ag.TokenLedger, sessions: list[str], committed: dict[str, int]) -> None:
+    """The ledger's invariants: exact, finite, non-negative totals within ``hard_stop``."""
+    hour = 0
+    for session in sessions:
+        snap = ledger.usage(session)
+        for value in (snap.session_tokens, snap.session_reserved, snap.hour_tokens):
+            assert isinstance(value, int), f"corrupted total {value!r}"
+            assert value >= 0, f"negative total {value!r}"
+        assert snap.session_tokens == committed.get(session, 0)
+        assert snap.session_tokens + snap.session_reserved <= PER_SESSION
+        hour += snap.session_tokens
+    snap = ledger.usage()
+    assert snap.hour_tokens == hour
+    assert snap.hour_tokens + snap.hour_reserved <= PER_HOUR
+
+
+# -- untrusted numbers --------------------------------------------------------------------------
+
+SANE = [0, 1, 7, 50, 99, 500, 999, 1_000, 1_001, 10**6, 10**20]
+HOSTILE = [*SANE, -1, -500, 1.5, float("nan"), float("inf"), -float("inf"), 2**63, True]
+
+
+def _run_ops(rng: random.Random, numbers: list[Any]) -> None:
+    """A random sequence of reserve / commit / release; invariants checked after every step."""
+    ledger = _ledger()
+    sessions = ["a", "b", "c"]
+    committed: dict[str, int] = {}
+    held: list[Any] = []
+    for _ in range(12):
+        roll = rng.random()
+        try:
+            if roll < 0.5 or not held:
+                session = rng.choice(sessions)
+                held.append(
+                    ledger.reserve(
+                        session, rng.choice(numbers), max_output_tokens=rng.choice([None, 0, 50])
+                    )
+                )
+            elif roll < 0.85:
+                reservation = held.pop(rng.randrange(len(held)))
+                usage = rng.choice(numbers)
+                # a commit of real usage above the hold may pass the budget: keep within it
+                if isinstance(usage, int) and usage > reservation.tokens:
+                    usage = reservation.tokens
+                settled = ledger.commit(reservation, usage)
+                if settled.counted:
+                    committed[reservation.session] = (
+                        committed.get(reservation.session, 0) + settled.usage.total_tokens
+                    )
+            else:
+                ledger.release(held.pop(rng.randrange(len(held))))
+        except ag.BudgetExceeded:
+            pass
+        except Exception as exc:
+            assert_only(exc, ValueError)
+        _assert_sound(ledger, sessions, committed)
+
+
+@cases(200)
+@given(seed=seeds)
+def test_bulk_sane_numbers_keep_the_ledger_sound(seed: int) -> None:
+    """10 op sequences per seed (24,000 operations in all) with whole, non-negative numbers."""
+    bulk(seed, 10, lambda rng: rng, lambda rng: _run_ops(rng, SANE))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: untrusted numbers: NaN / inf / fractional token counts are accepted by "
+    "reserve and commit and corrupt the memory ledger",
+)
+@cases(100, shrink=False)
+@given(seed=seeds)
+def test_bulk_hostile_numbers_keep_the_ledger_sound(seed: int) -> None:
+    """The same with negative, fractional, NaN and infinite numbers: refused or sound."""
+    bulk(seed, 10, lambda rng: rng, lambda rng: _run_ops(rng, HOSTILE))
+
+
+def test_a_negative_commit_is_refused_and_refunds_nothing() -> None:
+    """A caller's negative usage: a refusal, the ledger unchanged."""
+    ledger = _ledger()
+    reservation = ledger.reserve("s", 10)
+    ledger.commit(ledger.reserve("s", 10), 10)
+    with pytest.raises((ValueError, ag.AgentGuardError)):
+        ledger.commit(reservation, -500)
+    assert ledger.usage("s").session_tokens == 10
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: untrusted numbers: reserve(session, nan) on the memory store makes the "
+    "hour's reserved total NaN, after which hard_stop admits everything (decision 'warn')",
+)
+def test_a_nan_reservation_never_disables_the_hourly_limit() -> None:
+    """After a NaN reservation (refused or not), the hourly ``hard_stop`` still refuses."""
+    ledger = _ledger()
+    with contextlib.suppress(ValueError, ag.AgentGuardError):
+        ledger.reserve("s", float("nan"))  # type: ignore[arg-type]
+    decisions = []
+    for i in range(10):  # 10 x 900 wanted under a 5,000 hourly limit
+        try:
+            decisions.append(ledger.reserve(f"other-{i}", 900).decision)
+        except ag.BudgetExceeded:
+            decisions.append("refused")
+    assert "refused" in decisions, decisions
+
+
+@pytest.mark.parametrize("usage", [float("inf"), float("nan"), 1.5])
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: untrusted numbers: commit(reservation, inf | nan | 1.5) is accepted on the "
+    "memory store: session_tokens becomes inf / nan / fractional",
+)
+def test_a_non_integer_commit_never_corrupts_the_memory_ledger(usage: float) -> None:
+    """A non-integer usage: a refusal, the ledger unchanged."""
+    ledger = _ledger(per_session=None, per_hour=None)
+    reservation = ledger.reserve("s", 10)
+    with contextlib.suppress(ValueError, ag.AgentGuardError):
+        ledger.commit(reservation, usage)  # type: ignore[arg-type]
+    assert ledger.usage("s").session_tokens == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: untrusted numbers: commit(reservation, 10**20) on SQLite raises "
+    "OverflowError 'Python int too large to convert to SQLite INTEGER' (storage/sqlite.py)",
+)
+def test_a_huge_commit_on_sqlite_is_a_typed_error_or_counted() -> None:
+    """Usage of 10^20 on SQLite: counted (capped) or a typed error, never an OverflowError."""
+    ledger = _ledger(SQLiteStore(str(WORK / "huge.db")), per_session=None, per_hour=None)
+    try:
+        ledger.commit(ledger.reserve("s", 10), 10**20)
+    except Exception as exc:
+        assert_only(exc)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.redis
+def test_a_huge_commit_on_redis_is_a_typed_error_or_counted(redis_server: RedisServer) -> None:
+    """Usage of 10^20 on Redis: counted (capped) or a typed error, never a raw redis error."""
+    store = RedisStore(redis_server.url, key_prefix="hostile-huge")
+    ledger = _ledger(store, per_session=None, per_hour=None)
+    try:
+        ledger.commit(ledger.reserve("s", 10), 10**20)
+    except Exception as exc:
+        assert_only(exc)
+    finally:
+        ledger.close()
+
+
+# -- through the guarded client: upstream numbers and ids ---------------------------------------
+
+
+def _budget_config(per_session: int | None = None) -> ag.GuardConfig:
+    return ag.GuardConfig.from_dict(
+        {
+            "tiers": {"fast": {"model": "small"}},
+            "escalation": {"chain": ["fast"]},
+            "memory_pressure": {"enabled": False},
+            "token_budget": {
+                "per_session": per_session,
+                "per_hour": None,
+                "policy": "hard_stop",
+                "max_output_tokens": 50,
+            },
+        },
+        env={},
+    )
+
+
+def _ask(client: Any, session: str, text: str) -> Any:
+    with ag.session(session):
+        return outcome(
+            lambda: client.chat.completions.create(
+                model="fast", messages=[{"role": "user", "content": text}]
+            )
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: idempotency scope: commits are de-duplicated by upstream response id across "
+    "the whole budget: an upstream answering 'chatcmpl-123' every time counts only the first "
+    "call; every other call (any session) counts 0",
+)
+def test_a_reused_upstream_id_never_hides_usage() -> None:
+    """Every answer has id ``chatcmpl-123``: each call of each session is still counted."""
+    usage = {"prompt_tokens": 30, "completion_tokens": 20, "total_tokens": 50}
+    body = encode(completion(rid="chatcmpl-123", usage=usage))
+    ledger = _ledger(per_session=None, per_hour=None)
+    client = guarded_client(RawUpstream([(200, "application/json", body)]), ledger=ledger)
+    for session in ("alice", "bob", "carol"):
+        for turn in range(2):
+            assert _ask(client, session, f"question {turn} from {session}").error is None
+    for session in ("alice", "bob", "carol"):
+        assert ledger.usage(session).session_tokens == 100, session
+    assert ledger.usage().hour_tokens == 300
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param(
+            {"prompt_tokens": -500, "completion_tokens": -500, "total_tokens": -1000},
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="issue 15: untrusted numbers: an upstream's negative usage (-500/-500) is "
+                "committed and refunds the session budget (its total goes down, even below 0)",
+            ),
+        ),
+        {"prompt_tokens": 10, "completion_tokens": -5, "total_tokens": 5},
+        {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    ],
+    ids=["all-negative", "negative-output", "zero"],
+)
+def test_negative_upstream_usage_never_refunds_the_budget(usage: dict[str, int]) -> None:
+    """An upstream reporting negative usage: the session's total never goes down."""
+    ledger = _ledger(per_session=None, per_hour=None)
+    honest = encode(completion(rid="r1"))
+    lying = encode(completion(rid="r2", usage=usage))
+    upstream = RawUpstream([(200, "application/json", honest), (200, "application/json", lying)])
+    client = guarded_client(upstream, _budget_config(), ledger=ledger)
+    _ask(client, "s", "one")
+    before = ledger.usage("s").session_tokens
+    got = _ask(client, "s", "two")
+    assert_only(got.error)
+    after = ledger.usage("s").session_tokens
+    assert after >= before > 0
+
+
+@pytest.mark.parametrize(
+    "max_tokens",
+    [
+        pytest.param(
+            -5,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="issue 15: request-side: max_tokens=-5 silently turns the guard off "
+                "(no reservation, no budget check): the call goes upstream over budget",
+            ),
+        ),
+        0,
+        10,
+    ],
+)
+def test_a_request_over_budget_is_refused_whatever_its_max_tokens(max_tokens: int) -> None:
+    """Session budget exhausted: the next call is refused under ``hard_stop``, any max_tokens."""
+    ledger = _ledger(per_session=60, per_hour=None, max_output_tokens=50)
+    usage = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
+    upstream = RawUpstream([(200, "application/json", encode(completion(usage=usage)))])
+    client = guarded_client(upstream, _budget_config(60), ledger=ledger)
+    assert _ask(client, "s", "one").error is None
+    sent = len(upstream.requests)
+    with ag.session("s"):
+        got = outcome(
+            lambda: client.chat.completions.create(
+                model="fast", messages=MESSAGES, max_tokens=max_tokens
+            )
+        )
+    assert isinstance(got.error, ag.BudgetExceeded), got
+    assert len(upstream.requests) == sent
+
+
+# -- concurrency: 1,000 asyncio tasks never overshoot hard_stop ---------------------------------
+
+TASKS = 1_000
+HOLD = 60  # 10 prompt + 50 output: 1,000 tasks want 60,000
+LIMIT = 50_000
+
+
+async def _race(ledger: ag.TokenLedger) -> tuple[int, int]:
+    """1,000 tasks reserve and commit one session's budget at once: (granted, refused)."""
+    granted = refused = 0
+
+    async def one(i: int) -> None:
+        nonlocal granted, refused
+        try:
+            reservation = await ledger.areserve("shared", 10, max_output_tokens=50)
+        except ag.BudgetExceeded:
+            refused += 1
+            return
+        await asyncio.sleep(0)  # let the others in between reserve and commit
+        await ledger.acommit(reservation, reservation.tokens, event_id=f"event-{i}")
+        granted += 1
+
+    await asyncio.gather(*(one(i) for i in range(TASKS)))
+    return granted, refused
+
+
+def _assert_no_overshoot(ledger: ag.TokenLedger) -> None:
+    async def main() -> tuple[int, int]:
+        try:
+            return await _race(ledger)
+        finally:
+            if isinstance(ledger.store, RedisStore):  # its asyncio client lives in this loop
+                await ledger.store.aclose()
+
+    granted, refused = asyncio.run(main())
+    assert granted + refused == TASKS
+    assert granted * HOLD <= LIMIT, f"{granted * HOLD} tokens admitted under {LIMIT}"
+    assert ledger.usage("shared").session_tokens == granted * HOLD  # exact, nothing lost
+
+
+def _concurrent_ledger(store: Any) -> ag.TokenLedger:
+    return _ledger(store, per_session=LIMIT, per_hour=None, max_output_tokens=None)
+
+
+def test_1000_tasks_on_the_memory_store_never_overshoot() -> None:
+    """The memory store: admitted tokens within ``hard_stop``, totals exact."""
+    _assert_no_overshoot(_concurrent_ledger(MemoryStore()))
+
+
+def test_1000_tasks_on_sqlite_never_overshoot() -> None:
+    """Real SQLite (a file): admitted tokens within ``hard_stop``, totals exact."""
+    ledger = _concurrent_ledger(SQLiteStore(str(WORK / "race.db")))
+    try:
+        _assert_no_overshoot(ledger)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.redis
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: concurrency is not an outage: past redis-py's 100-connection pool, "
+    "'Too many connections' becomes StoreUnavailable and the ledger falls back to an empty "
+    "local budget: 1,000 tasks admit more than the 50,000 hard_stop",
+)
+def test_1000_tasks_on_redis_never_overshoot(redis_server: RedisServer) -> None:
+    """Real Redis: admitted tokens within ``hard_stop``, totals exact."""
+    ledger = _concurrent_ledger(RedisStore(redis_server.url, key_prefix="hostile-race"))
+    try:
+        _assert_no_overshoot(ledger)
+    finally:
+        ledger.close()
+
+
+def test_the_race_is_a_real_race() -> None:
+    """The race's premise: without a limit every task is granted (60,000 wanted)."""
+    ledger = _ledger(per_session=None, per_hour=None)
+    granted, refused = asyncio.run(_race(ledger))
+    assert (granted, refused) == (TASKS, 0)
+    assert ledger.usage("shared").session_tokens == TASKS * HOLD
+    assert math.isfinite(ledger.usage("shared").session_tokens)
+
+
+# -- abandoned streams and outages ----------------------------------------------------------------
+
+STREAM_CONFIG = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}},
+        "escalation": {"chain": ["fast"]},
+        "memory_pressure": {"enabled": False},
+        "token_budget": {
+            "per_session": 1_000,
+            "per_hour": None,
+            "policy": "hard_stop",
+            "max_output_tokens": 300,
+        },
+    },
+    env={},
+)
+
+
+@pytest.mark.parametrize("how", ["close", "garbage-collect"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: abandoned streams keep their whole reservation (prompt + 300 output) for "
+    "the 600 s lease and commit nothing: three abandoned streams exhaust a small session",
+)
+def test_an_abandoned_stream_settles_what_was_streamed(how: str) -> None:
+    """A stream closed (or dropped) after one chunk: its hold released, its tokens counted."""
+    ledger = ag.TokenLedger(STREAM_CONFIG, store=MemoryStore(), clock=FakeClock())
+    body = sse([chunk({"content": "hello "}) for _ in range(5)] + [chunk({}, finish="stop")])
+    upstream = RawUpstream([(200, "text/event-stream", body)])
+    client = guarded_client(upstream, STREAM_CONFIG, ledger=ledger)
+    with ag.session("s"):
+        stream = client.chat.completions.create(model="fast", messages=MESSAGES, stream=True)
+        chunks = iter(stream)
+        next(chunks)
+        if how == "close":
+            stream.close()
+        else:
+            del stream, chunks
+            gc.collect()
+    snap = ledger.usage("s")
+    assert snap.session_reserved == 0
+    assert snap.session_tokens > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: outages: with the default fail-open, Redis down mid-run hands out a fresh "
+    "local budget: a session already at its hard_stop is admitted again",
+)
+def test_a_redis_outage_never_resets_hard_stop() -> None:
+    """Spend the session's budget on Redis, stop Redis: the next call is still refused."""
+    pytest.importorskip("redis")
+    from _stores import running_redis
+
+    with running_redis() as server:
+        store = RedisStore(server.url, key_prefix="hostile-outage", timeout=0.5)
+        ledger = _ledger(store, per_session=100, per_hour=None)
+        try:
+            ledger.commit(ledger.reserve("s", 100), 100)
+            with pytest.raises(ag.BudgetExceeded):
+                ledger.reserve("s", 50)
+            server.stop()
+            with pytest.raises((ag.BudgetExceeded, ag.StoreUnavailable)):
+                ledger.reserve("s", 50)
+        finally:
+            store.close()

@@ -1,0 +1,246 @@
+"""Hostile battery: response bodies the raw openai client accepts, through the guarded client.
+
+Property: whatever the raw client does with a body (returns, or raises its own exception), the
+guarded client returns an answer or raises an ``AgentGuardError`` or that same SDK exception.
+An upstream error body echoing a secret never puts the secret in anything the guard shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+
+import agentguard as ag
+from _hostile import (
+    CANARY,
+    MESSAGES,
+    TOOLS,
+    Outcome,
+    RawUpstream,
+    assert_no_canary,
+    assert_typed,
+    bulk,
+    call,
+    cases,
+    completion,
+    deep_json,
+    encode,
+    guarded_client,
+    hostile_bodies,
+    outcome,
+    rand_body,
+    raw_client,
+    sane_bodies,
+    seeds,
+)
+from agentguard.testing import capture_events
+
+JSON = "application/json"
+
+
+def _both(body: bytes, *, status: int = 200, tools: bool = True) -> tuple[Outcome, Outcome]:
+    kwargs: dict[str, Any] = {"model": "fast", "messages": MESSAGES}
+    if tools:
+        kwargs["tools"] = TOOLS
+    raw = raw_client(RawUpstream([(status, JSON, body)]))
+    guarded = guarded_client(RawUpstream([(status, JSON, body)]))
+    return (
+        outcome(lambda: raw.chat.completions.create(**kwargs)),
+        outcome(lambda: guarded.chat.completions.create(**kwargs)),
+    )
+
+
+def _both_async(body: bytes) -> tuple[Outcome, Outcome]:
+    kwargs: dict[str, Any] = {"model": "fast", "messages": MESSAGES, "tools": TOOLS}
+
+    async def run(client: Any) -> Any:
+        return await client.chat.completions.create(**kwargs)
+
+    raw = raw_client(RawUpstream([(200, JSON, body)]), asynchronous=True)
+    guarded = guarded_client(RawUpstream([(200, JSON, body)]), asynchronous=True)
+    return (
+        outcome(lambda: anyio.run(run, raw)),
+        outcome(lambda: anyio.run(run, guarded)),
+    )
+
+
+@cases(300)
+@given(body=sane_bodies)
+def test_odd_but_typed_bodies_end_in_an_answer_or_a_typed_error(body: Any) -> None:
+    """Typed fields with odd values (reused ids, empty content, bad calls): no untyped error."""
+    raw, guarded = _both(encode(body))
+    assert_typed(guarded, raw)
+    if raw.error is None and guarded.error is None:
+        assert type(guarded.value) is type(raw.value)
+
+
+@cases(100)
+@given(body=sane_bodies)
+def test_odd_but_typed_bodies_through_the_async_client(body: Any) -> None:
+    """The same property through ``AsyncOpenAI``."""
+    raw, guarded = _both_async(encode(body))
+    assert_typed(guarded, raw)
+
+
+@cases(60)
+@given(seed=seeds)
+def test_bulk_bodies_end_in_an_answer_or_a_typed_error(seed: int) -> None:
+    """10 generated bodies per seed (600 in all) through the raw and the guarded client."""
+
+    def check(body: dict[str, Any]) -> None:
+        raw, guarded = _both(encode(body))
+        assert_typed(guarded, raw)
+
+    bulk(seed, 10, rand_body, check)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15: response shapes the SDK accepts crash the guard")
+@cases(300, shrink=False)
+@given(body=hostile_bodies)
+def test_every_body_the_sdk_accepts_ends_in_an_answer_or_a_typed_error(body: Any) -> None:
+    """Every shape, hostile ones included; the classes it finds today are pinned below."""
+    raw, guarded = _both(encode(body))
+    assert_typed(guarded, raw)
+
+
+def _surrogate_name() -> bytes:
+    # a lone surrogate, escaped as JSON allows; the SDK decodes it into a str, and the guard's
+    # correction re-sends it: the SDK cannot encode that request
+    return encode(completion(content=None, tool_calls=[call("\ud800x", "{}")]))
+
+
+def _today(name: str, body: bytes, found: str) -> Any:
+    reason = f"issue 15: response shape {name}: the guarded client raises {found}"
+    return pytest.param(body, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
+# Minimal reproductions of what the generative test finds today, one per class.
+@pytest.mark.parametrize(
+    "body",
+    [
+        _today(
+            "usage-as-string",
+            encode(completion(usage="lots")),
+            "AttributeError: 'str' object has no attribute 'prompt_tokens'",
+        ),
+        _today(
+            "usage-infinity",
+            encode(completion(usage={"prompt_tokens": float("inf"), "completion_tokens": 1})),
+            "OverflowError: cannot convert float infinity to integer",
+        ),
+        _today(
+            "usage-nan",
+            encode(completion(usage={"prompt_tokens": float("nan"), "completion_tokens": 1})),
+            "ValueError: cannot convert float NaN to integer",
+        ),
+        _today("choices-object", encode(completion(choices={"a": 1})), "KeyError: 0"),
+        _today(
+            "choices-[null]",
+            encode(completion(choices=[None])),
+            "AttributeError: 'NoneType' object has no attribute 'message'",
+        ),
+        _today(
+            "message-null",
+            encode(completion(message=None)),
+            "AttributeError: 'NoneType' object has no attribute 'role'",
+        ),
+        _today(
+            "lone-surrogate-in-name",
+            _surrogate_name(),
+            "UnicodeEncodeError (the correction re-sends the name; the SDK cannot encode it)",
+        ),
+        _today(
+            "lone-surrogate-in-content",
+            encode(completion(content="\ud800", tool_calls=[call("wipe", "{}")])),
+            "UnicodeEncodeError (the correction re-sends the content; the SDK cannot encode it)",
+        ),
+        _today("null-body", b"null", "AttributeError: 'NoneType' has no attribute 'model_dump'"),
+        _today("array-body", b"[1, 2]", "AttributeError: 'list' has no attribute 'model_dump'"),
+        pytest.param(encode(completion(content=None, usage=None)), id="no-usage-no-content"),
+        pytest.param(b"{}", id="empty-object"),
+    ],
+)
+def test_body_shapes_the_sdk_accepts(body: bytes) -> None:
+    """Each shape: the raw client returns; the guarded one must not raise untyped."""
+    raw, guarded = _both(body)
+    assert raw.error is None, raw
+    assert_typed(guarded, raw)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: response shape: a `custom` tool call the SDK accepts is taken for a "
+    "function named '' and ends in ToolValidationFailed instead of passing through",
+)
+def test_a_custom_tool_call_is_not_reported_as_a_nameless_function() -> None:
+    """A ``custom`` tool call (openai's non-function tool type) is never a call named ''."""
+    body = encode(
+        completion(
+            content=None,
+            finish="tool_calls",
+            tool_calls=[{"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "x"}}],
+        )
+    )
+    raw, guarded = _both(body)
+    assert raw.error is None
+    assert guarded.error is None or "named ''" not in str(guarded.error), guarded
+
+
+TWO_TIERS = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}, "big": {"model": "large"}},
+        "escalation": {"chain": ["fast", "big"], "max_retries_before_escalate": 1},
+        "memory_pressure": {"enabled": False},
+    },
+    env={},
+)
+ECHO_LEAK = pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: leak: a non-sk- key echoed by a retryable error body lands unredacted in "
+    "TiersExhausted's message and its attempts (2 tiers, upstream 503 'invalid api key <key>')",
+)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [400, 401, 404, 422, *(pytest.param(s, marks=ECHO_LEAK) for s in (429, 500, 503))],
+)
+def test_an_error_body_echoing_the_key_leaks_it_nowhere(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upstream echoing the caller's (non-``sk-``) key in its error: the guard never repeats it.
+
+    A client error passes through as the SDK's own exception (its text is the SDK's); whatever
+    the guard itself builds (its errors, their attempts, reports, events, logs) is redacted.
+    """
+    body = json.dumps(
+        {"error": {"message": f"invalid api key {CANARY}", "type": "invalid_request_error"}}
+    ).encode()
+    raw = raw_client(RawUpstream([(status, JSON, body)]))
+    client = guarded_client(RawUpstream([(status, JSON, body)]), TWO_TIERS)
+    create: dict[str, Any] = {"model": "fast", "messages": MESSAGES, "tools": TOOLS}
+    caplog.set_level(logging.DEBUG, logger="agentguard")
+    with capture_events() as events:
+        got = outcome(lambda: client.chat.completions.create(**create))
+    assert got.error is not None
+    assert_typed(got, outcome(lambda: raw.chat.completions.create(**create)))
+    shown: list[Any] = [caplog.text, [repr(e) for e in events]]
+    if isinstance(got.error, ag.AgentGuardError):
+        shown += [got.error, getattr(got.error, "attempts", None), ag.report_of(got.error)]
+    assert_no_canary(*shown)
+
+
+def test_arguments_nested_deeply_in_a_response_get_a_correction() -> None:
+    """Arguments nested 1,000 levels: the raw client returns; the guarded one does not crash."""
+    args = deep_json(1_000, "dict")
+    body = encode(
+        completion(content=None, finish="tool_calls", tool_calls=[call("read_file", args)])
+    )
+    raw, guarded = _both(body)
+    assert raw.error is None
+    assert_typed(guarded, raw)

@@ -1,0 +1,274 @@
+"""Hostile battery: SSE streams the raw openai client reads, through the guarded client.
+
+Property: whatever the raw client does with a stream (yields chunks, or raises its own error),
+the guarded stream yields chunks or raises an ``AgentGuardError`` or that same SDK exception.
+An internal fault that a plain call survives under ``fail_mode: open`` never escapes a stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import agentguard as ag
+import agentguard.validation._validator as validator_module
+from _hostile import (
+    DEEP,
+    MESSAGES,
+    TOOLS,
+    Outcome,
+    RawUpstream,
+    assert_typed,
+    bulk,
+    call,
+    cases,
+    chunk,
+    completion,
+    deep_json,
+    encode,
+    guarded_client,
+    hostile_chunks,
+    outcome,
+    rand_stream,
+    raw_client,
+    sane_chunks,
+    seeds,
+    sse,
+    tool_delta,
+)
+
+SSE = "text/event-stream"
+CREATE: dict[str, Any] = {"model": "fast", "messages": MESSAGES, "tools": TOOLS, "stream": True}
+
+
+def _read(client: Any) -> list[Any]:
+    return list(client.chat.completions.create(**CREATE))
+
+
+def _both(body: bytes) -> tuple[Outcome, Outcome]:
+    raw = raw_client(RawUpstream([(200, SSE, body)]))
+    guarded = guarded_client(RawUpstream([(200, SSE, body)]))
+    return outcome(lambda: _read(raw)), outcome(lambda: _read(guarded))
+
+
+def _both_async(body: bytes) -> tuple[Outcome, Outcome]:
+    async def read(client: Any) -> list[Any]:
+        return [c async for c in await client.chat.completions.create(**CREATE)]
+
+    raw = raw_client(RawUpstream([(200, SSE, body)]), asynchronous=True)
+    guarded = guarded_client(RawUpstream([(200, SSE, body)]), asynchronous=True)
+    return outcome(lambda: anyio.run(read, raw)), outcome(lambda: anyio.run(read, guarded))
+
+
+@cases(250)
+@given(chunks=sane_chunks)
+def test_well_formed_streams_end_in_chunks_or_a_typed_error(chunks: list[Any]) -> None:
+    """Well-formed chunks in any order (cut-off arguments, no finish, no [DONE]...)."""
+    raw, guarded = _both(sse(chunks))
+    assert_typed(guarded, raw)
+
+
+@cases(100)
+@given(chunks=sane_chunks, done=st.booleans())
+def test_well_formed_streams_through_the_async_client(chunks: list[Any], done: bool) -> None:
+    """The same property through ``AsyncOpenAI``."""
+    raw, guarded = _both_async(sse(chunks, done=done))
+    assert_typed(guarded, raw)
+
+
+@cases(60)
+@given(seed=seeds)
+def test_bulk_streams_end_in_chunks_or_a_typed_error(seed: int) -> None:
+    """6 generated streams per seed (360 in all) through the raw and the guarded client."""
+
+    def check(chunks: list[Any]) -> None:
+        raw, guarded = _both(sse(chunks))
+        assert_typed(guarded, raw)
+
+    bulk(seed, 6, rand_stream, check)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15: malformed SSE streams crash the guarded stream")
+@cases(300, shrink=False)
+@given(chunks=hostile_chunks)
+def test_every_stream_the_sdk_reads_ends_in_chunks_or_a_typed_error(chunks: list[Any]) -> None:
+    """Every chunk shape, hostile ones included; the classes it finds today are pinned below."""
+    raw, guarded = _both(sse(chunks))
+    assert_typed(guarded, raw)
+
+
+def _today(name: str, chunks: list[Any], found: str) -> Any:
+    reason = f"issue 15: stream {name}: the guarded stream raises {found}"
+    body = sse(chunks)
+    return pytest.param(body, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
+FINISH = chunk({}, finish="tool_calls")
+STREAMS_TODAY = [
+    _today(
+        "tool-call-delta-without-index",
+        [chunk(tool_delta(..., "read_file", '{"path": "a"}', id="c1", type="function")), FINISH],
+        "TypeError: int() argument ... not 'NoneType' (guard/_stream.py:34)",
+    ),
+    _today(
+        "tool-call-index-a-string",
+        [chunk(tool_delta("a", "read_file", "{}", id="c1", type="function"))],
+        "ValueError: invalid literal for int() (guard/_stream.py:34)",
+    ),
+    _today(
+        "chunk-without-delta",
+        [chunk({"content": "hi"}), chunk(), chunk({}, finish="stop")],
+        "AttributeError: 'NoneType' object has no attribute 'tool_calls' (openai.py:115)",
+    ),
+    _today(
+        "delta-null",
+        [chunk(None)],
+        "AttributeError: 'NoneType' object has no attribute 'tool_calls' (openai.py:115)",
+    ),
+    _today(
+        "choices-[null]",
+        [chunk(choices=[None])],
+        "AttributeError: 'NoneType' object has no attribute 'delta' (openai.py:113)",
+    ),
+    _today(
+        "chunk-null",
+        ["null"],
+        "AttributeError: 'NoneType' object has no attribute 'choices' (openai.py:110)",
+    ),
+    _today(
+        "chunk-an-array",
+        ["[1]"],
+        "AttributeError: 'list' object has no attribute 'choices' (openai.py:110)",
+    ),
+    _today(
+        "arguments-nested-deep",
+        [chunk(tool_delta(0, "read_file", deep_json(DEEP), id="c1", type="function")), FINISH],
+        "RecursionError (validation/_validator.py:468)",
+    ),
+    _today(
+        "usage-as-string",
+        [chunk({"content": "x"}), chunk({}, finish="stop", usage="lots")],
+        "AttributeError: 'str' object has no attribute 'prompt_tokens' (openai.py:104)",
+    ),
+    _today(
+        "usage-infinity",
+        [
+            chunk({"content": "x"}),
+            chunk({}, finish="stop", usage={"prompt_tokens": float("inf"), "completion_tokens": 1}),
+        ],
+        "OverflowError: cannot convert float infinity to integer (openai.py:104)",
+    ),
+    _today(
+        "arguments-an-object",
+        [chunk(tool_delta(0, "read_file", {"path": "a"}, id="c1", type="function"))],
+        "TypeError: can only concatenate str (not 'dict') to str (guard/_stream.py:43)",
+    ),
+    _today(
+        "name-a-number",
+        [chunk(tool_delta(0, 5, "{}", id="c1", type="function"))],
+        "TypeError: can only concatenate str (not 'int') to str (guard/_stream.py:41)",
+    ),
+    _today(
+        "content-a-list",
+        [chunk({"content": [1]})],
+        "TypeError: sequence item 0: expected str instance, list found (guard/_stream.py:54)",
+    ),
+    _today(
+        "lone-surrogate-in-content",
+        [
+            chunk({"content": "\ud800"}),
+            chunk(tool_delta(0, "wipe", "{}", id="c1", type="function")),
+            FINISH,
+        ],
+        "UnicodeEncodeError (the correction re-sends the content; the SDK cannot encode it)",
+    ),
+    pytest.param(sse([chunk(choices=None)]), id="choices-null"),
+    pytest.param(sse([chunk({"content": "\ud800"})]), id="lone-surrogate-content"),
+    pytest.param(sse([]), id="no-chunks"),
+    pytest.param(sse([chunk({"content": "x"})], done=False), id="no-done"),
+    pytest.param(
+        sse([chunk(tool_delta(10**9, "read_file", "{}", id="c1", type="function"))]),
+        id="index-a-billion",
+    ),
+    pytest.param(sse(["{"]), id="broken-json"),
+]
+
+
+@pytest.mark.parametrize("body", STREAMS_TODAY)
+def test_stream_shapes_the_sdk_reads(body: bytes) -> None:
+    """Each shape: what the raw client does, the guarded stream does, or a typed error."""
+    raw, guarded = _both(body)
+    assert_typed(guarded, raw)
+
+
+def _explode(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected internal fault")
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="issue 15: streams never fail open: an internal fault (validate raising "
+                "RuntimeError) that a plain call survives under fail_mode open escapes the "
+                "stream raw",
+            ),
+        ),
+    ],
+)
+def test_an_internal_fault_fails_open_in_streams_as_in_plain_calls(
+    stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: the validator raises; fail-open hands back the model's own answer."""
+    monkeypatch.setattr(validator_module.ToolCallValidator, "validate", _explode)
+    if stream:
+        body = sse([chunk(tool_delta(0, "read_file", '{"path": "a"}', id="c1")), FINISH])
+        client = guarded_client(RawUpstream([(200, SSE, body)]))
+        got = outcome(lambda: _read(client))
+    else:
+        body = encode(completion(content=None, finish="tool_calls", tool_calls=[call()]))
+        client = guarded_client(RawUpstream([(200, "application/json", body)]))
+        got = outcome(lambda: client.chat.completions.create(**{**CREATE, "stream": False}))
+    assert got.error is None, got
+
+
+CLOSED = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}},
+        "escalation": {"chain": ["fast"]},
+        "memory_pressure": {"enabled": False},
+        "fail_mode": "closed",
+    },
+    env={},
+)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: fail_mode closed re-raises the raw internal exception (RuntimeError from "
+    "an injected validator fault) instead of an AgentGuardError with the cause chained",
+)
+def test_fail_closed_raises_a_typed_error_with_the_cause_chained(
+    stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection under ``fail_mode: closed``: a typed error, the fault as its cause."""
+    monkeypatch.setattr(validator_module.ToolCallValidator, "validate", _explode)
+    if stream:
+        body = sse([chunk(tool_delta(0, "read_file", '{"path": "a"}', id="c1")), FINISH])
+        client = guarded_client(RawUpstream([(200, SSE, body)]), CLOSED)
+        got = outcome(lambda: _read(client))
+    else:
+        body = encode(completion(content=None, finish="tool_calls", tool_calls=[call()]))
+        client = guarded_client(RawUpstream([(200, "application/json", body)]), CLOSED)
+        got = outcome(lambda: client.chat.completions.create(**{**CREATE, "stream": False}))
+    assert isinstance(got.error, ag.AgentGuardError), got
+    assert isinstance(got.error.__cause__, RuntimeError)

@@ -1,0 +1,150 @@
+"""The detector registry: every registered detector is reached, and the fast path skips none."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentguard.config import LoopDetectionConfig
+from agentguard.events import Event, LoopFlagged
+from agentguard.loops import DETECTORS, LoopDetector
+from agentguard.loops import _detector as detector_module
+from agentguard.loops._detectors import REGISTRY, Detector, ToolEvent, Verdict
+from agentguard.types import Severity
+
+LONG = "Paris: 18°C, light rain in the afternoon, wind 12 km/h from the south-west."
+
+
+def call(det: LoopDetector, name: str, args: Any, result: Any, *, error: bool = False) -> None:
+    """One tool call, checked and then recorded."""
+    det.check_tool_call(name, args)
+    det.record_tool_result(name, args, result, error=error)
+
+
+def generic_repeat(det: LoopDetector) -> None:
+    for i in range(det.config.warn_at):  # results change: only the count of calls is a loop
+        call(det, "search", {"q": "x"}, f"page {i}")
+
+
+def poll_no_progress(det: LoopDetector) -> None:
+    for _ in range(det.config.no_progress_warn_at):
+        call(det, "get_build", {"id": 7}, {"status": "running"})
+
+
+def ping_pong(det: LoopDetector) -> None:
+    for _ in range(det.config.cycle_warn_at + 1):
+        call(det, "open", {"f": "a"}, "A")
+        call(det, "open", {"f": "b"}, "B")
+
+
+def cycle(det: LoopDetector) -> None:
+    for _ in range(det.config.cycle_warn_at + 1):
+        for f in "abc":
+            call(det, "open", {"f": f}, f)
+
+
+def global_breaker(det: LoopDetector) -> None:
+    for i in range(det.config.global_warn_at):  # each call only twice: no call is a loop alone
+        call(det, f"tool_{i}", {}, "same")
+        call(det, f"tool_{i}", {}, "same")
+
+
+def error_repeat(det: LoopDetector) -> None:
+    for _ in range(det.config.error_warn_at):
+        call(det, "deploy", {"env": "prod"}, "timeout", error=True)
+
+
+def unknown_tool_repeat(det: LoopDetector) -> None:
+    for _ in range(det.config.unknown_tool_warn_at):
+        call(det, "search_web", {"q": "x"}, "Error: unknown tool search_web", error=True)
+
+
+def near_duplicate(det: LoopDetector) -> None:
+    for q in ["weather in paris today", "weather paris today", "today weather in paris"]:
+        call(det, "search", {"q": q}, LONG)
+
+
+def response_repeat(det: LoopDetector) -> None:
+    for _ in range(det.config.duplicate_threshold):
+        det.check_text("I could not find the file.")
+
+
+def degenerate_text(det: LoopDetector) -> None:
+    det.check_text("I will check the logs now.\n" * det.config.degenerate_min_repeats)
+
+
+SCENARIOS: dict[str, Callable[[LoopDetector], None]] = {
+    f.__name__: f
+    for f in (
+        generic_repeat,
+        poll_no_progress,
+        ping_pong,
+        cycle,
+        global_breaker,
+        error_repeat,
+        unknown_tool_repeat,
+        near_duplicate,
+        response_repeat,
+        degenerate_text,
+    )
+}
+
+
+def fired(scenario: Callable[[LoopDetector], None]) -> set[str]:
+    """The detectors whose verdicts a scenario's events got (as emitted LoopFlagged events)."""
+    events: list[Event] = []
+    det = LoopDetector(hooks=[events.append], _process_hooks=False)
+    scenario(det)
+    return {e.detector for e in events if isinstance(e, LoopFlagged)}
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+def test_every_registered_detector_fires_in_its_scenario(name: str) -> None:
+    """Each registered detector has a scenario, and the scenario makes that detector fire."""
+    assert name in SCENARIOS, f"no scenario for the registered detector {name!r}"
+    assert name in fired(SCENARIOS[name])
+
+
+def test_the_detectors_that_fired_are_the_registry() -> None:
+    """Across the scenarios, the detectors that fired are exactly the registered ones."""
+    every: set[str] = set()
+    for scenario in SCENARIOS.values():
+        every |= fired(scenario)
+    assert every == set(DETECTORS) == {d.name for d in REGISTRY}
+    assert len(DETECTORS) == len(set(DETECTORS))  # one name per unit
+
+
+def test_a_detector_without_quiet_is_never_skipped_by_the_fast_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new detector is reached on a healthy first call: the fast path asks every detector."""
+
+    class EveryCall(Detector):
+        name = "every_call"
+        consumes = frozenset({"call"})
+        hint = "`{tool}` was called ({count})."
+        __slots__ = ()
+
+        def check(self, event: ToolEvent) -> Verdict:
+            return self.verdict(Severity.WARNING, 1, event.name)
+
+    monkeypatch.setattr(detector_module, "REGISTRY", (*REGISTRY, EveryCall))
+    verdict = LoopDetector().check_tool_call("read", {"path": "a.py"})
+    assert verdict.detector == "every_call"
+
+
+def test_the_fast_path_follows_each_detectors_thresholds() -> None:
+    """With ``warn_at=1`` the first call already reaches the generic ladder (no silent skip)."""
+    cfg = LoopDetectionConfig(warn_at=1, critical_at=2, break_at=3)
+    verdict = LoopDetector(cfg).check_tool_call("read", {"path": "a.py"})
+    assert (verdict.severity, verdict.detector) == (Severity.WARNING, "generic_repeat")
+
+
+def test_detector_units_declare_their_shape() -> None:
+    """Every unit names itself, says what it consumes, and has a hint with its count."""
+    for unit in REGISTRY:
+        assert unit.consumes
+        assert unit.consumes <= {"call", "result", "text"}
+        assert "{count}" in unit.hint
