@@ -308,6 +308,28 @@ async def beta_chat_parse(client: Any) -> Any:
     return completion, _dump(completion)
 
 
+async def chat_raw_parse(client: Any) -> Any:
+    """``with_raw_response.parse``: what langchain-openai calls for structured output."""
+    raw = await _maybe(
+        client.chat.completions.with_raw_response.parse(
+            model="m", messages=MESSAGES, response_format=Weather
+        )
+    )
+    completion = raw.parse()
+    return completion, (raw.status_code, _dump(completion))
+
+
+async def responses_streaming_response(client: Any) -> Any:
+    manager = client.responses.with_streaming_response.create(model="m", input="hi")
+    if hasattr(manager, "__aenter__"):
+        async with manager as response:
+            answer = await response.parse()
+    else:
+        with manager as response:
+            answer = response.parse()
+    return answer, (response.status_code, _dump(answer))
+
+
 WEATHER = Reply.call("get_weather", {"city": "Paris"}, id="call_1")
 JSON_ANSWER = Reply.text('{"city": "Paris", "celsius": 21}')
 SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
@@ -337,6 +359,8 @@ SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
     "responses_raw_stream": (responses_raw_stream, [Reply.text("Sunny.")]),
     "responses_parse": (responses_parse, [JSON_ANSWER]),
     "beta_chat_parse": (beta_chat_parse, [JSON_ANSWER]),
+    "chat_raw_parse": (chat_raw_parse, [JSON_ANSWER]),
+    "responses_streaming_response": (responses_streaming_response, [Reply.text("hello")]),
 }
 
 
