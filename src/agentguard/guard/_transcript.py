@@ -197,11 +197,16 @@ class Runs:
 def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
     """Which of the runs whose latest message sits at ``index`` of a request it continues.
 
-    A run whose latest message is at the same index continues (the usual, append-only case); a
+    A request that adds nothing after that message continues nothing. A run whose latest
+    message is at the same index continues (the usual, append-only case); a
     run that had it further on continues too when the history was trimmed before it — unless the
     request ends exactly where that run's latest answer would follow: then it is that run's
     previous request again (a retry, a regeneration, another sample), a fork.
     """
+    if index == len(messages) - 1:
+        # the request adds nothing after the run's latest message: the same request again (a
+        # concurrent or a repeated one, before or after its answer), never a continuation
+        return None
     later: Run | None = None
     for run in waiting:
         last = run.last
