@@ -24,8 +24,8 @@ class Reservation:
         session: the session charged.
         tokens: tokens held: ``prompt_tokens + output_tokens``.
         prompt_tokens: the estimated prompt tokens reserved.
-        output_tokens: the output tokens reserved: send them as the call's ``max_tokens``
-            (see :func:`clamp_output_tokens`); ``0`` when no output limit applies.
+        output_tokens: the output tokens reserved (the request's cap, lowered to the
+            configured one); ``0`` when no output limit was given.
         model: the model the call is priced as, if given.
         expires_at: wall-clock end of the lease; after it the tokens return to the budget.
         decision: ``"ok"``, ``"warn"`` (a budget passed its warning ratio, or is exhausted

@@ -277,7 +277,14 @@ class TokenBudgetConfig(Section):
     per_hour: int | None = Field(
         2_000_000, ge=1, description="Tokens per rolling hour across all sessions; null: no limit."
     )
-    max_output_tokens: int | None = Field(16_384, ge=1, description="Output cap per request.")
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Output cap per request, sent in the API's own field (chat: max_completion_tokens, "
+            "Responses: max_output_tokens) or lowering the caller's; null: none is sent."
+        ),
+    )
     policy: Literal["warn_and_continue", "escalate", "hard_stop"] = Field(
         "warn_and_continue",
         description="When a budget runs out: warn and go on, move to a cheaper tier, or refuse.",
