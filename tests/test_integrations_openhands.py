@@ -77,6 +77,40 @@ class WeatherTool(ToolDefinition[WeatherAction, WeatherObservation]):
 
 register_tool("WeatherTool", WeatherTool)
 
+COMMANDS: list[str] = []
+
+
+class TerminalAction(Action):
+    command: str = Field(description="The command.")
+
+
+class TerminalExecutor(ToolExecutor[TerminalAction, WeatherObservation]):
+    def __call__(self, action: TerminalAction, conversation: Any = None) -> WeatherObservation:
+        COMMANDS.append(action.command)
+        return WeatherObservation.from_text(text="ran")
+
+
+class TerminalTool(ToolDefinition[TerminalAction, WeatherObservation]):
+    """A stand-in for openhands-tools' ``terminal`` (same name; annotated like it, or not)."""
+
+    @classmethod
+    def create(
+        cls, conv_state: Any = None, annotated: bool = True, **params: Any
+    ) -> Sequence[TerminalTool]:
+        hints = ToolAnnotations(readOnlyHint=False, destructiveHint=True) if annotated else None
+        return [
+            cls(
+                description="Run a shell command.",
+                action_type=TerminalAction,
+                observation_type=WeatherObservation,
+                executor=TerminalExecutor(),
+                annotations=hints,
+            )
+        ]
+
+
+register_tool("TerminalTool", TerminalTool)
+
 
 class RecordingLLM(TestLLM):
     """The SDK's TestLLM, keeping the messages each call was given."""
@@ -122,6 +156,7 @@ def llm(script: list[Message], config: dict[str, Any] | None = None, **kw: Any) 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     CITIES.clear()
+    COMMANDS.clear()
 
 
 def start(model: Any, tmp_path: Path) -> Any:
@@ -190,6 +225,35 @@ def test_unknown_side_effecting_tool_gets_a_corrective_reask(tmp_path: Path) -> 
     feedback = reask[-1].content[0]
     assert isinstance(feedback, TextContent)
     assert "weather" in feedback.text
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+@pytest.mark.parametrize("invented", ["run_shell", "execute_bash", "bash"])
+def test_an_invented_shell_tool_never_runs_the_terminal(
+    invented: str, annotated: bool, tmp_path: Path
+) -> None:
+    """A made-up shell tool is never corrected to ``terminal`` (by its annotations, and by its
+    name alone): the model is re-asked, and the terminal runs only what it then asks for."""
+    script = [
+        call(invented, '{"command": "rm -rf build"}', "bad"),
+        call("weather", '{"city": "Paris"}'),
+        FINISH,
+    ]
+    model = llm(script)
+    tools = [Tool(name="WeatherTool"), Tool(name="TerminalTool", params={"annotated": annotated})]
+    conversation = Conversation(
+        agent=Agent(llm=model, tools=tools), workspace=str(tmp_path), visualizer=None
+    )
+    conversation.send_message("What is the weather in Paris?")
+    conversation.run()
+    assert finished_cleanly(conversation)
+    assert COMMANDS == []
+    first = report(conversation).guard_reports[0]
+    assert first.corrections == 1
+    assert not first.repairs
+    feedback = model._seen[1][-1].content[0]
+    assert isinstance(feedback, TextContent)
+    assert "terminal" in feedback.text
 
 
 def test_identical_call_loop_is_flagged_by_both_detectors(tmp_path: Path) -> None:

@@ -112,6 +112,15 @@ def _messages(request: ModelRequest, call: _Call) -> list[Any]:
     return out
 
 
+def _chat_tool(tool: Any, add_risk: bool) -> dict[str, Any]:
+    """A tool as the SDK sends it, with its annotations (``readOnlyHint`` / ``destructiveHint``
+    say whether a guessed name may be corrected onto it) for the guard's eyes only."""
+    chat = dict(tool.to_openai_tool(add_security_risk_prediction=add_risk))
+    if tool.annotations is not None:
+        chat["annotations"] = tool.annotations.model_dump(exclude_none=True)
+    return chat
+
+
 def _neutral(result: Any) -> ModelResponse:
     """The SDK's ``LLMResponse`` as a neutral response (the ``LLMResponse`` is its ``raw``)."""
     message = result.message.to_chat_dict(**_CHAT_FLAGS)
@@ -280,7 +289,9 @@ class GuardMixin(BaseModel):
         """The LLM that makes ``tier``'s call (a tier key read from the environment now)."""
         if not isinstance(self.__dict__.get("tier_llms"), _Served):
             self._ag_bind()  # built without __init__ (model_construct, model_validate)
-        llm = self.tier_llms.get(tier.name) or self.tier_llms[_OWN]
+        llm = self.tier_llms.get(tier.name)
+        if llm is None:  # no tier configured for this model: the caller's own
+            llm = self.tier_llms[_OWN]
         update = _tier_update(llm, tier)
         # a copy shares the metrics of the LLM it copies, so its usage is still counted
         return llm.model_copy(update=update) if update else llm
@@ -317,7 +328,7 @@ class GuardMixin(BaseModel):
     ) -> Iterator[ModelRequest]:
         """The guard's view of one call (chat form), carrying what its transport needs."""
         add_risk = bool(kwargs.get("add_security_risk_prediction"))
-        chat_tools = [t.to_openai_tool(add_security_risk_prediction=add_risk) for t in tools or ()]
+        chat_tools = [_chat_tool(t, add_risk) for t in tools or ()]
         chat = [m.to_chat_dict(**_CHAT_FLAGS) for m in messages]
         call = _Call(self, method, list(messages), chat, tools, kwargs)
         try:
