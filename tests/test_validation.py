@@ -236,9 +236,10 @@ def test_invented_shell_tools_are_never_corrected_onto_a_real_one(invented: str)
     assert not report.repairs
 
 
-def test_read_only_near_misses_are_still_corrected() -> None:
-    """A misspelt read-only tool is still corrected for free."""
-    report = ToolCallValidator(AGENT_TOOLS).validate(Reply.call("read_fil", {}).message())
+@pytest.mark.parametrize("near_miss", ["open_file", "file_read", "view_file", "Read-File"])
+def test_read_only_near_misses_are_still_corrected(near_miss: str) -> None:
+    """A near miss of a read-only tool is still corrected for free."""
+    report = ToolCallValidator(AGENT_TOOLS).validate(Reply.call(near_miss, {}).message())
     assert report.ok
     assert report.tool_calls[0].name == "read_file"
 
@@ -270,7 +271,7 @@ def test_annotations_say_whether_a_tool_acts() -> None:
     specs = ToolCallValidator(tools, cfg).specs
     acting = {name for name, spec in specs.items() if spec.side_effecting}
     assert acting == {"lights", "doors", "terminal"}
-    report = ToolCallValidator(tools, cfg).validate(Reply.call("run_querry", {}).message())
+    report = ToolCallValidator(tools, cfg).validate(Reply.call("execute_query", {}).message())
     assert report.tool_calls[0].name == "run_query"
 
 

@@ -80,17 +80,10 @@ class NameMatcher:
         same = self._normal.get(normalise_name(name), [])
         if len(same) == 1:
             return NameMatch(same[0], not self._specs[same[0]].side_effecting, (same[0],))
-        wanted, plain = _canonical(name), normalise_name(name)
+        wanted = _canonical(name)
         scored = sorted(
             (
-                (
-                    max(
-                        fuzz.ratio(wanted, canon),
-                        fuzz.token_set_ratio(wanted, canon) - 5,
-                        fuzz.ratio(plain, normalise_name(tool)),  # a typo in a synonym word
-                    ),
-                    tool,
-                )
+                (max(fuzz.ratio(wanted, canon), fuzz.token_set_ratio(wanted, canon) - 5), tool)
                 for tool, canon in self._canon.items()
             ),
             reverse=True,
