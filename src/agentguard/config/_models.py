@@ -245,6 +245,12 @@ class ToolValidationConfig(Section):
         default_factory=list,
         description="Tools never auto-corrected to (a guessed name must not write or send).",
     )
+    side_effecting_by_name: bool = Field(
+        True,
+        description="Also count as side-effecting every tool whose name says it acts (a whole "
+        "word such as shell, exec, run, write, edit, delete, send, deploy, pay) unless its "
+        "annotations say it is read-only.",
+    )
     placeholders: list[str] = Field(
         default_factory=list,
         description="Extra regular expressions for placeholder values (added to the built-ins).",
