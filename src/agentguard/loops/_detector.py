@@ -242,7 +242,8 @@ class LoopDetector:
         A malformed message never raises: what is not a message object is skipped, and so is
         each ``tool_calls`` entry that is not a call object (or ``tool_calls`` that is not a list).
         """
-        if not isinstance(message, Mapping):
+        untrusted: object = message  # typed a Message, but read from the wire
+        if not isinstance(untrusted, Mapping):
             return []
         role = message.get("role")
         out: list[Verdict] = []
