@@ -96,12 +96,12 @@ def settle(
     try:
         if outcome.ok:
             digest = fingerprint_bytes(canonical_json(arguments))
-            record = {"fp": digest, "state": "done", "outcome": outcome.to_dict()}
+            kept = outcome.to_dict()
             try:
-                done = json.dumps(record, default=str)
+                done = json.dumps({"fp": digest, "state": "done", "outcome": kept}, default=str)
             except (TypeError, ValueError, RecursionError):  # a cyclic, deep or huge result:
-                record["outcome"]["value"] = outcome.content  # replayed as its text
-                done = json.dumps(record, default=str)
+                kept["value"] = outcome.content  # replayed as its text
+                done = json.dumps({"fp": digest, "state": "done", "outcome": kept}, default=str)
             ttl = g.config.idempotency_ttl_seconds
             yield from perform(store.put, store.aput, namespace(g), key, done, now, ttl)
         else:
