@@ -39,6 +39,9 @@ if TYPE_CHECKING:
         LoopDetected as LoopDetected,
     )
     from .exceptions import (
+        GuardFailure as GuardFailure,
+    )
+    from .exceptions import (
         ModelError as ModelError,
     )
     from .exceptions import (
