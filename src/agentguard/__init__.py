@@ -36,10 +36,10 @@ if TYPE_CHECKING:
         EscalationRequired as EscalationRequired,
     )
     from .exceptions import (
-        LoopDetected as LoopDetected,
+        GuardFailure as GuardFailure,
     )
     from .exceptions import (
-        GuardFailure as GuardFailure,
+        LoopDetected as LoopDetected,
     )
     from .exceptions import (
         ModelError as ModelError,

@@ -394,9 +394,7 @@ class ToolCallValidator:
         return args, errors, repairs
 
 
-def _read_calls(
-    tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]
-) -> list[ToolCallError]:
+def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> list[ToolCallError]:
     """Append the message's call objects to ``out``; what is not one is an error."""
     if tool_calls is None or (isinstance(tool_calls, (list, tuple, str)) and not tool_calls):
         return []
