@@ -343,11 +343,18 @@ class _Piece(str):
     """Output text on :func:`safe_canonical_text`'s stack (told from values by its class)."""
 
 
-class _Leave(int):
-    """Marks the end of a container on :func:`safe_canonical_text`'s stack (its ``id``)."""
+class _Leave:
+    """Marks the end of a container on :func:`safe_canonical_text`'s stack."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int) -> None:
+        self.key = key
 
 
 _CYCLE = _encode_str("<cycle>")
+_OPEN_OBJECT, _OPEN_ARRAY = _Piece("{"), _Piece("[")
+_CLOSE_OBJECT, _CLOSE_ARRAY, _COMMA = _Piece("}"), _Piece("]"), _Piece(",")
 
 
 def safe_canonical_text(value: Any) -> str:
@@ -361,53 +368,60 @@ def safe_canonical_text(value: Any) -> str:
     out: list[str] = []
     stack: list[Any] = [value]
     path: set[int] = set()  # the containers being written: one met again is a cycle
+    push, pop = stack.append, stack.pop
     while stack:
-        item = stack.pop()
+        item = pop()
         kind = item.__class__
-        if kind is _Piece:
-            out.append(item)
+        if kind is _Piece or kind is str:
+            out.append(item if kind is _Piece else _encode_str(item))
         elif kind is _Leave:
-            path.discard(item)
-        elif item is None or isinstance(item, (bool, str, int, float)):
-            out.append(_scalar(item))
-        elif isinstance(item, (Mapping, list, tuple, set, frozenset)):
-            if id(item) in path:
+            path.discard(item.key)
+        elif kind is dict or kind is list or isinstance(item, _CONTAINERS):
+            key = id(item)
+            if key in path:
                 out.append(_CYCLE)
                 continue
-            path.add(id(item))
-            stack.append(_Leave(id(item)))
-            stack.extend(_members(item))
+            path.add(key)
+            push(_Leave(key))
+            _push_members(item, push)
         else:
-            out.append(_scalar(_str_of(item)))
+            out.append(_scalar(item))
     return "".join(out)
 
 
-def _members(item: Any) -> list[Any]:
-    """A container's stack entries, in reverse (the stack pops them in order)."""
+_CONTAINERS = (Mapping, list, tuple, set, frozenset)
+
+
+def _push_members(item: Any, push: Callable[[Any], None]) -> None:
+    """Push a container's members and punctuation, last first (the stack pops them in order)."""
     if isinstance(item, Mapping):
-        entries = sorted({_str_of(k): v for k, v in item.items()}.items())
-        close, parts = "}", []
-        for n, (key, member) in enumerate(entries):
-            parts.append(_Piece(("," if n else "{") + _encode_str(key) + ":"))
-            parts.append(member)
+        if all(k.__class__ is str for k in item):
+            entries = sorted(item.items())
+        else:  # keys as normalise() writes them (str), the last of equal ones kept
+            entries = sorted({_str_of(k): v for k, v in item.items()}.items())
+        push(_CLOSE_OBJECT)
+        for n in range(len(entries) - 1, -1, -1):
+            key, member = entries[n]
+            push(member)
+            push(_Piece(("," if n else "{") + _encode_str(key) + ":"))
         if not entries:
-            parts.append(_Piece("{"))
-    else:
-        members: list[Any] = list(item)
-        if isinstance(item, (set, frozenset)):
-            members = sorted(members, key=safe_canonical_text)
-        close, parts = "]", []
-        for n, member in enumerate(members):
-            parts.append(_Piece("," if n else "["))
-            parts.append(member)
-        if not members:
-            parts.append(_Piece("["))
-    parts.append(_Piece(close))
-    parts.reverse()
-    return parts
+            push(_OPEN_OBJECT)
+        return
+    members: list[Any] = list(item)
+    if isinstance(item, (set, frozenset)):
+        members.sort(key=safe_canonical_text)
+    push(_CLOSE_ARRAY)
+    for n in range(len(members) - 1, -1, -1):
+        push(members[n])
+        push(_COMMA if n else _OPEN_ARRAY)
+    if not members:
+        push(_OPEN_ARRAY)
 
 
 def _scalar(value: Any) -> str:
+    """A scalar's canonical text; any other object is written as its ``str``."""
+    if not (value is None or isinstance(value, (bool, str, int, float))):
+        return _encode_str(_str_of(value))
     if value is None or value is True or value is False:
         return "null" if value is None else ("true" if value else "false")
     if isinstance(value, str):
