@@ -91,7 +91,7 @@ def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
                 "message": dict(response.message),
                 "finish_reason": response.finish_reason,
             },
-            *data["choices"][1:],  # the other choices (n > 1) pass through unchanged
+            *(data["choices"] or [])[1:],  # the other choices (n > 1) pass through unchanged
         ]
         out = _rebuild(raw, data)
     if report is not None:
