@@ -177,42 +177,52 @@ class _StreamTrace(_Trace):
     fail-open can read on.
     """
 
-    __slots__ = ("content_sent", "final_sent", "opened", "received", "source")
+    __slots__ = ("cursor", "final_sent", "opened", "received", "source")
 
     def __init__(self) -> None:
         super().__init__()
         self.source: Any = None  # the current attempt's upstream iterator
         self.opened = False
-        self.received: list[StreamChunk] = []  # what the current attempt's upstream sent
-        self.content_sent = 0  # content chunks of the current attempt given to the caller
+        # what the current attempt's upstream sent, a chunk given to the caller whole as None
+        self.received: list[StreamChunk | None] = []
+        self.cursor = 0  # received[:cursor]: their text went out live
         self.final_sent = False  # the guard began releasing the answer's end (calls, finish)
 
     def attempt(self, source: Any) -> None:
         """A new attempt's upstream stream: the previous one is done with."""
         self.close()
         self.source, self.opened = source, True
-        self.received, self.content_sent, self.final_sent = [], 0, False
+        self.received, self.cursor, self.final_sent = [], 0, False
 
     def sent(self, chunk: StreamChunk) -> None:
-        """The caller was given ``chunk``."""
-        if chunk.content:
-            self.content_sent += 1
-        else:
+        """The caller was given ``chunk``: live text (of the next received chunk with text), or
+        the answer's end."""
+        if not chunk.content:
             self.final_sent = True
+            return
+        received = self.received
+        at = self.cursor
+        while at < len(received):
+            item = received[at]
+            at += 1
+            if item is not None and item.content:
+                if not (item.tool_calls or item.finish_reason or item.usage is not None):
+                    received[at - 1] = None  # given whole: nothing left to keep
+                break
+        self.cursor = at
 
     def unseen(self) -> Iterator[StreamChunk]:
         """What the current attempt's upstream sent that the caller was not given: its chunks
         after those whose text went out live (whose other parts are given now)."""
         if self.final_sent:
             return
-        passed = self.content_sent
-        for chunk in self.received:
-            if chunk.content and passed > 0:
-                passed -= 1
-                if chunk.tool_calls or chunk.finish_reason or chunk.usage is not None:
-                    yield dataclasses.replace(chunk, content=None, raw=None)
+        for at, chunk in enumerate(self.received):
+            if chunk is None:
                 continue
-            yield chunk
+            if at < self.cursor and chunk.content:
+                yield dataclasses.replace(chunk, content=None, raw=None)
+            else:
+                yield chunk
 
     def close(self) -> None:
         close = getattr(self.source, "close", None)
