@@ -139,6 +139,10 @@ def test_fail_closed_plain_calls_raise_a_guard_failure(
         call()
     assert isinstance(raised.value.__cause__, RuntimeError)
     assert "injected fault" in str(raised.value)
+    # what the guard did before the fault travels with the typed error
+    report = raised.value.agentguard_report
+    assert report is not None
+    assert [a.outcome for a in raised.value.attempts] == ["ok"]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])

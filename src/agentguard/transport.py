@@ -12,8 +12,9 @@ transports without an SDK of their own. Every such exception exposes ``status_co
 
 This module is also everything an adapter (``agentguard.integrations.*``) needs from the core
 besides the guards themselves: the values above, :func:`attach_report` / :func:`report_of`,
-the session header (:data:`SESSION_HEADER`, :func:`split_session_header`) and the
-:data:`ORIGINAL` marker of translated messages.
+the session header (:data:`SESSION_HEADER`, :func:`split_session_header`), the
+:data:`ORIGINAL` marker of translated messages and :func:`register_secret` (a key an adapter
+sends upstream is never shown).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._fingerprint import arguments_object, fingerprint
+from ._redact import register_secret
 from .types import Message, Usage
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ __all__ = [
     "Transport",
     "attach_report",
     "caller_scope",
+    "register_secret",
     "report_of",
     "split_session_header",
     "tool_arguments",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from agentguard._redact import redact_data, register_secret
 
 from . import _load
 
@@ -57,10 +61,37 @@ _Strategy = Annotated[
 ]
 
 
-class Section(BaseModel):
-    """Base of every configuration section: unknown keys are errors, instances are immutable."""
+#: The largest fractional number a configuration accepts: 10^9 seconds is about 31 years, and
+#: larger timeouts overflow the platform's timers (sockets, locks) long after loading.
+MAX_FLOAT = 1e9
+#: The largest whole number: 2^53 - 1, exact in JSON, in Redis's Lua and in a double.
+MAX_INT = 2**53 - 1
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+class Section(BaseModel):
+    """Base of every configuration section: unknown keys are errors, instances are immutable.
+
+    Every number is finite and bounded (:data:`MAX_FLOAT`, :data:`MAX_INT`), so a value that
+    would crash a store or a timer later is a ``ConfigError`` at load time; ``repr()`` and
+    ``str()`` show strings redacted (a URL's password, a configured secret).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_are_bounded(cls, value: Any) -> Any:
+        if type(value) is float and abs(value) > MAX_FLOAT:
+            raise ValueError(f"must be at most {MAX_FLOAT:.0e} (in seconds, about 31 years)")
+        if type(value) is int and abs(value) > MAX_INT:
+            raise ValueError(f"must be at most 2^53 - 1 ({MAX_INT})")
+        return value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_data(value) if isinstance(value, (str, list, tuple)) else value
 
 
 class LoopDetectionConfig(Section):
@@ -325,6 +356,19 @@ class StorageConfig(Section):
     )
     timeout_seconds: float = Field(2.0, gt=0.0, description="Redis: connect and command timeout.")
 
+    @field_validator("url")
+    @classmethod
+    def _password_is_a_secret(cls, url: str | None) -> str | None:
+        if url:
+            try:
+                password = urllib.parse.urlsplit(url).password
+            except ValueError:  # not a URL the store could use either; validation goes on
+                password = None
+            if password:
+                register_secret(password)
+                register_secret(urllib.parse.unquote(password))
+        return url
+
     @model_validator(mode="after")
     def _backend_has_its_location(self) -> StorageConfig:
         if self.backend == "sqlite" and not self.path:
@@ -504,10 +548,16 @@ class TierConfig(Section):
     @classmethod
     def _names_a_variable(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.fullmatch(value):
-            raise ValueError(
-                "must be the NAME of an environment variable holding the key "
-                "(e.g. OPENROUTER_API_KEY), never the key itself"
+            # not a variable's name: most likely the key itself, so it is never repeated
+            # (the loader shows no value for this error) and redacted from now on
+            register_secret(value)
+            raise PydanticCustomError(
+                _load.SECRET_VALUE,
+                "looks like a key, not the NAME of an environment variable: put the key in a "
+                "variable (e.g. OPENROUTER_API_KEY) and give its name",
             )
+        if value is not None:
+            register_secret(os.environ.get(value))  # the key the tier will send
         return value
 
 
@@ -521,7 +571,7 @@ class EscalationConfig(Section):
         "fail over silently; off: never change tier.",
     )
     chain: list[str] = Field(
-        default_factory=lambda: ["fast", "standard", "longctx", "premium"],
+        default_factory=lambda: list(_load.DEFAULT_CHAIN),
         min_length=1,
         description="Tier names from cheapest/weakest to strongest.",
     )
@@ -579,16 +629,68 @@ class GuardConfig(Section):
         description="Model tiers by name; the escalation chain walks them in chain order.",
     )
 
-    @model_validator(mode="after")
-    def _chain_names_defined_tiers(self) -> GuardConfig:
-        if self.tiers:
-            missing = [t for t in self.escalation.chain if t not in self.tiers]
+    def check(self) -> list[str]:
+        """What in this configuration is valid but will do nothing, one sentence each.
+
+        ``agentguard config check`` prints these as warnings: a chain naming tiers that are not
+        defined (they are skipped), a chain with no tiers at all (no request ever changes
+        tier), a tier no chain reaches, a budget policy ``escalate`` with nowhere to go.
+        """
+        notes: list[str] = []
+        esc = self.escalation
+        moving = esc.enabled and esc.mode != "off" and bool(esc.escalate_on)
+        defined = [t for t in esc.chain if t in self.tiers]
+        if moving and not self.tiers:
+            notes.append(
+                f"escalation.chain names tiers ({', '.join(esc.chain)}) but no tiers are "
+                "defined: no request will ever change tier (define them under tiers, or set "
+                "escalation.enabled: false)"
+            )
+        elif moving:
+            missing = [t for t in esc.chain if t not in self.tiers]
             if missing:
-                raise ValueError(
+                notes.append(
                     f"escalation.chain names tiers that are not defined: {', '.join(missing)} "
-                    f"(defined: {', '.join(sorted(self.tiers))})"
+                    f"(defined: {', '.join(sorted(self.tiers))}); they are skipped"
                 )
-        return self
+            if len(defined) < 2:
+                notes.append(
+                    "escalation.chain has fewer than two defined tiers: there is nowhere to "
+                    "escalate to"
+                )
+        unused = sorted(set(self.tiers) - set(esc.chain))
+        if unused:
+            notes.append(f"tiers not in escalation.chain are never used: {', '.join(unused)}")
+        budget = self.token_budget
+        if budget.enabled and budget.policy == "escalate" and (not moving or len(defined) < 2):
+            notes.append(
+                "token_budget.policy is 'escalate' but there is no cheaper tier to move to: a "
+                "spent budget only warns"
+            )
+        return notes
+
+    @classmethod
+    def load(
+        cls,
+        source: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> GuardConfig:
+        """The configuration from whatever was handed in — what ``wrap`` and the proxy use.
+
+        Args:
+            source: a :class:`GuardConfig` (used as it is), a mapping (as :meth:`from_dict`), a
+                file path (``str`` or ``os.PathLike``, as :meth:`from_file`), or ``None``: the
+                file named by ``AGENTGUARD_CONFIG``, else the defaults — with the
+                ``AGENTGUARD_*`` overrides in both cases.
+            env: where ``AGENTGUARD_CONFIG`` and the overrides are read; ``None`` means
+                ``os.environ``.
+
+        Raises:
+            ConfigError: the file or a value is invalid.
+            TypeError: ``source`` is none of the above.
+        """
+        return _load.load(cls, source, env=env)
 
     @classmethod
     def from_dict(

@@ -122,12 +122,17 @@ class _Base:
             )
         )
         if self.config.fail_mode == "closed":
-            raise GuardFailure(
+            failure = GuardFailure(
                 f"agentguard failed internally ({type(exc).__name__}: {message}); "
                 "fail_mode is closed, so the call was not let through unguarded",
                 component=component,
                 error_type=type(exc).__name__,
-            ) from exc
+            )
+            report = getattr(exc, "agentguard_report", None)
+            if isinstance(report, GuardReport):  # what the guard did before the fault
+                failure.agentguard_report = report
+                failure.attempts = report.attempts
+            raise failure from exc
         try:
             sid, source = resolve_session(
                 request.messages, explicit=session, headers=request.headers

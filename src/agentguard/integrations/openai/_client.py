@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 from agentguard.config import GuardConfig
 from agentguard.guard import AsyncGuard, Guard, GuardReport
 from agentguard.integrations._tiers import tier_api_key
-from agentguard.transport import ModelRequest, ModelResponse, attach_report, report_of
+from agentguard.transport import (
+    ModelRequest,
+    ModelResponse,
+    attach_report,
+    register_secret,
+    report_of,
+)
 from agentguard.types import Tier
 
 from ._responses import request_from_responses, response_from_responses, responses_output
@@ -182,6 +188,7 @@ class _Chat:
 def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
     """Put the guard in front of an openai client; see :func:`agentguard.wrap`."""
     base = client.with_options(max_retries=0)
+    register_secret(getattr(client, "api_key", None))  # sent with every request
     clients: dict[tuple[str | None, str | None], Any] = {}
 
     def client_for(tier: Tier) -> Any:
