@@ -129,6 +129,7 @@ _VALUES = [
     ag.ModelTimeout("slow", model="m"),
     ag.StoreError("down"),
     ag.StoreUnavailable("down"),
+    ag.GuardFailure("validator failed", component="pipeline", error_type="RuntimeError"),
     ag.Usage(1, 2),
     ag.ToolCall("search", '{"q": "x"}', id="call_1"),
     ag.Severity.WARNING,

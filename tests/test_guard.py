@@ -12,6 +12,7 @@ from agentguard import (
     BudgetExceeded,
     EscalationRequired,
     GuardConfig,
+    GuardFailure,
     LoopDetected,
     ModelError,
     TiersExhausted,
@@ -450,7 +451,8 @@ def test_internal_fault_fails_open_and_is_reported() -> None:
 
 
 def test_fail_closed_raises_internal_faults() -> None:
-    """fail_mode: closed surfaces the guard's own fault."""
+    """fail_mode: closed surfaces the guard's own fault, as a typed error with the fault as its
+    cause (issue 15: it used to re-raise the raw exception)."""
     model = ScriptedModel([Reply.text("x")])
     guard, _ = _guard(
         model,
@@ -463,8 +465,11 @@ def test_fail_closed_raises_internal_faults() -> None:
         raise RuntimeError("guard bug")
 
     guard.pipeline._check_transcript = broken  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="guard bug"):
+    with pytest.raises(GuardFailure, match="guard bug") as raised:
         guard.complete(_req(tools=False))
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert raised.value.component == "pipeline"
+    assert raised.value.error_type == "RuntimeError"
 
 
 def test_streaming_passes_content_and_holds_tool_calls_until_valid() -> None:

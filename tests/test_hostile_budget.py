@@ -298,14 +298,7 @@ def test_negative_upstream_usage_never_refunds_the_budget(usage: dict[str, int])
 @pytest.mark.parametrize(
     "max_tokens",
     [
-        pytest.param(
-            -5,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 15: request-side: max_tokens=-5 silently turns the guard off "
-                "(no reservation, no budget check): the call goes upstream over budget",
-            ),
-        ),
+        -5,
         0,
         10,
     ],

@@ -89,21 +89,9 @@ def _bad(name: str, kwargs: dict[str, Any], found: str) -> Any:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        _bad(
-            "messages-a-string",
-            {"model": "fast", "messages": "text"},
-            "AttributeError 'str' .get (guard/_session.py:78)",
-        ),
-        _bad(
-            "messages-[null]",
-            {"model": "fast", "messages": [None]},
-            "AttributeError 'NoneType' .get (guard/_session.py:78)",
-        ),
-        _bad(
-            "messages-an-object",
-            {"model": "fast", "messages": {"role": "user"}},
-            "AttributeError 'str' .get (guard/_session.py:78)",
-        ),
+        pytest.param({"model": "fast", "messages": "text"}, id="messages-a-string"),
+        pytest.param({"model": "fast", "messages": [None]}, id="messages-[null]"),
+        pytest.param({"model": "fast", "messages": {"role": "user"}}, id="messages-an-object"),
         _bad(
             "no-model",
             {"messages": MESSAGES},
@@ -134,11 +122,6 @@ def test_bad_requests(kwargs: dict[str, Any]) -> None:
     assert_typed(guarded, raw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: request-side: n=3: after choice 0 is repaired only one choice comes back "
-    "(the other two are dropped)",
-)
 def test_every_choice_of_an_n3_answer_comes_back() -> None:
     """Three choices, the first repaired (Python-style JSON): three choices come back."""
     body = completion()

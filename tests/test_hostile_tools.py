@@ -96,47 +96,28 @@ def _cyclic() -> dict[str, Any]:
     return value
 
 
-ARG_CRASH = "issue 15: ToolGuard.call raises on hostile arguments: "
-
-
 @pytest.mark.parametrize(
     "arguments",
     [
         pytest.param(
             {"x": nested(DEEP, 1, "dict")},
             id="nested-deep",
-            marks=pytest.mark.xfail(
-                strict=True, reason=ARG_CRASH + "RecursionError (tools/_guard.py:1041 _text)"
-            ),
         ),
         pytest.param(
             {"x": 10**5_000},
             id="5000-digit-int",
-            marks=pytest.mark.xfail(
-                strict=True, reason=ARG_CRASH + "ValueError int digits (tools/_guard.py:1043)"
-            ),
         ),
         pytest.param(
             _cyclic(),
             id="cyclic",
-            marks=pytest.mark.xfail(
-                strict=True, reason=ARG_CRASH + "ValueError circular (tools/_guard.py:1043)"
-            ),
         ),
         pytest.param(
             {b"x": 1},
             id="bytes-key",
-            marks=pytest.mark.xfail(
-                strict=True, reason=ARG_CRASH + "TypeError keys must be str (tools/_guard.py:1043)"
-            ),
         ),
         pytest.param(
             '{"x": ' + deep_json(DEEP) + "}",
             id="text-nested-deep",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=ARG_CRASH + "RecursionError from json.loads (tools/_model.py:349)",
-            ),
         ),
         pytest.param({"x": float("nan")}, id="nan"),
         pytest.param({1: 1}, id="int-key"),
@@ -149,35 +130,20 @@ def test_hostile_arguments_give_an_outcome(arguments: Any) -> None:
     _call(arguments)
 
 
-RESULT_CRASH = (
-    "issue 15: ToolGuard.call raises AFTER the tool has run, on a result the loop detector "
-    "cannot fingerprint: "
-)
-
-
 @pytest.mark.parametrize(
     "result",
     [
         pytest.param(
             10**5_000,
             id="5000-digit-int",
-            marks=pytest.mark.xfail(
-                strict=True, reason=RESULT_CRASH + "ValueError int digits (_fingerprint.py:56)"
-            ),
         ),
         pytest.param(
             _cyclic(),
             id="cyclic",
-            marks=pytest.mark.xfail(
-                strict=True, reason=RESULT_CRASH + "RecursionError (loops/_identity.py:80)"
-            ),
         ),
         pytest.param(
             nested(DEEP, 1, "dict"),
             id="nested-deep",
-            marks=pytest.mark.xfail(
-                strict=True, reason=RESULT_CRASH + "RecursionError (loops/_identity.py:80)"
-            ),
         ),
         pytest.param(float("nan"), id="nan"),
         pytest.param(b"\xff", id="bytes"),
@@ -193,10 +159,6 @@ def test_a_tool_that_ran_is_never_hidden_by_an_exception(result: Any) -> None:
     assert outcome.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=RESULT_CRASH + "acall too (RecursionError on a cyclic result)",
-)
 def test_acall_never_hides_a_result_either() -> None:
     """The async path: a cyclic result, an outcome."""
     tools = _tools()
@@ -223,15 +185,6 @@ class _Payments:
         return f"paid {amount}"
 
 
-KEY_IN_ARGS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: ToolGuard replaces an idempotency_key the call's arguments already carry "
-    "with its own fingerprint key (tools/_guard.py): the tool gets a different key and the "
-    "same-key/different-arguments conflict never fires",
-)
-
-
-@KEY_IN_ARGS
 def test_a_key_in_the_arguments_reaches_the_tool() -> None:
     """The model's (or caller's) ``idempotency_key`` argument is the key the tool receives."""
     tools = _tools()
@@ -240,7 +193,6 @@ def test_a_key_in_the_arguments_reaches_the_tool() -> None:
     assert payments.keys == ["caller-key-1"]
 
 
-@KEY_IN_ARGS
 def test_a_key_in_the_arguments_reused_with_other_arguments_is_a_conflict() -> None:
     """The same supplied key with different arguments: refused, the tool not run again."""
     tools = _tools()

@@ -427,6 +427,47 @@ def test_same_key_with_other_arguments_is_an_error(clock: FakeClock) -> None:
     assert outcome.error.kind == "idempotency_conflict"
 
 
+def test_a_side_effecting_tool_with_an_unencodable_result_is_kept_and_replayed(
+    clock: FakeClock,
+) -> None:
+    """A result JSON cannot hold (cyclic, a number too long) never raises after the tool ran:
+    the outcome comes back, and its replay is the result's text (issue 15)."""
+    cyclic: dict[str, Any] = {"id": 7}
+    cyclic["self"] = cyclic
+    for result in (cyclic, 10**5_000):
+        tools = _guard(clock)
+        tool = Script(result)
+        tools.register(tool, name="charge", side_effecting=True)
+        first = tools.call("charge", {"amount": 5})
+        again = tools.call("charge", {"amount": 5})
+        assert first.ok
+        assert first.value is result
+        assert again.replayed
+        assert again.value == first.content
+        assert len(tool.calls) == 1
+
+
+def test_a_key_in_the_arguments_is_the_key_of_the_operation(clock: FakeClock) -> None:
+    """An ``idempotency_key`` the arguments carry is honoured: the tool gets it, the same key
+    with the same arguments replays, with other arguments it is a conflict (issue 15)."""
+    tools = _guard(clock)
+    received: list[str] = []
+
+    def pay(amount: int, idempotency_key: str = "") -> str:
+        received.append(idempotency_key)
+        return f"paid {amount}"
+
+    tools.register(pay, side_effecting=True)
+    assert tools.call("pay", {"amount": 5, "idempotency_key": "k-1"}).ok
+    assert tools.call("pay", {"amount": 5, "idempotency_key": "k-1"}).replayed
+    conflict = tools.call("pay", {"amount": 6, "idempotency_key": "k-1"})
+    assert conflict.error is not None
+    assert conflict.error.kind == "idempotency_conflict"
+    # the keyword wins over a key in the arguments
+    assert tools.call("pay", {"amount": 7, "idempotency_key": "k-2"}, idempotency_key="kw").ok
+    assert received == ["k-1", "kw"]
+
+
 def test_keys_expire_and_failures_free_them(clock: FakeClock) -> None:
     """A failed call does not block its key; a stored outcome is forgotten after the TTL."""
     tools = _guard(clock, {"idempotency_ttl_seconds": 100, "retry": {"max_attempts": 1}})

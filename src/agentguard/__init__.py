@@ -36,6 +36,9 @@ if TYPE_CHECKING:
         EscalationRequired as EscalationRequired,
     )
     from .exceptions import (
+        GuardFailure as GuardFailure,
+    )
+    from .exceptions import (
         LoopDetected as LoopDetected,
     )
     from .exceptions import (

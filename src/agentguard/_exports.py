@@ -31,6 +31,7 @@ PUBLIC: dict[str, str] = {
     "Finding": ".loops",
     "Guard": ".guard",
     "GuardConfig": ".config",
+    "GuardFailure": ".exceptions",
     "GuardReport": ".guard",
     "HandOff": ".tools",
     "LoopDetected": ".exceptions",

@@ -19,6 +19,8 @@ from typing import Any
 from blake3 import blake3
 
 __all__ = [
+    "MAX_DEPTH",
+    "UndecodableArguments",
     "arguments_object",
     "canonical_json",
     "canonical_text",
@@ -29,9 +31,15 @@ __all__ = [
     "fingerprint_bytes",
     "fingerprint_text",
     "normalise",
+    "safe_canonical_text",
+    "too_deep",
 ]
 
 DIGEST_SIZE = 16
+#: How deep tool-call arguments may nest (objects and arrays). Deeper arguments are refused by
+#: :func:`decode_arguments` with a clear error instead of exhausting the recursion of the JSON
+#: decoder, the schema validator or the encoder: no real tool takes arguments nested this deep.
+MAX_DEPTH = 64
 #: Canonical texts up to this length are their own identity key (see :func:`compact_key`).
 INLINE_KEY_CHARS = 256
 # Built once: json.dumps/loads with options build a new encoder/decoder on every call.
@@ -93,7 +101,10 @@ def _canonical_str(value: Any) -> str:
     except (TypeError, ValueError, RecursionError):  # sets, mixed key types, NaN, objects
         text = None
     if text is None or (not _floatless(value) and _has_integral_float(text)):
-        text = _ENCODER.encode(normalise(value))
+        try:
+            text = _ENCODER.encode(normalise(value))
+        except (TypeError, ValueError, RecursionError):  # deep, cyclic, a huge int
+            text = safe_canonical_text(value)
     return text
 
 
@@ -149,6 +160,8 @@ def _has_integral_float(text: str) -> bool:
         _FLOAT_FINDER.decode(text)
     except _Found:
         return True
+    except (ValueError, RecursionError):  # a text the C encoder wrote at its own depth limit
+        return True  # "maybe": the normalising pass decides
     return False
 
 
@@ -201,6 +214,40 @@ def _decode(decoder: json.JSONDecoder, text: str) -> Any:
     return decoder.decode(text)  # whitespace around the value, or the error with its position
 
 
+class UndecodableArguments(ValueError):
+    """JSON text agentguard refuses to decode, though it may be JSON: nested deeper than
+    :data:`MAX_DEPTH` levels, or holding an integer longer than Python converts (4,300 digits).
+
+    A :class:`ValueError`, so every caller that treats undecodable arguments as invalid does so.
+    """
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests containers (mappings, lists, tuples) deeper than ``limit``.
+
+    Iterative and stopping at ``limit + 1`` levels, so a deep or cyclic value costs no
+    recursion: a cycle is simply too deep.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _containers_at_most(text: str, limit: int) -> bool:
+    """A cheap bound: text opening at most ``limit`` containers cannot nest deeper."""
+    return text.count("[") + text.count("{") <= limit
+
+
 def decode_arguments(arguments: Any, *, canonical: bool = False) -> Any:
     """Tool-call arguments as a value: the one argument decoder of agentguard.
 
@@ -215,16 +262,35 @@ def decode_arguments(arguments: Any, *, canonical: bool = False) -> Any:
     Raises:
         ValueError: the text is not JSON (a :class:`json.JSONDecodeError`, with its position),
             or the bytes are not UTF-8.
+        UndecodableArguments: (a ``ValueError``) the text or the mapping nests deeper than
+            :data:`MAX_DEPTH` levels, or the text holds an integer over 4,300 digits.
     """
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, (bytes, bytearray)):
         arguments = arguments.decode("utf-8") if arguments else "{}"
     if isinstance(arguments, str):
-        return _decode(_CANONICAL if canonical else _DECODER, arguments)
+        try:
+            value = _decode(_CANONICAL if canonical else _DECODER, arguments)
+        except RecursionError:
+            raise UndecodableArguments(_TOO_DEEP) from None
+        except json.JSONDecodeError:
+            raise
+        except ValueError as exc:  # int() refusing a number over sys.get_int_max_str_digits()
+            raise UndecodableArguments(
+                f"the arguments hold a number too long to read ({exc})"
+            ) from None
+        if not _containers_at_most(arguments, MAX_DEPTH) and too_deep(value):
+            raise UndecodableArguments(_TOO_DEEP)
+        return value
     if isinstance(arguments, Mapping):
+        if too_deep(arguments):
+            raise UndecodableArguments(_TOO_DEEP)
         return dict(arguments)
     return arguments
+
+
+_TOO_DEEP = f"the arguments nest deeper than {MAX_DEPTH} levels"
 
 
 def arguments_object(arguments: Any) -> dict[str, Any]:
@@ -255,7 +321,7 @@ def canonical_text(value: Any) -> str:
             if head in ("{", "[", '"') or stripped in ("true", "false", "null"):
                 try:
                     return _CANONICAL_ENCODE(_decode(_CANONICAL, stripped))
-                except (ValueError, RecursionError):
+                except (ValueError, RecursionError):  # not JSON, or too deep to decode
                     pass
         return _encode_str(text)
     return _canonical_str(value)
@@ -267,7 +333,117 @@ def canonical_text_of_decoded(value: Any) -> str:
     For values built from :func:`decode_arguments` with ``canonical=True`` (plus ``str``, ``int``,
     ``bool`` and ``None`` around them).
     """
-    return _CANONICAL_ENCODE(value)
+    try:
+        return _CANONICAL_ENCODE(value)
+    except (TypeError, ValueError, RecursionError):  # too deep for the C encoder
+        return safe_canonical_text(value)
+
+
+class _Piece(str):
+    """Output text on :func:`safe_canonical_text`'s stack (told from values by its class)."""
+
+
+class _Leave:
+    """Marks the end of a container on :func:`safe_canonical_text`'s stack."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+_CYCLE = _encode_str("<cycle>")
+_OPEN_OBJECT, _OPEN_ARRAY = _Piece("{"), _Piece("[")
+_CLOSE_OBJECT, _CLOSE_ARRAY, _COMMA = _Piece("}"), _Piece("]"), _Piece(",")
+
+
+def safe_canonical_text(value: Any) -> str:
+    """The canonical text of any value, in linear work and without recursion.
+
+    The same text as :func:`canonical_text` for every value that one can encode; it also takes
+    what the C encoder and :func:`normalise` cannot: values nested any depth, cyclic values
+    (a container inside itself is written ``"<cycle>"``), integers too long for ``str``
+    (written as a hexadecimal string) and objects whose ``str`` fails (their type name).
+    """
+    out: list[str] = []
+    stack: list[Any] = [value]
+    path: set[int] = set()  # the containers being written: one met again is a cycle
+    push, pop = stack.append, stack.pop
+    while stack:
+        item = pop()
+        kind = item.__class__
+        if kind is _Piece or kind is str:
+            out.append(item if kind is _Piece else _encode_str(item))
+        elif kind is _Leave:
+            path.discard(item.key)
+        elif kind is dict or kind is list or isinstance(item, _CONTAINERS):
+            key = id(item)
+            if key in path:
+                out.append(_CYCLE)
+                continue
+            path.add(key)
+            push(_Leave(key))
+            _push_members(item, push)
+        else:
+            out.append(_scalar(item))
+    return "".join(out)
+
+
+_CONTAINERS = (Mapping, list, tuple, set, frozenset)
+
+
+def _push_members(item: Any, push: Callable[[Any], None]) -> None:
+    """Push a container's members and punctuation, last first (the stack pops them in order)."""
+    if isinstance(item, Mapping):
+        if all(k.__class__ is str for k in item):
+            entries = sorted(item.items())
+        else:  # keys as normalise() writes them (str), the last of equal ones kept
+            entries = sorted({_str_of(k): v for k, v in item.items()}.items())
+        push(_CLOSE_OBJECT)
+        for n in range(len(entries) - 1, -1, -1):
+            key, member = entries[n]
+            push(member)
+            push(_Piece(("," if n else "{") + _encode_str(key) + ":"))
+        if not entries:
+            push(_OPEN_OBJECT)
+        return
+    members: list[Any] = list(item)
+    if isinstance(item, (set, frozenset)):
+        members.sort(key=safe_canonical_text)
+    push(_CLOSE_ARRAY)
+    for n in range(len(members) - 1, -1, -1):
+        push(members[n])
+        push(_COMMA if n else _OPEN_ARRAY)
+    if not members:
+        push(_OPEN_ARRAY)
+
+
+def _scalar(value: Any) -> str:
+    """A scalar's canonical text; any other object is written as its ``str``."""
+    if not (value is None or isinstance(value, (bool, str, int, float))):
+        return _encode_str(_str_of(value))
+    if value is None or value is True or value is False:
+        return "null" if value is None else ("true" if value else "false")
+    if isinstance(value, str):
+        return _encode_str(value)
+    if isinstance(value, float):
+        normal = normalise(value)
+        if isinstance(normal, str):
+            return _encode_str(normal)
+        return repr(normal) if isinstance(normal, float) else _scalar(normal)
+    try:
+        return str(int(value))
+    except ValueError:  # more digits than str() converts: hexadecimal is exact and unlimited
+        return _encode_str(hex(value))
+
+
+def _str_of(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:  # an object whose __str__ fails is known by its type
+        return f"<{type(value).__name__}>"
 
 
 def fingerprint(value: Any) -> str:

@@ -11,6 +11,7 @@ them. The tree::
     ├── EscalationRequired       confirm mode: the user must choose retry / backup / cancel
     ├── TiersExhausted           every tier of the chain failed (carries the attempt history)
     ├── ToolValidationFailed     tool calls still invalid after every correction
+    ├── GuardFailure             agentguard itself failed, fail_mode: closed (cause chained)
     ├── ModelError               a model endpoint answered with an error (status, headers)
     │   └── ModelTimeout         ... or did not answer in time (also a TimeoutError)
     └── StoreError               a state store failed
@@ -49,6 +50,7 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "EscalationRequired",
+    "GuardFailure",
     "LoopDetected",
     "ModelError",
     "ModelTimeout",
@@ -328,6 +330,21 @@ class ModelTimeout(ModelError, TimeoutError):
 
     def __init__(self, message: str, *, model: str | None = None) -> None:
         super().__init__(message, status_code=None, model=model)
+
+
+class GuardFailure(AgentGuardError):
+    """agentguard itself failed and ``fail_mode`` is ``closed`` (with ``open``, the default, the
+    call goes through unguarded instead). The fault is chained as ``__cause__``.
+
+    Attributes:
+        component: where the fault happened (``pipeline``, ``stream``).
+        error_type: the fault's class name.
+    """
+
+    def __init__(self, message: str, *, component: str, error_type: str) -> None:
+        self.component = component
+        self.error_type = error_type
+        super().__init__(message)
 
 
 class StoreError(AgentGuardError):

@@ -290,12 +290,12 @@ def _items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
     if not first:
         return
     try:
-        value = json.loads(first)
-    except ValueError as exc:
+        value = _loads(first, path, line_no)
+    except InputError:
         if first.lstrip().startswith("["):
             yield from _array_items(first, stream, path, line_no)
             return
-        raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
+        raise
     messages = isinstance(value, list) and all(isinstance(v, dict) and "role" in v for v in value)
     if (
         isinstance(value, list)
@@ -310,44 +310,58 @@ def _items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         line_no += 1
         if not line.strip():
             continue
-        try:
-            yield line_no, json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
+        yield line_no, _loads(line, path, line_no)
+
+
+def _loads(text: str, path: str, line_no: int) -> Any:
+    """One JSON value, or an :class:`InputError` naming the line (too deep included)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError(f"{path}:{line_no}: JSON nested too deep to read") from None
+    except ValueError as exc:
+        raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
 
 
 def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterator[tuple[int, Any]]:
-    """Decode a JSON array spread over many lines item by item (bounded buffer)."""
+    """Decode a JSON array spread over many lines item by item.
+
+    Linear in the file's size however its items are laid out: an item that does not decode
+    yet is retried only after the buffer has grown by twice its size (so an item is decoded at
+    most a few times over, not once per chunk read), and the buffer is read by position, not
+    sliced after every item. The buffer holds at most a few times the largest item.
+    """
     decoder = json.JSONDecoder()
     buf = head[head.index("[") + 1 :]
+    pos = 0
     eof = False
     as_messages: bool | None = None
     pending: list[Any] = []
     while True:
-        pos = 0
         n = len(buf)
         while pos < n and buf[pos] in " \t\r\n,":
             if buf[pos] == "\n":
                 line_no += 1
             pos += 1
-        buf = buf[pos:]
-        if buf.startswith("]"):
+        if pos < n and buf[pos] == "]":
             break
-        if not buf:
+        if pos >= n:
             if eof:
                 raise InputError(f"{path}:{line_no}: unterminated JSON array")
             chunk = stream.read(_CHUNK)
             eof = not chunk
-            buf += chunk
+            buf, pos = chunk, 0
             continue
         try:
-            item, end = decoder.raw_decode(buf)
+            item, end = decoder.raw_decode(buf, pos)
+        except RecursionError:
+            raise InputError(f"{path}:{line_no}: JSON nested too deep to read") from None
         except ValueError as exc:
             if eof:
                 raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-            chunk = stream.read(_CHUNK)
+            chunk = stream.read(max(_CHUNK, 2 * (n - pos)))
             eof = not chunk
-            buf += chunk
+            buf, pos = buf[pos:] + chunk, 0
             continue
         if as_messages is None:
             as_messages = isinstance(item, dict) and "role" in item
@@ -358,8 +372,8 @@ def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterato
                 pending = []
         else:
             yield line_no, item
-        line_no += buf.count("\n", 0, end)
-        buf = buf[end:]
+        line_no += buf.count("\n", pos, end)
+        pos = end
     if pending or as_messages:
         yield line_no, _Batch(pending)
 

@@ -13,14 +13,17 @@ guard around an openai client; use one directly for other transports.
 
 The guard must never break the agent it protects: a fault inside agentguard itself lets the
 call through unguarded (``fail_mode: open``, the default), reports it as a
-:class:`~agentguard.events.GuardInternalError` event and marks the report ``fail_open``.
+:class:`~agentguard.events.GuardInternalError` event and marks the report ``fail_open``. A stream
+fails open the same way: the caller gets what the upstream sent that it has not seen yet, then
+the rest of the upstream stream as it comes. With ``fail_mode: closed`` the fault is raised as a
+:class:`~agentguard.GuardFailure`, the fault chained as its cause, streams included.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -31,7 +34,7 @@ from agentguard._redact import redact
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.events import GuardInternalError, Hook
-from agentguard.exceptions import AgentGuardError, EscalationRequired
+from agentguard.exceptions import AgentGuardError, EscalationRequired, GuardFailure
 from agentguard.pressure import MemoryPressureProbe
 from agentguard.transport import (
     AsyncTransport,
@@ -102,21 +105,49 @@ class _Base:
         return self.pipeline.config
 
     def _fail_open(
-        self, request: ModelRequest, session: str | None, exc: BaseException
+        self,
+        request: ModelRequest,
+        session: str | None,
+        exc: BaseException,
+        component: str = "pipeline",
     ) -> GuardReport:
-        """Report an internal fault; raise it again when configured fail-closed."""
+        """Report an internal fault; raise it as a :class:`GuardFailure` when fail-closed."""
+        message = redact(_message_of(exc))
         self.pipeline.emitter.emit(
             GuardInternalError(
                 session=session,
-                component="pipeline",
+                component=component,
                 error_type=type(exc).__name__,
-                message=redact(str(exc)),
+                message=message,
             )
         )
         if self.config.fail_mode == "closed":
-            raise exc
-        sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+            failure = GuardFailure(
+                f"agentguard failed internally ({type(exc).__name__}: {message}); "
+                "fail_mode is closed, so the call was not let through unguarded",
+                component=component,
+                error_type=type(exc).__name__,
+            )
+            report = getattr(exc, "agentguard_report", None)
+            if isinstance(report, GuardReport):  # what the guard did before the fault
+                failure.agentguard_report = report
+                failure.attempts = report.attempts
+            raise failure from exc
+        try:
+            sid, source = resolve_session(
+                request.messages, explicit=session, headers=request.headers
+            )
+        except Exception:  # messages the guard cannot read: the report says so
+            sid, source = session or "unknown", "explicit" if session else "fingerprint"
         return GuardReport(session=sid, session_source=source, model=request.model, fail_open=True)
+
+
+def _message_of(exc: BaseException) -> str:
+    """An exception's message, whatever its ``__str__`` does."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}>"
 
 
 def _unguarded(request: ModelRequest) -> ModelRequest:
@@ -140,6 +171,114 @@ class _Trace:
             and id(exc) not in self.upstream
             and isinstance(exc, Exception)
         )
+
+
+class _StreamTrace(_Trace):
+    """A stream's trace: the current attempt's upstream stream, what it sent, and what the
+    caller was given of it, so that a stream can fail open where the guard stopped.
+
+    The upstream of the current attempt is closed when the next attempt opens its own, and by
+    :meth:`close` at the end; the engine's own close (on a fault) is left to it, so that a
+    fail-open can read on.
+    """
+
+    __slots__ = ("cursor", "final_sent", "opened", "received", "source")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source: Any = None  # the current attempt's upstream iterator
+        self.opened = False
+        # what the current attempt's upstream sent, a chunk given to the caller whole as None
+        self.received: list[StreamChunk | None] = []
+        self.cursor = 0  # received[:cursor]: their text went out live
+        self.final_sent = False  # the guard began releasing the answer's end (calls, finish)
+
+    def attempt(self, source: Any) -> None:
+        """A new attempt's upstream stream: the previous one is done with."""
+        self.close()
+        self.source, self.opened = source, True
+        self.received, self.cursor, self.final_sent = [], 0, False
+
+    def sent(self, chunk: StreamChunk) -> None:
+        """The caller was given ``chunk``: live text (of the next received chunk with text), or
+        the answer's end."""
+        if not chunk.content:
+            self.final_sent = True
+            return
+        received = self.received
+        at = self.cursor
+        while at < len(received):
+            item = received[at]
+            at += 1
+            if item is not None and item.content:
+                if not (item.tool_calls or item.finish_reason or item.usage is not None):
+                    received[at - 1] = None  # given whole: nothing left to keep
+                break
+        self.cursor = at
+
+    def unseen(self) -> Iterator[StreamChunk]:
+        """What the current attempt's upstream sent that the caller was not given: its chunks
+        after those whose text went out live (whose other parts are given now)."""
+        if self.final_sent:
+            return
+        for at, chunk in enumerate(self.received):
+            if chunk is None:
+                continue
+            if at < self.cursor and chunk.content:
+                yield dataclasses.replace(chunk, content=None, raw=None)
+            else:
+                yield chunk
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        self.source = None
+        if callable(close):
+            close()
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.source, "aclose", None)
+        self.source = None
+        if callable(aclose):
+            await aclose()
+
+
+class _Upstream:
+    """The upstream chunks of one attempt as the engine reads them, recorded in the trace; the
+    engine's ``close`` is deferred to the trace (see :class:`_StreamTrace`)."""
+
+    __slots__ = ("_chunks", "_trace")
+
+    def __init__(self, chunks: Any, trace: _StreamTrace) -> None:
+        self._chunks = chunks
+        self._trace = trace
+
+    def __iter__(self) -> _Upstream:
+        return self
+
+    def __next__(self) -> StreamChunk:
+        try:
+            chunk: StreamChunk = next(self._chunks)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._trace.upstream.add(id(exc))
+            raise
+        self._trace.received.append(chunk)
+        return chunk
+
+    def __aiter__(self) -> _Upstream:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        try:
+            chunk: StreamChunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            raise
+        except BaseException as exc:
+            self._trace.upstream.add(id(exc))
+            raise
+        self._trace.received.append(chunk)
+        return chunk
 
 
 class Guard(_Base):
@@ -218,17 +357,52 @@ class Guard(_Base):
 
     def stream(self, request: ModelRequest, *, session: str | None = None) -> GuardedStream:
         """One guarded streaming call: an iterator of chunks; the report once it is exhausted."""
-        trace = _Trace()
+        trace = _StreamTrace()
 
         def open_stream(action: Open) -> Iterator[StreamChunk]:
             try:
-                yield from self._transport_for(action.tier).stream(action.request)
+                chunks = iter(self._transport_for(action.tier).stream(action.request))
             except BaseException as exc:
                 trace.upstream.add(id(exc))
                 raise
+            trace.attempt(chunks)
+            return _Upstream(chunks, trace)
 
         plan = self.pipeline.stream_plan(request, session=session)
-        return GuardedStream(stream(plan, self._handlers(trace), open=open_stream))
+        engine = stream(plan, self._handlers(trace), open=open_stream)
+        return GuardedStream(self._failsafe(request, session, trace, engine))
+
+    def _failsafe(
+        self,
+        request: ModelRequest,
+        session: str | None,
+        trace: _StreamTrace,
+        engine: Generator[StreamChunk, None, GuardReport],
+    ) -> Generator[StreamChunk, None, GuardReport]:
+        """The engine's chunks; on an internal fault, the stream fails open (or closed)."""
+        try:
+            while True:
+                try:
+                    chunk = next(engine)
+                except StopIteration as stop:
+                    report: GuardReport = stop.value
+                    return report
+                except Exception as exc:
+                    if not trace.internal(exc):
+                        raise
+                    report = self._fail_open(request, session, exc, "stream")
+                    yield from trace.unseen()
+                    if trace.source is not None:  # read on where the guard stopped
+                        yield from trace.source
+                    elif not trace.opened:  # the fault came before any upstream call
+                        tier = self.pipeline.policy.tier_for(request.model)
+                        yield from self._transport_for(tier).stream(_unguarded(request))
+                    return report
+                trace.sent(chunk)
+                yield chunk
+        finally:
+            engine.close()
+            trace.close()
 
 
 class GuardedStream:
@@ -339,24 +513,64 @@ class AsyncGuard(_Base):
 
     def astream(self, request: ModelRequest, *, session: str | None = None) -> AsyncGuardedStream:
         """One guarded streaming call: an async iterator of chunks; the report at its end."""
-        trace = _Trace()
+        trace = _StreamTrace()
         result = AsyncGuardedStream()
 
-        async def open_stream(action: Open) -> AsyncIterator[StreamChunk]:
+        def open_stream(action: Open) -> AsyncIterator[StreamChunk]:
             try:
-                async for chunk in self._transport_for(action.tier).astream(action.request):
-                    yield chunk
+                chunks = aiter(self._transport_for(action.tier).astream(action.request))
             except BaseException as exc:
                 trace.upstream.add(id(exc))
                 raise
+            trace.attempt(chunks)
+            return _Upstream(chunks, trace)
 
         def done(report: GuardReport) -> None:
             result.report = report
             attach_report(result, report)
 
         plan = self.pipeline.stream_plan(request, session=session)
-        result.chunks = astream(plan, self._handlers(trace), open=open_stream, done=done)
+        engine = astream(plan, self._handlers(trace), open=open_stream, done=done)
+        result.chunks = self._afailsafe(request, session, trace, engine, done)
         return result
+
+    async def _afailsafe(
+        self,
+        request: ModelRequest,
+        session: str | None,
+        trace: _StreamTrace,
+        engine: AsyncIterator[StreamChunk],
+        done: Callable[[GuardReport], None],
+    ) -> AsyncIterator[StreamChunk]:
+        """The engine's chunks; on an internal fault, the stream fails open (or closed)."""
+        try:
+            while True:
+                try:
+                    chunk = await anext(engine)
+                except StopAsyncIteration:
+                    return
+                except Exception as exc:
+                    if not trace.internal(exc):
+                        raise
+                    report = self._fail_open(request, session, exc, "stream")
+                    for held in trace.unseen():
+                        yield held
+                    source = trace.source
+                    if source is None and not trace.opened:  # before any upstream call
+                        tier = self.pipeline.policy.tier_for(request.model)
+                        source = self._transport_for(tier).astream(_unguarded(request))
+                    if source is not None:  # read on where the guard stopped
+                        async for rest in source:
+                            yield rest
+                    done(report)
+                    return
+                trace.sent(chunk)
+                yield chunk
+        finally:
+            aclose = getattr(engine, "aclose", None)
+            if callable(aclose):
+                await aclose()
+            await trace.aclose()
 
 
 class AsyncGuardedStream:

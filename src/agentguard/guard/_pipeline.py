@@ -246,14 +246,30 @@ class Pipeline:
     # -- steps ---------------------------------------------------------------------------------
 
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
-        state, source, new, message_tokens = self._locate(request, session)
+        problems: list[str] = []
+        try:
+            state, source, new, message_tokens = self._locate(request, session)
+        except (AttributeError, TypeError):
+            # Checked only when reading failed (a check on every call would cost a pass over
+            # the history): entries that are not message objects are left out, and the guard
+            # guards and sends the rest (an upstream refuses such entries anyway).
+            readable = _message_objects(request.messages)
+            if readable is request.messages:
+                raise  # the messages were fine: a fault of the guard's own
+            problems.append(
+                "messages holds entries that are not message objects: they were left out"
+            )
+            request = dataclasses.replace(request, messages=readable)
+            state, source, new, message_tokens = self._locate(request, session)
         sid = state.id
         _, headers = split_session_header(request.headers)
         if headers is not request.headers:  # the guard's own header: never sent upstream
             request = dataclasses.replace(request, headers=headers)
         if headers:  # an Authorization / api-key header sent upstream: redacted by value
             register_credentials(headers)
+        request = _readable_output_cap(request, problems)  # last: replace() would undo it
         b = ReportBuilder(sid, source)
+        b.warnings.extend(problems)
         tools = list(request.tools)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
         prompt_tokens = REPLY_PRIMING + message_tokens + tool_tokens
@@ -664,12 +680,40 @@ def _price_of(prices: PriceTable, tier: Tier | None, tokens: Usage) -> float | N
     return prices.cost(tier.model, tokens.prompt_tokens, tokens.completion_tokens)
 
 
+def _message_objects(messages: Any) -> list[Mapping[str, Any]]:
+    """The message objects of a request's ``messages``, whatever it holds (the same list when
+    every entry is one): a lone message object is a list of one, anything else none."""
+    if isinstance(messages, Mapping):
+        return [messages]
+    if not isinstance(messages, (list, tuple)):
+        return []
+    if all(isinstance(m, Mapping) for m in messages):
+        return messages if isinstance(messages, list) else list(messages)
+    return [m for m in messages if isinstance(m, Mapping)]
+
+
+def _readable_output_cap(request: ModelRequest, problems: list[str]) -> ModelRequest:
+    """``request`` with an output cap the budget can hold, the problem noted in ``problems``.
+
+    A cap that is no token count (negative, a flag) is not the guard's to hold: the budget holds
+    its configured cap instead, so such a cap never switches the budget off. The request still
+    goes upstream as the caller wrote it (the upstream refuses it as it would unguarded)."""
+    cap = request.max_output_tokens
+    if cap is None or (cap.__class__ is int and cap >= 0):
+        return request
+    problems.append(f"max_output_tokens={cap!r} is not a token count: the budget holds its cap")
+    readable = dataclasses.replace(request)
+    # set on the copy, not through replace(), which would read the cap from params again
+    object.__setattr__(readable, "max_output_tokens", None)
+    return readable
+
+
 def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str, Any]]:
     """Append the loop hint where every chat template accepts it: to the last user/tool text."""
     text = _HINT_PREFIX + hint
     last = messages[-1] if messages else None
     if (
-        last is not None
+        isinstance(last, Mapping)
         and last.get("role") in ("tool", "user")
         and isinstance(last.get("content"), str)
     ):

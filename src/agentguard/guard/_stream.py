@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import GuardConfig
 from agentguard.loops._text import degenerate_repeats
 from agentguard.transport import ModelResponse, StreamChunk
@@ -15,7 +16,12 @@ __all__ = ["Accumulator", "DegenerationWatch", "tool_call_chunks"]
 
 
 class Accumulator:
-    """Assembles a streamed answer into one message (tool-call fragments joined by index)."""
+    """Assembles a streamed answer into one message (tool-call fragments joined by index).
+
+    Reads what the raw client reads without raising: a fragment without a usable ``index``
+    continues the last call (or starts the next one when it brings a new ``id``); a name,
+    arguments or content that are not text are taken as their JSON text.
+    """
 
     def __init__(self) -> None:
         self.content: list[str] = []
@@ -27,20 +33,26 @@ class Accumulator:
 
     def add(self, chunk: StreamChunk) -> None:
         if chunk.content:
-            self.content.append(chunk.content)
-            self.chars += len(chunk.content)
-        for delta in chunk.tool_calls:
+            content = _text(chunk.content)
+            self.content.append(content)
+            self.chars += len(content)
+        deltas = chunk.tool_calls
+        for delta in deltas if isinstance(deltas, (list, tuple)) else ():
+            if not isinstance(delta, Mapping):
+                continue  # not a fragment of a call
+            call_id = delta.get("id")
             slot = self.calls.setdefault(
-                int(delta.get("index", 0)),
+                self._index(delta.get("index"), call_id),
                 {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
             )
-            if delta.get("id"):
-                slot["id"] = delta["id"]
-            fn = delta.get("function") or {}
+            if call_id:
+                slot["id"] = _text(call_id)
+            fn = delta.get("function")
+            fn = fn if isinstance(fn, Mapping) else {}
             if fn.get("name"):
-                slot["function"]["name"] += fn["name"]
+                slot["function"]["name"] += _text(fn["name"])
             if fn.get("arguments"):
-                slot["function"]["arguments"] += fn["arguments"]
+                slot["function"]["arguments"] += _text(fn["arguments"])
         if chunk.finish_reason:
             self.finish = chunk.finish_reason
         if chunk.usage is not None:
@@ -48,6 +60,18 @@ class Accumulator:
         raw = chunk.raw
         if self.id is None and isinstance(raw, Mapping):
             self.id = raw.get("id")
+
+    def _index(self, index: Any, call_id: Any) -> int:
+        """The slot of a fragment: its ``index`` when it is a number, else the last call's (the
+        next one's when the fragment brings an ``id`` of its own)."""
+        if index.__class__ is int:
+            return int(index)
+        if not self.calls:
+            return 0
+        last = max(self.calls)
+        if call_id and self.calls[last]["id"] not in (None, call_id):
+            return last + 1
+        return last
 
     def response(self, *, cut: bool = False) -> ModelResponse:
         """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
@@ -77,6 +101,11 @@ class DegenerationWatch:
             return False
         self._at = acc.chars + self.STEP
         return degenerate_repeats("".join(acc.content)) >= self._limit
+
+
+def _text(value: Any) -> str:
+    """A streamed field as text: itself, or its JSON text when the upstream sent another type."""
+    return value if isinstance(value, str) else safe_canonical_text(value)
 
 
 def tool_call_chunks(final: ModelResponse) -> list[StreamChunk]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentguard import _clock
+from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.events import Emitter, Hook, LoopFlagged
 from agentguard.types import Message, Severity
@@ -237,29 +238,40 @@ class LoopDetector:
         Feeding a transcript message by message gives the same verdicts as the explicit calls.
         Returns one verdict per judged part (text first, then each tool call), OK ones included
         (an OK verdict about a tool carries its ``tool`` name).
+
+        A malformed message never raises: what is not a message object is skipped, and so is
+        each ``tool_calls`` entry that is not a call object (or ``tool_calls`` that is not a list).
         """
+        untrusted: object = message  # typed a Message, but read from the wire
+        if not isinstance(untrusted, Mapping):
+            return []
         role = message.get("role")
         out: list[Verdict] = []
         if role == "assistant":
             content = content_text(message.get("content"))
             calls = message.get("tool_calls") or ()
+            if not isinstance(calls, (list, tuple)):
+                calls = ()
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
-                fn = call.get("function") or {}
-                name = str(fn.get("name", ""))
+                if not isinstance(call, Mapping):
+                    continue
+                fn = call.get("function")
+                fn = fn if isinstance(fn, Mapping) else {}
+                name = _text_of(fn.get("name", ""))
                 arguments = fn.get("arguments", "")
                 verdict = self.check_tool_call(name, arguments)
                 out.append(verdict if verdict.detector else Verdict(tool=name))
                 call_id = call.get("id")
                 if call_id is not None:
-                    self._pending_calls[str(call_id)] = (name, arguments)
+                    self._pending_calls[_text_of(call_id)] = (name, arguments)
                     if len(self._pending_calls) > self.config.tool_window:
                         self._pending_calls.popitem(last=False)
         elif role == "tool":
-            pending = self._pending_calls.pop(str(message.get("tool_call_id")), None)
+            pending = self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
             if pending is None:
-                name = str(message.get("name", ""))
+                name = _text_of(message.get("name", ""))
                 pending = (name, None) if name else None
             if pending is not None:
                 result = message.get("content")
@@ -342,3 +354,15 @@ class LoopDetector:
                 )
             )
         return verdict
+
+
+def _text_of(value: Any) -> str:
+    """A name or an id as text, whatever the message held (a number, an object, a deep value)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (int, float)):
+        try:
+            return str(value)
+        except ValueError:  # an integer longer than str() converts
+            pass
+    return safe_canonical_text(value)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from rapidfuzz import fuzz
 
+from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
@@ -470,7 +471,7 @@ class NearDuplicate(Detector):
         if event.error or event.state.same != 1:
             return False
         result = event.result
-        size = len(result) if isinstance(result, str) else len(str(result))
+        size = len(result) if isinstance(result, str) else _printed_size(result)
         return size >= self.config.near_duplicate_min_result_chars
 
     def _after(self, event: ToolEvent) -> Verdict:
@@ -634,3 +635,11 @@ def pick(candidates: Iterable[Verdict]) -> Verdict:
         ):
             best = v
     return best
+
+
+def _printed_size(value: Any) -> int:
+    """How long ``value`` prints, for any value (``str`` fails on huge ints and deep values)."""
+    try:
+        return len(str(value))
+    except (ValueError, RecursionError):
+        return len(safe_canonical_text(value))

@@ -14,6 +14,7 @@ from agentguard._fingerprint import (
     compact_key,
     decode_arguments,
     fingerprint_text,
+    safe_canonical_text,
 )
 
 __all__ = [
@@ -128,6 +129,13 @@ def _strip(value: Any, volatile: frozenset[str]) -> Any:
 
 
 def _call_text(name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:
+    try:
+        return _call_text_of(name, arguments, policy)
+    except RecursionError:  # arguments too deep (or cyclic) to walk: the safe form, unstripped
+        return safe_canonical_text([name, arguments])
+
+
+def _call_text_of(name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:
     args = decoded(arguments, canonical=True)
     # decoded from JSON text: canonical already, no normalising pass needed
     canonical = args is not arguments and isinstance(arguments, (str, bytes, bytearray))
@@ -139,6 +147,13 @@ def _call_text(name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:
 
 
 def _result_text(result: Any, policy: ToolLoopPolicy | None) -> str:
+    try:
+        return _result_text_of(result, policy)
+    except RecursionError:  # a result too deep (or cyclic) to walk: the safe form, unstripped
+        return safe_canonical_text(result)
+
+
+def _result_text_of(result: Any, policy: ToolLoopPolicy | None) -> str:
     if policy is not None and policy.fingerprint is not None:
         return canonical_text(policy.fingerprint(decoded(result)))
     volatile = DEFAULT_VOLATILE_FIELDS

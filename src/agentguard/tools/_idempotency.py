@@ -22,7 +22,7 @@ from ._model import GuardedTool, ToolError, ToolOutcome
 if TYPE_CHECKING:
     from ._guard import ToolGuard
 
-__all__ = ["claim", "derive_key", "namespace", "settle"]
+__all__ = ["claim", "derive_key", "namespace", "settle", "supplied_key"]
 
 
 def namespace(g: ToolGuard) -> str:
@@ -33,6 +33,16 @@ def namespace(g: ToolGuard) -> str:
 def derive_key(g: ToolGuard, name: str, arguments: Mapping[str, Any]) -> str:
     """The default key: a fingerprint of the session, the tool and the canonical arguments."""
     return fingerprint_bytes(canonical_json([g.session, name, arguments]))
+
+
+def supplied_key(arguments: Mapping[str, Any]) -> str | None:
+    """The ``idempotency_key`` the call's arguments carry, when they carry a non-empty text one.
+
+    Honoured as the operation's key: the tool receives the key it was given, and the same key
+    with other arguments is an ``idempotency_conflict``.
+    """
+    key = arguments.get("idempotency_key")
+    return key if isinstance(key, str) and key else None
 
 
 def claim(
@@ -86,9 +96,12 @@ def settle(
     try:
         if outcome.ok:
             digest = fingerprint_bytes(canonical_json(arguments))
-            done = json.dumps(
-                {"fp": digest, "state": "done", "outcome": outcome.to_dict()}, default=str
-            )
+            kept = outcome.to_dict()
+            try:
+                done = json.dumps({"fp": digest, "state": "done", "outcome": kept}, default=str)
+            except (TypeError, ValueError, RecursionError):  # a cyclic, deep or huge result:
+                kept["value"] = outcome.content  # replayed as its text
+                done = json.dumps({"fp": digest, "state": "done", "outcome": kept}, default=str)
             ttl = g.config.idempotency_ttl_seconds
             yield from perform(store.put, store.aput, namespace(g), key, done, now, ttl)
         else:

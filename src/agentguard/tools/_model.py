@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentguard._fingerprint import arguments_object, canonical_json
+from agentguard._fingerprint import arguments_object, canonical_json, safe_canonical_text
 from agentguard._frozen import fast_init
 from agentguard.config import ToolBreakerConfig, ToolRetryConfig
 from agentguard.resilience import Classifier
@@ -171,8 +171,8 @@ class ToolOutcome:
 def _json(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # circular structures
-        return str(value)
+    except (TypeError, ValueError, RecursionError):  # cyclic, deep, a number too long
+        return safe_canonical_text(value)
 
 
 @fast_init

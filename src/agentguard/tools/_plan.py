@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentguard._engine import Plan, Sleep
+from agentguard._fingerprint import safe_canonical_text
 from agentguard.events import (
     ToolCallFailed,
     ToolCallRefused,
@@ -101,7 +102,10 @@ def plan(
             message = f"`{name}` is a high-risk tool and was not run: {why}."
             return _refuse(g, turn, name, arguments, start, why=("not_approved", message))
     if tool.side_effecting:
-        key = key or idempotency.derive_key(g, name, arguments)
+        # a key the caller (or the model) supplied in the arguments is the key of the operation
+        key = (
+            key or idempotency.supplied_key(arguments) or idempotency.derive_key(g, name, arguments)
+        )
         claimed = yield from idempotency.claim(g, tool, arguments, key)
         if isinstance(claimed, ToolOutcome):
             return _finish(g, turn, arguments, claimed, start)
@@ -357,5 +361,5 @@ def _finish(
 def _text(arguments: Mapping[str, Any]) -> str:
     try:
         return json.dumps(arguments, ensure_ascii=False)
-    except (TypeError, ValueError):  # not JSON data: the detector copes with the dict itself
-        return json.dumps(arguments, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):  # not JSON data (objects, bytes keys, a
+        return safe_canonical_text(arguments)  # number too long): its safe canonical form

@@ -11,12 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentguard._fingerprint import safe_canonical_text
 from agentguard._redact import redact
 from agentguard.types import ToolCall
 
 from ._tools import ToolSpec
 
-__all__ = ["FEEDBACK_MARK", "ErrorKind", "Repair", "ToolCallError", "ValidationReport", "short"]
+__all__ = [
+    "FEEDBACK_MARK",
+    "ErrorKind",
+    "Repair",
+    "ToolCallError",
+    "ValidationReport",
+    "json_text",
+    "short",
+]
 
 ErrorKind = Literal[
     "invalid_json",
@@ -28,6 +37,7 @@ ErrorKind = Literal[
     "empty_argument",
     "truncated",
     "schema_violation",
+    "malformed_call",
 ]
 
 FEEDBACK_MARK = "[agentguard: automated feedback on your tool call]"
@@ -110,6 +120,9 @@ class ValidationReport:
     def corrective_text(self, tool_call_id: str | None = None) -> str:
         """The correction as plain text (for one call id, or for every failing call)."""
         errors = [e for e in self.errors if tool_call_id is None or e.tool_call_id == tool_call_id]
+        return self._text_of(errors)
+
+    def _text_of(self, errors: list[ToolCallError]) -> str:
         lines = [FEEDBACK_MARK]
         names = sorted({e.tool_name for e in errors})
         lines.append(
@@ -153,16 +166,16 @@ class ValidationReport:
             assistant.pop("tool_calls", None)
         out: list[dict[str, Any]] = [assistant]
         ids = {c["id"] for c in calls if c.get("id")}
-        answered: set[str] = set()
+        # the errors of each call id, grouped in one pass (linear in the number of calls)
+        by_id: dict[str, list[ToolCallError]] = {}
         for e in self.errors:
-            if (
-                e.tool_call_id is not None
-                and e.tool_call_id in ids
-                and e.tool_call_id not in answered
-            ):
-                answered.add(e.tool_call_id)
-                text = self.corrective_text(e.tool_call_id)
-                out.append({"role": "tool", "tool_call_id": e.tool_call_id, "content": text})
+            if e.tool_call_id is not None and e.tool_call_id in ids:
+                by_id.setdefault(e.tool_call_id, []).append(e)
+        answered: set[str] = set()
+        for call_id, errors in by_id.items():
+            answered.add(call_id)
+            text = self._text_of(errors)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         for call in calls:  # every call in the message needs an answer
             if call.get("id") and call["id"] not in answered:
                 out.append(
@@ -180,12 +193,25 @@ class ValidationReport:
 
     def _sent_calls(self) -> list[ToolCall]:
         calls = self.message.get("tool_calls") or []
+        if not isinstance(calls, (list, tuple)):
+            return []  # not a list of calls: nothing that can be answered by id
         sent = []
         for i, c in enumerate(calls):
-            fn = c.get("function") or {}
+            if not isinstance(c, Mapping):
+                continue  # not a call (a malformed_call error says so)
+            fn = c.get("function")
+            fn = fn if isinstance(fn, Mapping) else {}
             args = fn.get("arguments")
-            text = args if isinstance(args, str) else json.dumps(args)
-            sent.append(ToolCall(str(fn.get("name", "")), text, c.get("id") or f"call_{i}"))
+            text = args if isinstance(args, str) else json_text(args)
+            call_id = c.get("id")
+            name = fn.get("name", "")
+            sent.append(
+                ToolCall(
+                    name if isinstance(name, str) else json_text(name),
+                    text,
+                    call_id if isinstance(call_id, str) and call_id else f"call_{i}",
+                )
+            )
         return sent
 
 
@@ -200,8 +226,23 @@ def _signature(spec: ToolSpec) -> str:
     return "{" + ", ".join(parts) + "}" if parts else "{} (no arguments)"
 
 
+def json_text(value: Any) -> str:
+    """JSON text of any value: ``json.dumps``, or the safe canonical form when that fails
+    (nested too deep, cyclic, a number too long)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return safe_canonical_text(value)
+
+
 def short(value: Any) -> str:
     """``value`` as shown in errors and repairs: JSON, secrets redacted, truncated."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):  # deep, cyclic, a number too long
+            text = safe_canonical_text(value)
     text = redact(text)
     return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 1] + "…"

@@ -27,7 +27,11 @@ from typing import Any
 
 import json_repair
 
-from agentguard._fingerprint import decode_arguments
+from agentguard._fingerprint import (
+    MAX_DEPTH,
+    decode_arguments,
+    too_deep,
+)
 from agentguard.config import GuardConfig, ToolValidationConfig
 from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
 from agentguard.types import ToolCall
@@ -35,7 +39,7 @@ from agentguard.types import ToolCall
 from ._extract import extract_calls
 from ._fast import compile_check
 from ._names import NameMatcher
-from ._report import ErrorKind, Repair, ToolCallError, ValidationReport, short
+from ._report import ErrorKind, Repair, ToolCallError, ValidationReport, json_text, short
 from ._schema import compiled, schema_error
 from ._tools import ToolSpec, specs_from
 
@@ -145,11 +149,9 @@ class ToolCallValidator:
             msg = _as_message(message)
         cfg = self.config
         # each call with its decoded arguments when they are known already (extracted calls)
-        raw_calls: list[tuple[Mapping[str, Any], Any]] = [
-            (raw, _UNDECODED) for raw in msg.get("tool_calls") or []
-        ]
+        raw_calls: list[tuple[Mapping[str, Any], Any]] = []
         repairs: list[Repair] = []
-        errors: list[ToolCallError] = []
+        errors: list[ToolCallError] = _read_calls(msg.get("tool_calls"), raw_calls)
         extracted = False
         content = msg.get("content") if isinstance(msg.get("content"), str) else None
         if not raw_calls and content and cfg.repair:
@@ -191,7 +193,13 @@ class ToolCallValidator:
             self._emitter.emit(
                 ToolCallRepaired(repair=r.kind, tool_call_id=r.tool_call_id, path=r.path)
             )
+        # One event per rejected call, its first error (the report holds them all): a call with
+        # a hundred unknown arguments is one warning, not a hundred.
+        rejected: set[tuple[str | None, str]] = set()
         for e in errors:
+            if (e.tool_call_id, e.tool_name) in rejected:
+                continue
+            rejected.add((e.tool_call_id, e.tool_name))
             self._emitter.emit(
                 ToolCallRejected(
                     error=e.kind,
@@ -259,7 +267,7 @@ class ToolCallValidator:
             repairs += schema_repairs
 
         if parsed is None:
-            text = original_text if original_text is not None else json.dumps(arguments)
+            text = original_text if original_text is not None else json_text(arguments)
         elif not repairs and original_text is not None:
             text = original_text  # a valid call comes back byte for byte
         else:
@@ -272,7 +280,8 @@ class ToolCallValidator:
         """``(object, problem, repair kind)``; ``value``: the arguments decoded, when known."""
         cfg = self.config
         if value is not _UNDECODED:
-            pass
+            if too_deep(value):
+                return None, f"the arguments nest deeper than {MAX_DEPTH} levels", None
         elif arguments is not None and not isinstance(arguments, (str, Mapping)):
             return None, f"expected a JSON object, got {type(arguments).__name__}", None
         else:
@@ -280,6 +289,8 @@ class ToolCallValidator:
                 value = decode_arguments(arguments)
             except json.JSONDecodeError as exc:
                 return self._repaired(str(arguments), finish_reason, exc)
+            except ValueError as exc:  # UndecodableArguments: too deep, a number too long
+                return None, str(exc), None
         how = None
         if isinstance(value, str) and value and cfg.repair:
             # double-encoded: a JSON string holding JSON
@@ -312,8 +323,8 @@ class ToolCallValidator:
                 repaired = decode_arguments(repaired) if repaired else None
             except ValueError:
                 repaired = None
-        if isinstance(repaired, dict) and repaired:
-            return repaired, None, "json_repaired"
+        if isinstance(repaired, dict) and repaired and not too_deep(repaired):
+            return _joined_surrogates(repaired), None, "json_repaired"
         return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
 
     def _check(
@@ -383,6 +394,38 @@ class ToolCallValidator:
                     )
                 )
         return args, errors, repairs
+
+
+def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> list[ToolCallError]:
+    """Append the message's call objects to ``out``; what is not one is an error."""
+    if tool_calls is None or (isinstance(tool_calls, (list, tuple, str)) and not tool_calls):
+        return []
+    if not isinstance(tool_calls, (list, tuple)):
+        got = type(tool_calls).__name__
+        message = f"tool_calls must be a list of call objects, got {got}"
+        return [ToolCallError("malformed_call", None, "", "$", message, short(tool_calls))]
+    errors = []
+    for i, raw in enumerate(tool_calls):
+        if isinstance(raw, Mapping):
+            out.append((raw, _UNDECODED))
+        else:
+            message = f"tool call {i} is not a call object: got {type(raw).__name__}"
+            errors.append(ToolCallError("malformed_call", None, "", f"$[{i}]", message, short(raw)))
+    return errors
+
+
+def _joined_surrogates(value: Any) -> Any:
+    """``value`` with every escaped surrogate pair a repair decoded as two lone surrogates
+    (``"\\ud83d\\ude00"``) joined into the one character it encodes; lone ones are kept."""
+    if isinstance(value, str):
+        if not any("\ud800" <= c <= "\udfff" for c in value):
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+    if isinstance(value, dict):
+        return {_joined_surrogates(k): _joined_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_joined_surrogates(v) for v in value]
+    return value
 
 
 def _allowed(schema: Any, value: str) -> bool:

@@ -124,7 +124,8 @@ def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
                 **(data["choices"][0] if data["choices"] else {"index": 0}),
                 "message": dict(response.message),
                 "finish_reason": response.finish_reason,
-            }
+            },
+            *(data["choices"] or [])[1:],  # the other choices (n > 1) pass through unchanged
         ]
         out = _rebuild(raw, data)
     if report is not None:

@@ -1,0 +1,111 @@
+"""The stream Accumulator reads whatever deltas the raw client reads (issue 15).
+
+Property: any sequence of chunks, whatever their tool-call fragments hold (no ``index``, an
+``index`` that is text, arguments or a name that are not text, fragments that are not objects),
+assembles into one message without raising; well-formed fragments assemble as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentguard.guard._stream import Accumulator
+from agentguard.transport import StreamChunk
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=6)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+fragments = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "index": st.one_of(st.integers(0, 3), scalars),
+            "id": st.one_of(st.sampled_from(["c1", "c2"]), scalars),
+            "function": st.one_of(
+                st.fixed_dictionaries({}, optional={"name": values, "arguments": values}), values
+            ),
+        },
+    ),
+    values,
+)
+chunks = st.builds(
+    lambda content, calls, finish: StreamChunk(
+        content=content, tool_calls=calls, finish_reason=finish
+    ),
+    st.one_of(st.none(), st.text(max_size=5), values),
+    st.one_of(st.lists(fragments, max_size=3), values),
+    st.sampled_from([None, "stop", "tool_calls"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=st.lists(chunks, max_size=8))
+def test_any_chunks_assemble_into_a_message(stream: list[Any]) -> None:
+    """Every call slot has text fields; the content is text."""
+    acc = Accumulator()
+    for chunk in stream:
+        acc.add(chunk)
+    message = acc.response().message
+    assert message["content"] is None or isinstance(message["content"], str)
+    for call in message.get("tool_calls") or ():
+        assert isinstance(call["function"]["name"], str)
+        assert isinstance(call["function"]["arguments"], str)
+        assert call["id"] is None or isinstance(call["id"], str)
+
+
+def _delta(index: Any = ..., call_id: Any = None, name: Any = None, args: Any = None) -> Any:
+    fn: dict[str, Any] = {}
+    if name is not None:
+        fn["name"] = name
+    if args is not None:
+        fn["arguments"] = args
+    fragment: dict[str, Any] = {"function": fn}
+    if call_id is not None:
+        fragment["id"] = call_id
+    if index is not ...:
+        fragment["index"] = index
+    return StreamChunk(tool_calls=[fragment])
+
+
+def test_fragments_without_an_index_continue_the_call_or_start_the_next() -> None:
+    """No ``index``: a fragment continues the last call, or starts one with a new ``id``."""
+    acc = Accumulator()
+    for chunk in (
+        _delta(call_id="c1", name="read_file", args='{"pa'),
+        _delta(args='th": "a"}'),
+        _delta(call_id="c2", name="wipe", args="{}"),
+    ):
+        acc.add(chunk)
+    calls = acc.response().message["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("c1", "read_file", '{"path": "a"}'),
+        ("c2", "wipe", "{}"),
+    ]
+
+
+def test_arguments_sent_as_an_object_become_their_json_text() -> None:
+    """Arguments as an object (a server that skips encoding): their JSON text."""
+    acc = Accumulator()
+    acc.add(_delta(0, "c1", "read_file", {"path": "a"}))
+    call = acc.response().message["tool_calls"][0]
+    assert call["function"]["arguments"] == '{"path":"a"}'
+
+
+def test_well_formed_fragments_assemble_by_index() -> None:
+    """The usual stream: fragments joined by their index, in index order."""
+    acc = Accumulator()
+    acc.add(_delta(1, "b", "second", "{}"))
+    acc.add(_delta(0, "a", "first", '{"x"'))
+    acc.add(_delta(0, args=": 1}"))
+    calls = acc.response().message["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ['{"x": 1}', "{}"]

@@ -1,0 +1,169 @@
+"""Fail-open and fail-closed on every path: plain calls and streams, sync and async.
+
+A fault inside agentguard itself (injected here) must never break the agent: with
+``fail_mode: open`` the call goes through unguarded, a stream hands over what the upstream sent
+that the caller has not seen (text already streamed is not repeated), and the report says
+``fail_open``; with ``fail_mode: closed`` a :class:`GuardFailure` is raised, the fault chained.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+import pytest
+
+from agentguard import AgentGuardError, GuardConfig, GuardFailure, ToolCallValidator
+from agentguard.events import GuardInternalError
+from agentguard.guard import AsyncGuard, Guard
+from agentguard.guard._pipeline import Pipeline
+from agentguard.testing import FakeClock, Reply, ScriptedModel, capture_events
+from agentguard.transport import ModelRequest, StreamChunk, report_of
+
+SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": SCHEMA}}]
+OPEN = GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+CLOSED = GuardConfig.from_dict(
+    {"memory_pressure": {"enabled": False}, "fail_mode": "closed"}, env={}
+)
+ANSWER = Reply(
+    content="Let me look it up. ", tool_calls=Reply.call("search", {"query": "x"}).tool_calls
+)
+
+
+def _request() -> ModelRequest:
+    return ModelRequest(
+        model="fast",
+        messages=[{"role": "user", "content": "find the install guide"}],
+        params={"tools": TOOLS},
+    )
+
+
+def _explode(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected fault")
+
+
+def _guard(config: GuardConfig, *, asynchronous: bool = False) -> Any:
+    clock = FakeClock()
+    model = ScriptedModel([ANSWER], chunk_size=4)
+    if asynchronous:
+        return AsyncGuard(model, config, clock=clock, sleep=clock.asleep, rng=random.Random(0))
+    return Guard(model, config, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+
+
+def _read(chunks: list[StreamChunk]) -> tuple[str, list[Any]]:
+    text = "".join(c.content or "" for c in chunks)
+    calls = [call for c in chunks for call in c.tool_calls]
+    return text, calls
+
+
+def _stream(config: GuardConfig, asynchronous: bool) -> tuple[list[StreamChunk], Any]:
+    guard = _guard(config, asynchronous=asynchronous)
+    if not asynchronous:
+        stream = guard.stream(_request())
+        return list(stream), stream.report
+
+    async def main() -> tuple[list[StreamChunk], Any]:
+        stream = guard.astream(_request())
+        return [c async for c in stream], stream.report
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fault_after_text_was_streamed_fails_open_without_repeating_it(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The validator fails after the text went out live: the caller gets the text once, then
+    the tool call the guard was holding back, and a fail-open report."""
+    monkeypatch.setattr(ToolCallValidator, "validate", _explode)
+    with capture_events() as events:
+        chunks, report = _stream(OPEN, asynchronous)
+    text, calls = _read(chunks)
+    assert text == "Let me look it up. "
+    assert "".join(c["function"].get("arguments") or "" for c in calls) == '{"query": "x"}'
+    assert any(c.finish_reason for c in chunks)
+    assert report is not None
+    assert report.fail_open
+    (event,) = events.of_type(GuardInternalError)
+    assert event.component == "stream"
+    assert event.error_type == "RuntimeError"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fault_before_the_upstream_call_streams_unguarded(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard fails before it called the upstream: the whole answer streams unguarded."""
+    monkeypatch.setattr(Pipeline, "_locate", _explode)
+    chunks, report = _stream(OPEN, asynchronous)
+    text, calls = _read(chunks)
+    assert text == "Let me look it up. "
+    assert calls
+    assert report is not None
+    assert report.fail_open
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_fail_closed_streams_raise_a_guard_failure(
+    asynchronous: bool, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fail_mode: closed``: the stream raises :class:`GuardFailure`, the fault its cause."""
+    if where == "before":
+        monkeypatch.setattr(Pipeline, "_locate", _explode)
+    else:
+        monkeypatch.setattr(ToolCallValidator, "validate", _explode)
+    with pytest.raises(GuardFailure) as raised:
+        _stream(CLOSED, asynchronous)
+    assert isinstance(raised.value, AgentGuardError)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert raised.value.component == "stream"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_fail_closed_plain_calls_raise_a_guard_failure(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a plain call, sync and async."""
+    monkeypatch.setattr(ToolCallValidator, "validate", _explode)
+    guard = _guard(CLOSED, asynchronous=asynchronous)
+
+    def call() -> Any:
+        if asynchronous:
+            return anyio.run(guard.acomplete, _request())
+        return guard.complete(_request())
+
+    with pytest.raises(GuardFailure) as raised:
+        call()
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert "injected fault" in str(raised.value)
+    # what the guard did before the fault travels with the typed error
+    report = raised.value.agentguard_report
+    assert report is not None
+    assert [a.outcome for a in raised.value.attempts] == ["ok"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_plain_calls_fail_open(asynchronous: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain call survives the same fault: the model's own answer, a fail-open report."""
+    monkeypatch.setattr(ToolCallValidator, "validate", _explode)
+    guard = _guard(OPEN, asynchronous=asynchronous)
+    response = (
+        anyio.run(guard.acomplete, _request()) if asynchronous else guard.complete(_request())
+    )
+    assert response.message["tool_calls"]
+    report = report_of(response)
+    assert report is not None
+    assert report.fail_open
+
+
+def test_a_healthy_stream_is_unchanged_by_the_fail_safe() -> None:
+    """No fault: the chunks are the guard's usual ones (text live, the call released whole)."""
+    chunks, report = _stream(OPEN, False)
+    text, calls = _read(chunks)
+    assert text == "Let me look it up. "
+    assert len(calls) == 1
+    assert report is not None
+    assert not report.fail_open
