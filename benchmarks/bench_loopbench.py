@@ -41,7 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -371,7 +371,7 @@ def _cost(eps: list[Episode], quick: bool) -> tuple[float, int]:
 
 
 def _goals(
-    eps: list[Episode], flags: dict[str, dict[str, Flags]], cost: float, events: int
+    eps: list[Episode], flags: dict[str, dict[str, Flags]], costs: dict[str, tuple[float, int]]
 ) -> Table:
     ours = flags["agentguard"]
     loops = [e for e in eps if e["label"] == "loop"]
@@ -415,12 +415,15 @@ def _goals(
             f"{cycles_ok} of {len(cycles)}",
             met(cycles_ok == len(cycles)),
         ],
-        [
-            "check cost per tool event",
-            "≤ 5 µs",
-            f"{cost:.2f} µs ({events:,} events)",
-            met(cost <= 5),
-        ],
+        *(
+            [
+                f"check cost per tool event, {what}",
+                "≤ 5 µs",
+                f"{cost:.1f} µs ({events:,} events)",
+                met(cost <= 5),
+            ]
+            for what, (cost, events) in costs.items()
+        ),
     ]
     return Table(
         "loopbench: agentguard against the goals of issue 16",
@@ -432,7 +435,9 @@ def _goals(
             "call (identical calls, repeated errors, reworded queries, noise arguments, unknown "
             "tools, sub-agents); a cycle's rubric step is the end of its third pass. The cost "
             "is CPU time of `observe()` on every tool call and result, alternating rounds with "
-            "the detectors' construction alone, which is subtracted."
+            "the detectors' construction alone, which is subtracted; the real runs' tool "
+            "results are large (tau-bench's JSON records, SWE-agent's file views), and every "
+            "result is fingerprinted."
         ),
     )
 
@@ -452,6 +457,26 @@ def _sources(eps: list[Episode]) -> Table:
         [[repo, kind, n[0], n[1]] for (repo, kind), n in sorted(rows.items())],
         description=(
             "Licences and commits per episode in `episodes.jsonl`; see `loopbench/SOURCES.md`."
+        ),
+    )
+
+
+def _deciders(eps: list[Episode], deciders: dict[str, str]) -> Table:
+    per: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for e in eps:
+        if deciders[e["id"]]:
+            per[(e["label"], e["class"])][deciders[e["id"]]] += 1
+    return Table(
+        "loopbench: which agentguard detector warned first",
+        ["label", "class", "first WARNING from"],
+        [
+            [label, cls, ", ".join(f"`{d}` ×{n}" for d, n in found.most_common())]
+            for (label, cls), found in sorted(per.items())
+        ],
+        description=(
+            "Per class, the detector behind agentguard's first WARNING (the `detector` of the "
+            "verdict); on healthy classes these are the false warnings to fix. Per-episode "
+            "steps of every detector: `benchmarks/loopbench/results.jsonl`."
         ),
     )
 
@@ -485,12 +510,19 @@ def run(quick: bool) -> list[Table]:
     start = time.perf_counter()
     flags, skipped, deciders = all_flags(eps)
     print(f"  loopbench: {len(eps)} episodes replayed in {time.perf_counter() - start:.1f} s")
-    cost, events = _cost(eps, quick)
+    real = [e for e in eps if e["source"]["kind"] == "real"]
+    synthetic = [e for e in eps if e["source"]["kind"] != "real"]
+    costs = {
+        "all episodes": _cost(eps, quick),
+        "real runs (large results)": _cost(real, quick),
+        "synthetic (short results)": _cost(synthetic, quick),
+    }
     if not quick:
         _write_results(eps, flags, deciders)
     return [
-        _goals(eps, flags, cost, events),
+        _goals(eps, flags, costs),
         _recall_table(eps, flags, skipped),
         _healthy_table(eps, flags, skipped),
+        _deciders(eps, deciders),
         _sources(eps),
     ]

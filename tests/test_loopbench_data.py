@@ -27,14 +27,16 @@ def test_counts(episodes: list[dict]) -> None:
 
 def test_every_episode_has_source_licence_and_reason(episodes: list[dict]) -> None:
     for e in episodes:
-        assert FIELDS <= e.keys(), e["id"]
+        assert e.keys() >= FIELDS, e["id"]
         assert e["reason"].strip(), e["id"]
         assert e["licence"].split(" ")[0] in LICENCES, e["id"]
         source = e["source"]
         assert source["kind"] in {"real", "synthetic"}, e["id"]
-        assert source["repo"] and source["path"], e["id"]
+        assert source["repo"], e["id"]
+        assert source["path"], e["id"]
         if source["kind"] == "real":
-            assert len(source["commit"]) == 40 and source["url"].startswith("https://"), e["id"]
+            assert len(source["commit"]) == 40, e["id"]
+            assert source["url"].startswith("https://"), e["id"]
 
 
 def test_labels_and_rubric_steps(episodes: list[dict]) -> None:
@@ -43,7 +45,8 @@ def test_labels_and_rubric_steps(episodes: list[dict]) -> None:
         steps = sum(m["role"] == "assistant" for m in e["messages"])
         assert e["label"] in {"loop", "healthy"}, e["id"]
         if e["label"] == "loop":
-            assert isinstance(e["flag_by"], int) and 1 <= e["flag_by"] <= steps, e["id"]
+            assert isinstance(e["flag_by"], int), e["id"]
+            assert 1 <= e["flag_by"] <= steps, e["id"]
         else:
             assert e["flag_by"] is None, e["id"]
             assert e["class"].startswith("healthy_"), e["id"]
@@ -56,7 +59,8 @@ def test_messages_are_openai_chat_format(episodes: list[dict]) -> None:
         for m in e["messages"]:
             assert m["role"] in {"system", "user", "assistant", "tool"}, e["id"]
             for call in m.get("tool_calls") or ():
-                assert call["function"]["name"] and "arguments" in call["function"], e["id"]
+                assert call["function"]["name"], e["id"]
+                assert "arguments" in call["function"], e["id"]
                 called.add(call["id"])
             if m["role"] == "tool":
                 assert m["tool_call_id"] in called, e["id"]
