@@ -190,7 +190,7 @@ def loopbench(session: nox.Session) -> None:
     the session does not fail for them. Not part of CI or of ``nox -s bench``.
     """
     session.install("-e", ".")
-    env = {"AGENTGUARD_LOOPBENCH": "1"}
+    env = {"LOOPBENCH_RUN": "1"}
     python312 = shutil.which("python3.12")
     if python312:
         env["LOOPBENCH_OPENHANDS_PYTHON"] = _openhands_venv(session, python312)

@@ -12,6 +12,9 @@ tool results belong to it), counted from 1. Each detector's first firing step is
 - agentguard: :meth:`LoopDetector.observe` per message, default configuration, the episode's
   tool schemas declared when it has them. WARNING (a hint to the model) and BREAK (the call is
   refused) are reported apart.
+- agentguard scan: the audit ``agentguard scan`` runs on a recorded trace (the same loop
+  detectors, plus its tool-call checks: unknown or text-embedded calls, broken arguments), fed
+  the episode with its declared tools; its first finding of WARNING or above. It blocks nothing.
 - naive counter: the third call of one tool with the same canonical arguments (warn = block).
 - OpenHands SDK: its ``StuckDetector`` over the SDK's own events
   (``loopbench/peers/openhands_driver.py``); it only stops the run.
@@ -27,7 +30,7 @@ by the rubric's step. On a healthy episode any firing is a false warning (or blo
 cost is agentguard's ``observe()`` CPU time per tool event (one call or one result) over every
 episode's tool messages, the detector's construction subtracted.
 
-Opt-in: ``nox -s loopbench`` sets ``AGENTGUARD_LOOPBENCH=1`` and installs the peers (Node and a
+Opt-in: ``nox -s loopbench`` sets ``LOOPBENCH_RUN=1`` and installs the peers (Node and a
 Python 3.12 interpreter when the machine has them); ``nox -s bench`` keeps the existing section.
 Peers whose runtime is missing are marked "not run here".
 """
@@ -48,6 +51,7 @@ from typing import Any
 
 from _harness import Table, side_by_side, us
 from _peers import optional
+from agentguard import GuardConfig
 from agentguard.loops import LoopDetector
 from agentguard.types import Severity
 
@@ -61,6 +65,7 @@ Flags = tuple[int | None, int | None]
 
 DETECTORS = [
     ("agentguard", "agentguard LoopDetector"),
+    ("scan", "agentguard scan (audit of a recorded trace)"),
     ("naive", "naive counter (3 identical calls)"),
     ("openhands", "OpenHands SDK StuckDetector"),
     ("gemini", "Gemini CLI LoopDetectionService"),
@@ -71,7 +76,7 @@ DETECTORS = [
 
 def available() -> bool:
     """Opt-in (``nox -s loopbench``): ``nox -s bench`` keeps the report's existing section."""
-    return os.environ.get("AGENTGUARD_LOOPBENCH") == "1"
+    return os.environ.get("LOOPBENCH_RUN") == "1"
 
 
 def episodes() -> list[Episode]:
@@ -113,6 +118,29 @@ def agentguard_flags(episode: Episode) -> tuple[Flags, str]:
         return 2 if worst >= Severity.BREAK else 1 if worst >= Severity.WARNING else 0
 
     return _replay(episode["messages"], judge), (first[0] if first else "")
+
+
+def scan_flags(episode: Episode) -> tuple[Flags, str]:
+    """``agentguard scan``'s audit of the episode as a recorded trace: the first finding of
+    WARNING or above (loops, and its tool-call checks: unknown or text-embedded calls, broken
+    arguments), and the detector behind it. An audit blocks nothing."""
+    from agentguard.cli._audit import SessionAudit  # the audit behind `agentguard scan`
+
+    audit = SessionAudit(episode["id"], GuardConfig.from_dict({}, env={}))
+    if episode.get("tools"):
+        audit.declare(episode["tools"])
+    steps = []
+    step = 0
+    for message in episode["messages"]:
+        step += message.get("role") == "assistant"
+        steps.append(step)
+        audit.feed(message)
+    audit.finish()
+    found = [i for i in audit.issues if i.severity >= Severity.WARNING]
+    if not found:
+        return (None, None), ""
+    first = min(found, key=lambda i: i.index)
+    return (steps[first.index], None), first.detector
 
 
 def _canonical(arguments: Any) -> str:
@@ -217,6 +245,7 @@ def all_flags(
     for e in eps:
         ours, deciders[e["id"]] = agentguard_flags(e)
         flags["agentguard"][e["id"]] = ours
+        flags["scan"][e["id"]], deciders["scan:" + e["id"]] = scan_flags(e)
         flags["naive"][e["id"]] = naive_flags(e)
     oh = openhands_flags()
     if isinstance(oh, str):
@@ -265,6 +294,7 @@ def _columns() -> list[tuple[str, str, int]]:
     return [
         ("agentguard", "agentguard WARNING", 0),
         ("agentguard", "agentguard BREAK", 1),
+        ("scan", "agentguard scan", 0),
         ("naive", "naive ×3", 1),
         ("openhands", "OpenHands", 1),
         ("gemini", "Gemini CLI", 1),
@@ -462,21 +492,29 @@ def _sources(eps: list[Episode]) -> Table:
 
 
 def _deciders(eps: list[Episode], deciders: dict[str, str]) -> Table:
-    per: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    per: dict[tuple[str, str], tuple[Counter[str], Counter[str]]] = defaultdict(
+        lambda: (Counter(), Counter())
+    )
     for e in eps:
-        if deciders[e["id"]]:
-            per[(e["label"], e["class"])][deciders[e["id"]]] += 1
+        for k, key in enumerate((e["id"], "scan:" + e["id"])):
+            if deciders[key]:
+                per[(e["label"], e["class"])][k][deciders[key]] += 1
+
+    def cell(found: Counter[str]) -> str:
+        return ", ".join(f"`{d}` ×{n}" for d, n in found.most_common()) or "–"
+
     return Table(
-        "loopbench: which agentguard detector warned first",
-        ["label", "class", "first WARNING from"],
+        "loopbench: which agentguard detector fired first",
+        ["label", "class", "LoopDetector: first WARNING from", "scan: first finding from"],
         [
-            [label, cls, ", ".join(f"`{d}` ×{n}" for d, n in found.most_common())]
-            for (label, cls), found in sorted(per.items())
+            [label, cls, cell(ours), cell(scan)]
+            for (label, cls), (ours, scan) in sorted(per.items())
         ],
         description=(
-            "Per class, the detector behind agentguard's first WARNING (the `detector` of the "
-            "verdict); on healthy classes these are the false warnings to fix. Per-episode "
-            "steps of every detector: `benchmarks/loopbench/results.jsonl`."
+            "Per class, the detector behind agentguard's first WARNING (the verdict's "
+            "`detector`), and behind `agentguard scan`'s first finding of WARNING or above; on "
+            "healthy classes these are the false warnings to fix. Per-episode steps of every "
+            "detector: `benchmarks/loopbench/results.jsonl`."
         ),
     )
 
@@ -497,6 +535,7 @@ def _write_results(
                 if e["id"] in per:
                     row[name] = list(per[e["id"]])
             row["agentguard_detector"] = deciders[e["id"]]
+            row["scan_detector"] = deciders["scan:" + e["id"]]
             f.write(json.dumps(row) + "\n")
 
 
@@ -504,7 +543,7 @@ def run(quick: bool) -> list[Table]:
     """The loopbench tables (every episode even with ``quick``: only the timing is shortened);
     one placeholder row unless opted in (``nox -s bench`` and CI's smoke run skip it)."""
     if not available():
-        row = ["opt-in: run `nox -s loopbench` (sets AGENTGUARD_LOOPBENCH=1)", "-"]
+        row = ["opt-in: run `nox -s loopbench` (sets LOOPBENCH_RUN=1)", "-"]
         return [Table("loopbench", ["loopbench", "result"], [row], placeholder=True)]
     eps = episodes()
     start = time.perf_counter()
