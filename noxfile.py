@@ -201,7 +201,9 @@ def loopbench(session: nox.Session) -> None:
         with session.chdir(LOOPBENCH_PEERS):
             session.run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", external=True)
             if not Path("openclaw", "package.json").exists():
-                session.run(npm, "pack", OPENCLAW, "--pack-destination", ".", external=True)
+                session.run(
+                    npm, "pack", "--silent", OPENCLAW, "--pack-destination", ".", external=True
+                )
                 Path("openclaw").mkdir(exist_ok=True)
                 tarball = next(Path().glob("openclaw-*.tgz"))
                 session.run(
