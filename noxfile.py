@@ -1,6 +1,7 @@
 """The front door for development: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``demo``,
 ``docs``, one session per framework integration (``crewai``, ``litellm``, ``openhands``),
-``bench_peers`` (benchmarks against peer libraries), and ``realmodel`` (opt-in, not in CI: a
+``bench_peers`` (benchmarks against peer libraries), ``loopbench`` (loop judgment on labelled
+episodes, side by side with peers), and ``realmodel`` (opt-in, not in CI: a
 real small model served by llama.cpp).
 
 Every session installs what it needs into its own virtualenv, so a fresh machine with only
@@ -9,6 +10,7 @@ Python (and ``pip install nox``) can run all of them.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -170,6 +172,68 @@ def bench_peers(session: nox.Session) -> None:
     )
     only = [arg for name in PEER_MODULES for arg in ("--only", name)]
     session.run("python", "benchmarks/run.py", *only, *session.posargs)
+
+
+# loopbench's peers: the OpenHands SDK needs Python >= 3.12 (a virtualenv of its own, made with
+# python3.12 when the machine has it); Gemini CLI's, Qwen Code's and OpenClaw's detectors are npm
+# packages (peers/package.json pins the first two and OpenClaw's few runtime dependencies;
+# OpenClaw itself is unpacked from its tarball, its full dependency tree is not needed).
+OPENCLAW = "openclaw@2026.9.6"
+LOOPBENCH_PEERS = Path("benchmarks/loopbench/peers")
+
+
+@nox.session(python="3.11")
+def loopbench(session: nox.Session) -> None:
+    """Loop judgment on benchmarks/loopbench's labelled episodes: agentguard side by side with
+    every peer that can run here; rewrites the bench_loopbench section of docs/benchmarks.md.
+
+    Peers whose runtime is missing (Node.js, a python3.12 interpreter) are marked "not run here";
+    the session does not fail for them. Not part of CI or of ``nox -s bench``.
+    """
+    session.install("-e", ".")
+    env = {"LOOPBENCH_RUN": "1"}
+    python312 = shutil.which("python3.12")
+    if python312:
+        env["LOOPBENCH_OPENHANDS_PYTHON"] = _openhands_venv(session, python312)
+    else:
+        session.log("no python3.12 here: the OpenHands SDK is not run")
+    npm = shutil.which("npm")
+    if npm and shutil.which("node"):
+        with session.chdir(LOOPBENCH_PEERS):
+            session.run(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", external=True)
+            if not Path("openclaw", "package.json").exists():
+                session.run(
+                    npm, "pack", "--silent", OPENCLAW, "--pack-destination", ".", external=True
+                )
+                Path("openclaw").mkdir(exist_ok=True)
+                tarball = next(Path().glob("openclaw-*.tgz"))
+                session.run(
+                    "tar",
+                    "xzf",
+                    str(tarball),
+                    "-C",
+                    "openclaw",
+                    "--strip-components=1",
+                    external=True,
+                )
+                tarball.unlink()
+    else:
+        session.log("no Node.js here: Gemini CLI, Qwen Code and OpenClaw are not run")
+    session.run("python", "benchmarks/run.py", "--only", "loopbench", *session.posargs, env=env)
+
+
+def _openhands_venv(session: nox.Session, python312: str) -> str:
+    """A Python 3.12 virtualenv with agentguard and the OpenHands SDK, inside the session's;
+    returns its interpreter (loopbench's OpenHands driver runs there)."""
+    location = Path(session.virtualenv.location, "openhands-312")
+    bin_dir = location / ("Scripts" if sys.platform == "win32" else "bin")
+    python = bin_dir / ("python.exe" if sys.platform == "win32" else "python")
+    if not python.exists():
+        session.run(python312, "-m", "venv", str(location), external=True)
+    session.run(
+        str(python), "-m", "pip", "install", "--quiet", "-e", ".", OPENHANDS_SDK, external=True
+    )
+    return str(python)
 
 
 # A real model for bench_realmodel: llama-cpp-python has no wheel in the package index, so pip
