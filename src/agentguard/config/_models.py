@@ -247,6 +247,15 @@ class TokenBudgetConfig(Section):
         2_000_000, ge=1, description="Tokens per rolling hour across all sessions; null: no limit."
     )
     max_output_tokens: int | None = Field(16_384, ge=1, description="Output cap per request.")
+    reserve: Literal["learned", "strict"] = Field(
+        "learned",
+        description="What a reservation holds for the output: 'learned' holds a running high "
+        "percentile of the outputs seen (at least reserve_floor, at most the cap) and admits a "
+        "call only if its worst case fits; 'strict' holds the whole output cap.",
+    )
+    reserve_floor: int = Field(
+        256, ge=0, description="Least output a 'learned' reservation holds (tokens)."
+    )
     policy: Literal["warn_and_continue", "escalate", "hard_stop"] = Field(
         "warn_and_continue",
         description="When a budget runs out: warn and go on, move to a cheaper tier, or refuse.",
