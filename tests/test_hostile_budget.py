@@ -404,11 +404,6 @@ def test_an_abandoned_stream_settles_what_was_streamed(how: str) -> None:
     assert snap.session_tokens > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: outages: with the default fail-open, Redis down mid-run hands out a fresh "
-    "local budget: a session already at its hard_stop is admitted again",
-)
 def test_a_redis_outage_never_resets_hard_stop() -> None:
     """Spend the session's budget on Redis, stop Redis: the next call is still refused."""
     pytest.importorskip("redis")
