@@ -89,14 +89,28 @@ class _Known:
     spec: BudgetSpec
     hour_tokens: int = 0
     hour_cost: int = 0
+    bucket: int = 0  # the window bucket the hour's totals were last seen in
     sessions: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
     holds: dict[str, Hold] = field(default_factory=dict)  # this process's live reservations
 
-    def saw(self, session: str | None, state: BudgetState) -> None:
-        self.hour_tokens, self.hour_cost = state.hour_tokens, state.hour_cost
+    def saw(self, session: str | None, state: BudgetState, now: float) -> None:
+        # Answers of concurrent operations may arrive out of order: committed totals only grow
+        # (a session's until it expires, the hour's within one bucket), so keep the larger.
+        bucket = self.spec.bucket(now)
+        if bucket == self.bucket:
+            self.hour_tokens = max(self.hour_tokens, state.hour_tokens)
+            self.hour_cost = max(self.hour_cost, state.hour_cost)
+        else:
+            self.bucket, self.hour_tokens, self.hour_cost = (
+                bucket,
+                state.hour_tokens,
+                state.hour_cost,
+            )
         if session is not None:
             sessions = self.sessions
-            sessions[session] = (state.session_tokens, state.session_cost)
+            seen = sessions.get(session)
+            if seen is None or state.session_tokens >= seen[0]:
+                sessions[session] = (state.session_tokens, state.session_cost)
             sessions.move_to_end(session)
             if len(sessions) > KNOWN_SESSIONS:
                 sessions.popitem(last=False)
@@ -186,6 +200,9 @@ class FallbackStore:
                     yield from perform(pending.sync, pending.async_, primary)
             result: T = yield from perform(op.sync, op.async_, primary)
         except StoreUnavailable as exc:
+            # re-read: a concurrent operation (another task, another thread) may have fallen
+            # back meanwhile, and its local state must be kept, not replaced by a second one
+            outage = self._outage
             if outage is None:
                 outage = self._fall_back(exc, now)
             else:
@@ -235,17 +252,17 @@ class FallbackStore:
         known.spec = spec
         return known
 
-    def _saw_reserve(self, spec: BudgetSpec, hold: Hold, state: BudgetState) -> None:
+    def _saw_reserve(self, spec: BudgetSpec, hold: Hold, state: BudgetState, now: float) -> None:
         with self._known_lock:
             known = self._scope(spec)
-            known.saw(hold.session, state)
+            known.saw(hold.session, state, now)
             if state.applied:
                 known.holds[hold.id] = hold
 
-    def _saw_commit(self, spec: BudgetSpec, charge: Charge, state: BudgetState) -> None:
+    def _saw_commit(self, spec: BudgetSpec, charge: Charge, state: BudgetState, now: float) -> None:
         with self._known_lock:
             known = self._scope(spec)
-            known.saw(charge.session, state)
+            known.saw(charge.session, state, now)
             known.holds.pop(charge.reservation_id, None)
 
     def _forget(self, reservation_id: str) -> None:
@@ -253,9 +270,11 @@ class FallbackStore:
             for known in self._known.values():
                 known.holds.pop(reservation_id, None)
 
-    def _saw_snapshot(self, spec: BudgetSpec, session: str | None, state: BudgetState) -> None:
+    def _saw_snapshot(
+        self, spec: BudgetSpec, session: str | None, state: BudgetState, now: float
+    ) -> None:
         with self._known_lock:
-            self._scope(spec).saw(session, state)
+            self._scope(spec).saw(session, state, now)
 
     def _recovered(self, outage: _Outage, now: float) -> None:
         self._outage = None
@@ -389,7 +408,7 @@ def _reserve(spec: BudgetSpec, hold: Hold, now: float) -> _Op[BudgetState]:
     return _Op(
         lambda s: s.reserve(spec, hold, now),
         lambda s: s.areserve(spec, hold, now),
-        lambda f, state: f._saw_reserve(spec, hold, state),
+        lambda f, state: f._saw_reserve(spec, hold, state, now),
     )
 
 
@@ -397,7 +416,7 @@ def _commit(spec: BudgetSpec, charge: Charge, now: float) -> _Op[BudgetState]:
     return _Op(
         lambda s: s.commit(spec, charge, now),
         lambda s: s.acommit(spec, charge, now),
-        lambda f, state: f._saw_commit(spec, charge, state),
+        lambda f, state: f._saw_commit(spec, charge, state, now),
         charge.reservation_id,
     )
 
@@ -415,7 +434,7 @@ def _snapshot(spec: BudgetSpec, session: str | None, now: float) -> _Op[BudgetSt
     return _Op(
         lambda s: s.snapshot(spec, session, now),
         lambda s: s.asnapshot(spec, session, now),
-        lambda f, state: f._saw_snapshot(spec, session, state),
+        lambda f, state: f._saw_snapshot(spec, session, state, now),
     )
 
 
