@@ -514,3 +514,18 @@ def test_guard_stream_closed_mid_answer_settles(asynchronous: bool) -> None:
     snap = ledger.usage("s")
     assert snap.session_reserved == 0
     assert snap.session_tokens > 0
+
+
+def test_the_replay_meets_its_goals() -> None:
+    """benchmarks/bench_budget_replay.py, small: no refusal under half the cap with learned
+    holds (strict refuses there at 128 in flight), no overshoot with strict, at most one
+    request's output with learned."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import bench_budget_replay as bench
+
+    learned = bench.replay("learned", 128, 2_000_000, calls=3_000)
+    strict = bench.replay("strict", 128, 2_000_000, calls=3_000)
+    assert learned["false_refusals"] == 0
+    assert learned["overshoot"] <= learned["largest_output"]
+    assert strict["overshoot"] == 0
+    assert strict["false_refusals"] > 0  # the problem the learned hold solves
