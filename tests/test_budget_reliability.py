@@ -529,3 +529,18 @@ def test_the_replay_meets_its_goals() -> None:
     assert learned["overshoot"] <= learned["largest_output"]
     assert strict["overshoot"] == 0
     assert strict["false_refusals"] > 0  # the problem the learned hold solves
+
+
+def test_the_fallback_forgets_holds_whose_lease_ended() -> None:
+    """Holds nobody settles are dropped from the remembered state once their lease is over, so
+    it stays bounded; live ones are kept."""
+    from agentguard.storage._base import Hold
+    from agentguard.storage._fallback import _PRUNE_AT
+
+    fallback = FallbackStore(SQLiteStore(":memory:"))
+    spec = ag.TokenLedger(_config(None)).spec
+    for i in range(_PRUNE_AT):
+        fallback.reserve(spec, Hold("s", f"old-{i}", 1, 10.0), 1.0)
+    fallback.reserve(spec, Hold("s", "live", 1, 1_000.0), 20.0)
+    assert list(fallback._known[spec.scope].holds) == ["live"]
+    fallback.close()

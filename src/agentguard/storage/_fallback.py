@@ -92,6 +92,7 @@ class _Known:
     bucket: int = 0  # the window bucket the hour's totals were last seen in
     sessions: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
     holds: dict[str, Hold] = field(default_factory=dict)  # this process's live reservations
+    prune_at: int = 1_024  # expired holds are dropped when there are more than this
 
     def saw(self, session: str | None, state: BudgetState, now: float) -> None:
         # Answers of concurrent operations may arrive out of order: committed totals only grow
@@ -129,6 +130,9 @@ class _Known:
             if hold.expires_at > now:
                 local.reserve(spec, hold, now)
 
+
+# Holds remembered before the expired ones are looked for (doubled while they are all live).
+_PRUNE_AT = 1_024
 
 # The event id (and pseudo-session) of the state a local stand-in starts from: never a real one.
 _SEED = "\x00agentguard-seed:"
@@ -257,7 +261,12 @@ class FallbackStore:
             known = self._scope(spec)
             known.saw(hold.session, state, now)
             if state.applied:
-                known.holds[hold.id] = hold
+                holds = known.holds
+                holds[hold.id] = hold
+                if len(holds) > known.prune_at:  # holds nobody settled: gone with their lease
+                    for rid in [r for r, h in holds.items() if h.expires_at <= now]:
+                        del holds[rid]
+                    known.prune_at = max(_PRUNE_AT, 2 * len(holds))
 
     def _saw_commit(self, spec: BudgetSpec, charge: Charge, state: BudgetState, now: float) -> None:
         with self._known_lock:
