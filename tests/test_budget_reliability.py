@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
 
 import agentguard as ag
-from _hostile import MESSAGES, RawUpstream, chunk, guarded_client, sse
+from _hostile import MESSAGES, RawUpstream, bulk, cases, chunk, guarded_client, seeds, sse
 from _stores import SRC, RedisServer
 from agentguard.budget import InvalidTokenCount
 from agentguard.config import GuardConfig, StorageConfig, TokenBudgetConfig
@@ -544,3 +545,34 @@ def test_the_fallback_forgets_holds_whose_lease_ended() -> None:
     fallback.reserve(spec, Hold("s", "live", 1, 1_000.0), 20.0)
     assert list(fallback._known[spec.scope].holds) == ["live"]
     fallback.close()
+
+
+UPSTREAM_NUMBERS = [0, 1, 57, 10**6, MAX_TOKENS, MAX_TOKENS + 1, 10**20, -1, -(10**20), 0.5]
+UPSTREAM_NUMBERS += [float("nan"), float("inf"), -float("inf"), 2**63, True, None, "12"]
+
+
+def _upstream_usage_case(rng: Any) -> list[tuple[Any, Any]]:
+    return [(rng.choice(UPSTREAM_NUMBERS), rng.choice(UPSTREAM_NUMBERS)) for _ in range(8)]
+
+
+def _check_upstream_usage(parts: list[tuple[Any, Any]]) -> None:
+    """Whatever an upstream reports, the ledger counts whole, bounded, non-negative tokens and
+    never goes down; the hard_stop still refuses once the session is spent."""
+    ledger = ag.TokenLedger(_config(None), clock=FakeClock(), hooks=())
+    total = 0
+    for prompt, completion in parts:
+        settled = ledger.commit(ledger.reserve("s", 10), ag.Usage(prompt, completion))
+        used = settled.usage
+        assert isinstance(used.prompt_tokens, int)
+        assert isinstance(used.completion_tokens, int)
+        assert 0 <= used.total_tokens <= MAX_TOKENS
+        after = ledger.usage("s").session_tokens
+        assert after == total + used.total_tokens
+        total = after
+
+
+@cases(50)
+@given(seed=seeds)
+def test_bulk_upstream_usage_never_corrupts_the_ledger(seed: int) -> None:
+    """20 sequences of 8 commits per seed, each part drawn from hostile numbers."""
+    bulk(seed, 20, _upstream_usage_case, _check_upstream_usage)
