@@ -576,3 +576,28 @@ def _check_upstream_usage(parts: list[tuple[Any, Any]]) -> None:
 def test_bulk_upstream_usage_never_corrupts_the_ledger(seed: int) -> None:
     """20 sequences of 8 commits per seed, each part drawn from hostile numbers."""
     bulk(seed, 20, _upstream_usage_case, _check_upstream_usage)
+
+
+def test_a_garbage_collected_async_stream_settles() -> None:
+    """An async stream dropped mid-answer: the event loop finalizes it, and that settles."""
+    ledger = ag.TokenLedger(STREAM_CONFIG, store=MemoryStore(), clock=FakeClock())
+    body = sse([chunk({"content": "hello "}) for _ in range(5)] + [chunk({}, finish="stop")])
+    upstream = RawUpstream([(200, "text/event-stream", body)])
+    client = guarded_client(upstream, STREAM_CONFIG, ledger=ledger, asynchronous=True)
+
+    async def main() -> None:
+        with ag.session("s"):
+            stream = await client.chat.completions.create(
+                model="fast", messages=MESSAGES, stream=True
+            )
+            chunks = stream.__aiter__()
+            await chunks.__anext__()
+            del stream, chunks
+            gc.collect()
+            for _ in range(5):  # the loop runs the async generators' finalizers
+                await asyncio.sleep(0)
+
+    asyncio.run(main())
+    snap = ledger.usage("s")
+    assert snap.session_reserved == 0
+    assert snap.session_tokens > 0
