@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentguard import ConfigError, GuardConfig
-from agentguard.config import LoopDetectionConfig, TokenBudgetConfig
+from agentguard.config import EscalationConfig, LoopDetectionConfig, TokenBudgetConfig
 
 
 def test_defaults_match_the_documented_reliability_block() -> None:
@@ -131,11 +132,17 @@ def test_env_is_read_from_the_process_by_default(monkeypatch: pytest.MonkeyPatch
     assert GuardConfig.from_dict({}).token_budget.per_hour == 77
 
 
-def test_secret_looking_env_values_are_redacted_in_errors() -> None:
-    """An unknown override whose name looks secret never shows its value."""
+def test_secret_looking_env_values_are_redacted_in_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An unknown override whose name looks secret never shows its value, error or warning."""
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_dict({}, env={"AGENTGUARD_API_KEY": "sk-canary-1234567890"})
+        GuardConfig.from_dict({}, env={"AGENTGUARD_STORAGE__API_KEY": "sk-canary-1234567890"})
     assert "sk-canary" not in str(info.value)
+    with caplog.at_level("WARNING", logger="agentguard.config"):
+        GuardConfig.from_dict({}, env={"AGENTGUARD_API_KEY": "sk-canary-1234567890"})
+    assert "AGENTGUARD_API_KEY" in caplog.text
+    assert "sk-canary" not in caplog.text
 
 
 YAML = """
@@ -285,3 +292,187 @@ def test_config_all_lists_its_public_names() -> None:
 
     assert agentguard.config.__all__ == sorted(agentguard.config.__all__)
     assert set(agentguard.config.__all__) == set(_CONFIG_NAMES) - {"ConfigError"}
+
+
+# -- the seed's own block, aliases, suggestions, warnings, load() --------------------------------
+
+SEED = Path(__file__).parent / "data" / "seed_reliability.yaml"
+
+
+def test_the_seed_block_loads_as_written() -> None:
+    """The requirements' ``reliability:`` block, verbatim, loads; cloud_fallback is its last tier."""
+    cfg = GuardConfig.from_file(SEED, env={})
+    assert cfg.loop_detection.similarity_threshold == 0.95
+    assert cfg.token_budget.per_session == 500_000
+    assert cfg.escalation.escalate_on == [
+        "tool_validation_failure",
+        "loop_detected",
+        "timeout",
+        "server_error",
+    ]
+    premium = cfg.tiers["premium"]  # the chain's last tier: "premium (cloud via OpenRouter)"
+    assert premium.model == "anthropic/claude-sonnet-4-6"
+    assert premium.base_url == "https://openrouter.ai/api/v1"
+    assert premium.api_key_env == "OPENROUTER_API_KEY"
+    # its local tiers are not defined in this block: config check says they are skipped
+    assert any("not defined: fast, standard, longctx" in note for note in cfg.check())
+
+
+def test_aliases_load_as_the_canonical_keys_in_canonical_units() -> None:
+    """per_request_output, on_exceed and memory_monitor (fractions) are the canonical keys."""
+    cfg = GuardConfig.from_dict(
+        {
+            "token_budget": {"per_request_output": 4096, "on_exceed": "hard_stop"},
+            "memory_monitor": {
+                "enabled": True,
+                "warning_threshold": 0.85,
+                "critical_threshold": 0.95,
+                "psi_some_warning": 0.1,
+                "sustained_seconds": 60,
+            },
+        },
+        env={},
+    )
+    assert cfg.token_budget.max_output_tokens == 4096
+    assert cfg.token_budget.policy == "hard_stop"
+    assert cfg.memory_pressure.percent_warning == 85.0
+    assert cfg.memory_pressure.percent_critical == 95.0
+    assert cfg.memory_pressure.psi_some_warning == 10.0
+    assert cfg.memory_pressure.sustained_seconds == 60.0
+    assert "memory_monitor" not in cfg.to_dict()["reliability"]  # shown under canonical names
+
+
+def test_an_alias_and_its_canonical_key_together_are_an_error() -> None:
+    """Giving one setting twice, under both names, is refused rather than guessed."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict(
+            {"token_budget": {"per_request_output": 1, "max_output_tokens": 2}}, env={}
+        )
+    assert info.value.problems[0]["path"] == "reliability.token_budget.per_request_output"
+    assert "max_output_tokens" in info.value.problems[0]["allowed"]
+
+
+def test_memory_monitor_thresholds_must_be_fractions() -> None:
+    """A percent under memory_monitor (which takes fractions) is an error saying so."""
+    with pytest.raises(ConfigError, match="a fraction between 0 and 1"):
+        GuardConfig.from_dict({"memory_monitor": {"warning_threshold": 90}}, env={})
+
+
+def test_cloud_fallback_provider_and_keys_are_checked() -> None:
+    """An unknown provider or key of cloud_fallback is named, with the likely intended one."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict(
+            {"escalation": {"cloud_fallback": {"provider": "openroute", "modle": "m"}}}, env={}
+        )
+    text = str(info.value)
+    assert "did you mean 'model'?" in text
+    assert "did you mean 'openrouter'?" in text
+
+
+def test_cloud_fallback_with_base_url_needs_no_known_provider() -> None:
+    """Any OpenAI-compatible endpoint can be the fallback; it becomes the chain's last tier."""
+    cfg = GuardConfig.from_dict(
+        {
+            "tiers": {"local": {"model": "qwen"}},
+            "escalation": {
+                "chain": ["local", "cloud"],
+                "cloud_fallback": {"base_url": "https://llm.example/v1", "model": "big"},
+            },
+        },
+        env={},
+    )
+    assert cfg.tiers["cloud"].base_url == "https://llm.example/v1"
+    assert cfg.check() == []
+    with pytest.raises(ConfigError, match="already defined in tiers"):
+        GuardConfig.from_dict(
+            {
+                "tiers": {"premium": {"model": "x"}},
+                "escalation": {"cloud_fallback": {"model": "y"}},
+            },
+            env={},
+        )
+
+
+@pytest.mark.parametrize(
+    ("data", "suggestion"),
+    [
+        ({"loop_detection": {"windowsize": 5}}, "did you mean 'window_size'?"),
+        ({"token_budget": {"per_sesion": 5}}, "did you mean 'per_session'?"),
+        ({"loop_detect": {}}, "did you mean 'loop_detection'?"),
+        ({"token_budget": {"per_request_ouput": 5}}, "did you mean 'per_request_output'?"),
+        ({"escalation": {"cloud_fallbak": {}}}, "did you mean 'cloud_fallback'?"),
+        ({"memory_monitor": {"warning_treshold": 0.9}}, "did you mean 'warning_threshold'?"),
+    ],
+)
+def test_unknown_keys_suggest_the_near_match(data: dict[str, Any], suggestion: str) -> None:
+    """A misspelt key is answered with the key it most likely meant (aliases included)."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict(data, env={})
+    assert suggestion in info.value.problems[0]["allowed"]
+
+
+def test_env_variables_that_are_not_configuration_paths_are_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A user's own AGENTGUARD_WRAP=1 never breaks loading: ignored, with a warning."""
+    with caplog.at_level("WARNING", logger="agentguard.config"):
+        cfg = GuardConfig.from_dict(
+            {}, env={"AGENTGUARD_WRAP": "1", "AGENTGUARD_FAIL_MOD": "closed"}
+        )
+    assert cfg == GuardConfig()
+    assert "AGENTGUARD_WRAP is not a configuration key; ignored" in caplog.text
+    assert "did you mean AGENTGUARD_FAIL_MODE?" in caplog.text
+
+
+def test_env_misspelt_key_of_a_known_section_suggests_the_variable() -> None:
+    """Under a real section a misspelt key stays an error, naming the intended variable."""
+    with pytest.raises(ConfigError, match="did you mean AGENTGUARD_TOKEN_BUDGET__PER_SESSION"):
+        GuardConfig.from_dict({}, env={"AGENTGUARD_TOKEN_BUDGET__PER_SESSON": "1"})
+
+
+def test_check_warns_on_what_will_do_nothing() -> None:
+    """No tiers, a chain of one, unused tiers, escalate with nowhere to go: each is named."""
+    assert any("no tiers are defined" in n for n in GuardConfig().check())
+    assert GuardConfig(escalation=EscalationConfig(enabled=False)).check() == []
+    cfg = GuardConfig.from_dict(
+        {
+            "tiers": {"fast": {"model": "a"}, "spare": {"model": "b"}},
+            "escalation": {"chain": ["fast"]},
+            "token_budget": {"policy": "escalate"},
+        },
+        env={},
+    )
+    notes = "\n".join(cfg.check())
+    assert "nowhere to escalate" in notes
+    assert "never used: spare" in notes
+    assert "no cheaper tier" in notes
+
+
+def test_load_accepts_a_config_a_dict_a_path_or_the_environment(tmp_path: Path) -> None:
+    """GuardConfig.load: an instance as it is; dict, path and None with the overrides."""
+    built = GuardConfig(fail_mode="closed")
+    env = {"AGENTGUARD_TOKEN_BUDGET__PER_HOUR": "77"}
+    assert GuardConfig.load(built, env=env) is built
+    assert GuardConfig.load({"fail_mode": "closed"}, env=env).token_budget.per_hour == 77
+    path = tmp_path / "ag.yaml"
+    path.write_text("reliability:\n  token_budget: {per_session: 9}\n")
+    assert GuardConfig.load(path, env={}).token_budget.per_session == 9
+    assert GuardConfig.load(str(path), env={}).token_budget.per_session == 9
+    from_env = GuardConfig.load(None, env={"AGENTGUARD_CONFIG": str(path), **env})
+    assert (from_env.token_budget.per_session, from_env.token_budget.per_hour) == (9, 77)
+    assert GuardConfig.load(None, env={}) == GuardConfig()
+    with pytest.raises(TypeError, match="a dict or a file path"):
+        GuardConfig.load(42, env={})  # type: ignore[arg-type]
+
+
+def test_config_check_prints_warnings_and_strict_fails_on_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``agentguard config check`` on the seed: ok, with warnings; ``--strict`` exits 2."""
+    from agentguard.cli import main
+
+    assert main(["config", "check", str(SEED)]) == 0
+    out = capsys.readouterr()
+    assert "ok (2 warning(s))" in out.out
+    assert "warning: escalation.chain names tiers that are not defined" in out.err
+    assert main(["config", "check", "--strict", str(SEED)]) == 2

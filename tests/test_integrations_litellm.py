@@ -22,6 +22,8 @@ litellm = pytest.importorskip("litellm", reason="needs litellm: nox -s litellm")
 from agentguard.integrations.litellm import (  # noqa: E402
     GuardedLLM,
     LiteLLMTransport,
+    _error_response,
+    proxy_headers,
     register,
     report_headers,
 )
@@ -177,7 +179,8 @@ async def test_async_streaming_escalates_a_dead_tier() -> None:
 
 
 def test_guard_decisions_become_litellm_errors_with_a_status() -> None:
-    """A loop the guard refuses is a 400; a spent hard_stop budget is a 429."""
+    """A loop the guard refuses is a 400; a session budget spent for good (hard_stop) is a 403,
+    which clients do not retry (an hourly one is a 429 with Retry-After: see below)."""
     history = polling_history(8)
     model = ScriptedModel([Reply.text(" ".join(f"fact{i}" for i in range(80)))], cycle=True)
     budget = {"per_session": 200, "policy": "hard_stop", "max_output_tokens": 100}
@@ -185,7 +188,9 @@ def test_guard_decisions_become_litellm_errors_with_a_status() -> None:
         guarded(url, escalation={"chain": ["fast"]}, token_budget=budget)
         with pytest.raises(litellm.exceptions.BadRequestError, match="agentguard loop_detected"):
             litellm.completion(model="agentguard/fast", messages=history)
-        with pytest.raises(litellm.exceptions.RateLimitError, match="agentguard budget_exceeded"):  # noqa: PT012
+        with pytest.raises(  # noqa: PT012
+            litellm.exceptions.PermissionDeniedError, match="agentguard budget_exceeded"
+        ):
             for _ in range(5):
                 litellm.completion(
                     model="agentguard/fast",
@@ -221,6 +226,93 @@ def test_transport_refuses_to_call_itself() -> None:
     request = ModelRequest(model="agentguard/fast", messages=ASK)
     with pytest.raises(ag.ConfigError, match="agentguard/"):
         LiteLLMTransport().send(request)
+
+
+# -- status codes and headers of the guard's errors ----------------------------------------------
+
+
+def _budget_error(budget: str, resets_at: float | None) -> ag.BudgetExceeded:
+    return ag.BudgetExceeded(
+        budget=budget, used=90, requested=20, limit=100, resets_at=resets_at, session="s"
+    )
+
+
+def test_an_hourly_budget_answers_429_with_retry_after_when_it_frees_up() -> None:
+    """The rolling hour frees up by itself: 429, Retry-After in whole seconds (rounded up)."""
+    status, kind, headers = _error_response(_budget_error("hour", 1_000.2), now=900.0)
+    assert (status, kind) == (429, "budget_exceeded")
+    assert headers["retry-after"] == "101"
+    assert headers["x-agentguard-budget-exceeded"] == "true"
+
+
+@pytest.mark.parametrize(("budget", "status"), [("session", 403), ("request", 400)])
+def test_a_final_refusal_has_no_retry_after_and_a_status_clients_do_not_retry(
+    budget: str, status: int
+) -> None:
+    """A session budget spent for good is a 403; a request over any budget a 400; no wait."""
+    answer, kind, headers = _error_response(_budget_error(budget, None), now=0.0)
+    assert (answer, kind) == (status, "budget_exceeded")
+    assert "retry-after" not in headers
+    assert answer not in (408, 409, 429)  # what the openai SDKs retry
+    assert answer < 500
+
+
+def test_tool_calls_invalid_on_every_tier_are_a_502_as_documented() -> None:
+    """Every tier tried and the tool calls stayed invalid: 502 tool_validation_failed, with
+    the attempts labelled by what happened on each."""
+    model = ScriptedModel([Reply.call("search", {})], cycle=True)
+    with model.serve() as url:
+        guarded(url, tool_validation={"max_retries": 0})
+        with pytest.raises(litellm.exceptions.BadGatewayError) as info:
+            litellm.completion(model="agentguard/fast", messages=ASK, tools=TOOLS)
+    assert "agentguard tool_validation_failed" in str(info.value)
+    cause = info.value.__context__
+    while cause is not None and not isinstance(cause, ag.AgentGuardError):
+        cause = cause.__cause__ or cause.__context__
+    assert isinstance(cause, ag.TiersExhausted)
+    status, _, headers = _error_response(cause)
+    assert status == 502
+    assert headers["x-agentguard-attempts"] == (
+        "fast:tool_validation_failure,strong:tool_validation_failure"
+    )
+    assert headers["x-agentguard-tokens"] != "0"
+
+
+@pytest.mark.anyio
+async def test_the_proxy_callback_answers_guard_errors_with_their_status_and_headers() -> None:
+    """The proxy's failure hook finds the guard's error inside litellm's and answers with its
+    status, type, Retry-After and x-agentguard-* headers; other errors it leaves alone."""
+    model = ScriptedModel([Reply.text("ok")], cycle=True)
+    budget = {"per_hour": 50, "policy": "hard_stop", "max_output_tokens": 10}
+    with model.serve() as url:
+        guarded(url, token_budget=budget)
+        with pytest.raises(litellm.exceptions.RateLimitError) as info:  # noqa: PT012
+            for _ in range(10):
+                await litellm.acompletion(model="agentguard/fast", messages=ASK)
+    answer = await proxy_headers.async_post_call_failure_hook(
+        request_data={}, original_exception=info.value, user_api_key_dict=None
+    )
+    assert answer.status_code == 429
+    assert answer.type == "budget_exceeded"
+    assert int(answer.headers["retry-after"]) >= 1
+    assert answer.headers["x-agentguard-budget-exceeded"] == "true"
+    assert answer.headers["x-agentguard-session"]
+    other = await proxy_headers.async_post_call_failure_hook(
+        request_data={}, original_exception=ValueError("not ours"), user_api_key_dict=None
+    )
+    assert other is None
+
+
+def test_the_stream_report_is_on_the_chunk_report_headers_finds() -> None:
+    """stream=True: one chunk carries the report as ``chunk.agentguard``; report_headers finds it."""
+    model = ScriptedModel([Reply.text("hello there")])
+    with model.serve() as url:
+        guarded(url)
+        chunks = list(litellm.completion(model="agentguard/fast", messages=ASK, stream=True))
+    found = [h for h in map(report_headers, chunks) if h]
+    assert len(found) == 1
+    assert found[0]["x-agentguard-tier"] == "fast"
+    assert found[0]["x-agentguard-attempts"] == "fast:ok"
 
 
 def test_the_proxy_caller_scopes_conversations_found_without_a_session() -> None:

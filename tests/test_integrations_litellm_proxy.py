@@ -9,6 +9,7 @@ nox session; skipped where litellm's proxy is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -37,10 +38,22 @@ def proxy(
 ) -> Iterator[Any]:
     """A real litellm proxy process on loopback; the openai client pointed at it."""
     _, url = upstream
-    budget = {"per_session": 3000, "warn_ratio": 0.5, "max_output_tokens": 100}
-    guard = guard_config(url, token_budget=budget)
+    budget = {
+        "per_session": 3000,
+        "warn_ratio": 0.5,
+        "max_output_tokens": 100,
+        "policy": "hard_stop",
+    }
+    with _client(url, tmp_path_factory.mktemp("proxy"), budget) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _client(url: str, tmp: Path, budget: dict[str, Any]) -> Iterator[Any]:
+    """A proxy whose guard has ``budget``, and an openai client (no retries of its own) on it."""
     litellm_cli = str(Path(sys.executable).with_name("litellm"))
-    with litellm_proxy(litellm_cli, tmp_path_factory.mktemp("proxy"), guard) as (base, key):
+    guard = guard_config(url, token_budget=budget)
+    with litellm_proxy(litellm_cli, tmp, guard) as (base, key):
         client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
         yield client
         client.close()
@@ -148,6 +161,93 @@ def test_streaming_through_the_proxy_carries_the_report_at_the_end(
     )
 
 
+def test_tool_calls_still_invalid_answer_502_with_the_guards_headers(
+    proxy: Any, upstream: Any
+) -> None:
+    """Invalid on every tier after every correction: 502 as documented, and the error response
+    carries the x-agentguard-* headers, each attempt labelled by what happened."""
+    up, _ = upstream
+    start = up.script(
+        fast_model=[Reply.call("search", {})] * 4, strong_model=[Reply.call("search", {})] * 4
+    )
+    with pytest.raises(openai.APIStatusError) as info:
+        _ask(proxy, "invalid-1", tools=TOOLS)
+    error = info.value
+    assert error.status_code == 502
+    assert "tool_validation_failed" in str(error)
+    headers = _guard_headers(error.response)
+    assert headers["x-agentguard-session"] == "invalid-1"
+    assert headers["x-agentguard-corrections"] == "6"  # three re-asks on each tier
+    attempts = headers["x-agentguard-attempts"].split(",")
+    assert attempts == ["fast:tool_validation_failure"] * 4 + ["strong:tool_validation_failure"] * 4
+    assert len(up.models_since(start)) == 8
+
+
+def test_a_spent_session_budget_is_a_final_refusal(proxy: Any, upstream: Any) -> None:
+    """hard_stop, session budget spent: 403 (a default OpenAI() client does not retry it),
+    no Retry-After, the budget state in the headers; nothing reaches upstream."""
+    up, _ = upstream
+    start = up.script(fast_model=[Reply.text("never sent")])
+    huge = " ".join(f"line {i} of the attached build log" for i in range(1000))
+    with pytest.raises(openai.PermissionDeniedError) as info:
+        _ask(proxy, "budget-2", text=huge)
+    headers = info.value.response.headers
+    assert "retry-after" not in headers
+    assert headers["x-agentguard-budget-exceeded"] == "true"
+    assert headers["x-agentguard-session"] == "budget-2"
+    assert up.models_since(start) == []
+    up.queues["fast-model"].clear()
+
+
+def test_a_stream_refused_before_its_first_chunk_answers_with_the_same_status(
+    proxy: Any, upstream: Any
+) -> None:
+    """stream=True, every tier down before anything was sent: the status a call would get
+    (litellm builds this answer itself: without the x-agentguard-* headers, as documented)."""
+    up, _ = upstream
+    up.script(fast_model=[Fault.server_error(503)], strong_model=[Fault.server_error(503)])
+    with pytest.raises(openai.APIStatusError) as info:
+        list(
+            proxy.chat.completions.create(
+                model="agent",
+                messages=[{"role": "user", "content": "stream please"}],
+                stream=True,
+                extra_headers={"x-agentguard-session": "stream-dead"},
+            )
+        )
+    assert info.value.status_code == 503
+    assert "agentguard tiers_exhausted" in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def hourly_proxy(
+    upstream: tuple[Upstream, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """A second proxy whose rolling-hour budget is tiny (it is spent for the whole module)."""
+    _, url = upstream
+    budget = {"per_hour": 400, "max_output_tokens": 50, "policy": "hard_stop"}
+    with _client(url, tmp_path_factory.mktemp("hourly"), budget) as client:
+        yield client
+
+
+def test_a_spent_hourly_budget_answers_429_with_retry_after(
+    hourly_proxy: Any, upstream: Any
+) -> None:
+    """hard_stop, the rolling hour spent: 429 with Retry-After (seconds until it frees up), which
+    a default OpenAI() client waits for; the budget state in the x-agentguard-* headers."""
+    up, _ = upstream
+    up.script(fast_model=[Reply.text("an answer")] * 10)
+    text = " ".join(f"line {i} of the log" for i in range(30))  # ~150 tokens a call
+    with pytest.raises(openai.RateLimitError) as info:  # noqa: PT012
+        for i in range(10):  # the hour holds 400: the third or fourth call is refused
+            _ask(hourly_proxy, f"hour-{i}", text=text)
+    headers = info.value.response.headers
+    assert 1 <= int(headers["retry-after"]) <= 3600
+    assert headers["x-agentguard-budget-exceeded"] == "true"
+    assert "budget_exceeded" in str(info.value)
+    up.queues["fast-model"].clear()
+
+
 def test_callers_with_the_same_conversation_get_their_own_sessions(
     proxy: Any, upstream: Any
 ) -> None:
@@ -164,3 +264,43 @@ def test_callers_with_the_same_conversation_get_their_own_sessions(
         sessions[user] = _guard_headers(raw)["x-agentguard-session"]
     assert sessions["alice"] != sessions["bob"]
     assert all(s.startswith("auto-") for s in sessions.values())
+
+
+def test_concurrent_conversations_with_one_opening_share_nothing(proxy: Any, upstream: Any) -> None:
+    """Six clients run the same two-step conversation at once, with no session header: six
+    sessions, each continued by its second step, no loop verdict, no budget warning (each
+    session spends its own budget)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    up, _ = upstream
+    users = 6
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "search", "arguments": '{"query": "install"}'},
+    }
+    up.script(
+        fast_model=[Reply.call("search", {"query": "install"}, id="call_0")] * users
+        + [Reply.text("Section 2 of the guide.")] * users
+    )
+    opening = [{"role": "user", "content": "where is the install guide?"}]
+    follow_up = [
+        *opening,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "guide.md, section 2"},
+    ]
+
+    def ask(messages: list[dict[str, Any]]) -> dict[str, str]:
+        raw = proxy.chat.completions.with_raw_response.create(
+            model="agent", messages=messages, tools=TOOLS
+        )
+        return _guard_headers(raw)
+
+    with ThreadPoolExecutor(users) as pool:
+        first = list(pool.map(ask, [opening] * users))
+        second = list(pool.map(ask, [follow_up] * users))
+    assert len({h["x-agentguard-session"] for h in first}) == users
+    assert {h["x-agentguard-session"] for h in second} == {h["x-agentguard-session"] for h in first}
+    for headers in first + second:  # no loop verdict moved a call, no budget was shared
+        assert "x-agentguard-escalation-reason" not in headers
+        assert "x-agentguard-budget-warning" not in headers

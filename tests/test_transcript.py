@@ -135,6 +135,21 @@ def test_resending_the_same_history_is_not_a_loop_step() -> None:
             assert (report.session, report.warnings) == ("named", ())
 
 
+def test_the_same_request_in_flight_twice_is_two_runs() -> None:
+    """A request sent again while the first is still being answered (concurrent clients, or
+    a retry after a client-side timeout) is a fork, not a continuation with nothing new."""
+    model = ScriptedModel([Reply.text("It is sunny in Paris today, 18 °C.")], cycle=True)
+    guard = Guard(model, _config())
+    request = ModelRequest(model="m", messages=[SYSTEM, QUESTION])
+    first = guard.stream(request)
+    next(iter(first))  # the first request is prepared and streaming, its answer not yet done
+    second = ag.report_of(guard.complete(request))
+    list(first)
+    assert second is not None
+    assert first.report is not None
+    assert second.session != first.report.session
+
+
 def test_callers_are_told_apart_by_user_and_scope() -> None:
     """The same conversation from two `user`s, or two scopes an adapter set, is two runs."""
     model = ScriptedModel([CALL], cycle=True)

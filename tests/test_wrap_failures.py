@@ -236,6 +236,33 @@ def test_a_client_error_is_not_retried(asynchronous: bool) -> None:
 
 
 @MODES
+def test_an_upstream_error_after_retries_carries_the_guards_record(asynchronous: bool) -> None:
+    """Retried and still failing, with no tier to move to: the SDK's own error type, with the
+    attempt history as ``agentguard_report`` and a note in the traceback."""
+    config = _config(escalation={"enabled": False})
+    run = _run([Fault.server_error(503)] * 3, asynchronous=asynchronous, config=config)
+    assert isinstance(run.error, openai.InternalServerError)
+    report = run.error.agentguard_report  # type: ignore[attr-defined]
+    assert [a.outcome for a in report.attempts] == ["transient", "transient"]
+    assert report.retries == 1
+    assert any(n.startswith("agentguard: 2 attempt(s)") for n in run.error.__notes__)
+
+
+@MODES
+def test_given_up_corrections_carry_their_tokens(asynchronous: bool) -> None:
+    """ToolValidationFailed through the real client: the tokens of every re-ask are on it."""
+    config = _config(escalation={"enabled": False})
+    bad = Reply.call("read_file", {"file": "setup.cfg"})
+    run = _run([bad] * 4, asynchronous=asynchronous, config=config)
+    assert isinstance(run.error, ag.ToolValidationFailed)
+    assert run.error.n_attempts == 4
+    usage = run.error.total_usage
+    assert usage.completion_tokens > 0
+    assert len(run.requests) == 4  # each of the four answers is counted, not only the last
+    assert usage.prompt_tokens > 4 * 10
+
+
+@MODES
 def test_degenerate_text_escalates(asynchronous: bool) -> None:
     """An answer that degenerates into repetition is a loop: the next tier answers."""
     run = _run(
@@ -425,3 +452,51 @@ def test_streaming_usage_chunk_reaches_the_caller() -> None:
     assert last.usage is not None
     assert last.usage.total_tokens > 0
     assert chunks[-2].choices[0].finish_reason == "tool_calls"
+
+
+# -- what wrap() accepts -------------------------------------------------------------------------
+
+
+def _client(model: ScriptedModel) -> Any:
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://scripted.invalid/v1",
+        http_client=http.Client(transport=model.mock_transport(http)),
+    )
+
+
+def test_wrap_takes_a_plain_dict() -> None:
+    """``ag.wrap(client, {...})``: the dict is the reliability block (no AttributeError)."""
+    model = ScriptedModel([Reply.call("read_file", {"path": "a"}), GOOD])
+    wrapped = ag.wrap(_client(model), {"tool_validation": {"max_retries": 0}, "tiers": {}})
+    answer = wrapped.chat.completions.create(model="fast", messages=MESSAGES, tools=[{**TOOLS[0]}])
+    assert ag.report_of(answer) is not None
+
+
+def test_wrap_without_config_reads_agentguard_config_and_overrides(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Like the LiteLLM proxy handler: AGENTGUARD_CONFIG names the file, AGENTGUARD_* override,
+    unrelated AGENTGUARD_ variables are ignored."""
+    path = tmp_path / "agentguard.yaml"
+    path.write_text("reliability:\n  token_budget: {policy: hard_stop, per_session: 1}\n")
+    monkeypatch.setenv("AGENTGUARD_CONFIG", str(path))
+    monkeypatch.setenv("AGENTGUARD_TOKEN_BUDGET__PER_SESSION", "2")
+    monkeypatch.setenv("AGENTGUARD_WRAP", "1")
+    wrapped = ag.wrap(_client(ScriptedModel([GOOD])))
+    with pytest.raises(ag.BudgetExceeded) as info:
+        wrapped.chat.completions.create(model="fast", messages=MESSAGES)
+    assert info.value.limit == 2
+
+
+@pytest.mark.parametrize("thing", [object(), "gpt-4o", None])
+def test_wrapping_something_else_is_a_type_error(thing: Any) -> None:
+    """Not an openai client: a TypeError saying what wrap() takes and where to go instead."""
+    with pytest.raises(TypeError, match=r"openai\.OpenAI or openai\.AsyncOpenAI"):
+        ag.wrap(thing)
+
+
+def test_wrap_rejects_a_config_of_the_wrong_type() -> None:
+    """A config that is no GuardConfig, dict or path: TypeError naming the accepted types."""
+    with pytest.raises(TypeError, match="a dict or a file path"):
+        ag.wrap(_client(ScriptedModel([GOOD])), 42)  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from agentguard._exports import publish
@@ -13,7 +15,11 @@ __all__ = ["wrap"]
 C = TypeVar("C")
 
 
-def wrap(client: C, config: GuardConfig | None = None, **options: Any) -> C:
+def wrap(
+    client: C,
+    config: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> C:
     """Put the whole guard in front of an ``openai.OpenAI`` or ``openai.AsyncOpenAI`` client.
 
     Returns a copy of ``client`` — still an instance of its class — whose
@@ -24,17 +30,35 @@ def wrap(client: C, config: GuardConfig | None = None, **options: Any) -> C:
     ``agentguard.report_of(response)`` tells what the guard did.
 
     Args:
-        client: an openai 2.x or 3.x client, sync or async.
-        config: the configuration (defaults when ``None``).
+        client: an openai 2.x or 3.x client, sync or async (subclasses such as
+            ``AzureOpenAI`` included).
+        config: a :class:`GuardConfig` (used as it is), a dict (the ``reliability:`` block, with
+            or without that key) or the path of a YAML/TOML/JSON file. ``None`` reads the file
+            named by ``AGENTGUARD_CONFIG``, else the defaults. Dicts, files and ``None`` get the
+            ``AGENTGUARD_*`` environment overrides — exactly as the LiteLLM proxy handler does
+            (both call :meth:`GuardConfig.load`).
         **options: passed to :class:`~agentguard.Guard` / :class:`~agentguard.AsyncGuard`
             (``ledger``, ``probe``, ``confirm``, ``clock``, ``sleep``, ``rng``, ``hooks``).
 
     Raises:
         ImportError: the openai package is not installed (``pip install "agentguard[openai]"``).
+        TypeError: ``client`` is not an openai client, or ``config`` is none of the above.
+        ConfigError: the configuration is invalid.
     """
-    from .integrations.openai import wrap as wrap_openai  # noqa: PLC0415 - the SDK is optional
+    from .integrations._lazy import require  # noqa: PLC0415 - the SDK is optional
+    from .integrations.openai import wrap as wrap_openai  # noqa: PLC0415
 
-    wrapped: C = wrap_openai(client, config, **options)
+    openai = require("openai", "openai")
+    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
+        kind = type(client)
+        raise TypeError(
+            "agentguard.wrap() takes an openai.OpenAI or openai.AsyncOpenAI client, not "
+            f"{kind.__module__}.{kind.__qualname__}; for LiteLLM use "
+            "agentguard.integrations.litellm.register(), for other frameworks see "
+            "docs/integrations/, and for any other model API build an agentguard.Guard over "
+            "a transport"
+        )
+    wrapped: C = wrap_openai(client, GuardConfig.load(config), **options)
     return wrapped
 
 

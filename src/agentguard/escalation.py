@@ -163,8 +163,16 @@ class EscalationPolicy:
         tokens_spent: int = 0,
         cost_spent: float | None = None,
         attempts: int = 0,
+        estimated_tokens: int = 0,
+        retry_cost: float | None = None,
+        backup_cost: float | None = None,
     ) -> EscalationPrompt:
-        """The question confirm mode puts to the user for ``decision``."""
+        """The question confirm mode puts to the user for ``decision``.
+
+        ``estimated_tokens`` is what one more attempt is expected to spend, priced on the
+        current tier (``retry_cost``) and on the proposed one (``backup_cost``); see
+        :class:`EscalationPrompt`.
+        """
         options: tuple[Choice, ...] = (Choice.RETRY, Choice.USE_BACKUP, Choice.CANCEL)
         if decision.target is None:
             options = (Choice.RETRY, Choice.CANCEL)
@@ -177,6 +185,9 @@ class EscalationPolicy:
             tokens_spent=tokens_spent,
             cost_spent=cost_spent,
             attempts=attempts,
+            estimated_tokens=estimated_tokens,
+            retry_cost=retry_cost,
+            backup_cost=backup_cost if decision.target is not None else None,
         )
 
     def _move(self, target: Tier, trigger: str, message: str) -> EscalationDecision:

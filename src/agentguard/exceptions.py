@@ -19,6 +19,14 @@ them. The tree::
 Each exception carries the structured context a caller needs to act (which key, which budget,
 when it resets ...) as attributes; the message repeats it for people. No exception text ever
 contains a secret: values that may be secret are redacted before they reach a message.
+
+Every error a guarded call raises also carries the guard's work up to that point, as Instructor's
+errors carry ``n_attempts`` / ``total_usage``: :attr:`AgentGuardError.attempts`,
+:attr:`~AgentGuardError.n_attempts`, :attr:`~AgentGuardError.total_usage`,
+:attr:`~AgentGuardError.total_cost` and the whole :class:`~agentguard.GuardReport` as
+:attr:`~AgentGuardError.agentguard_report`. An upstream error the guard lets through keeps its
+own type (``openai.APIStatusError`` ...) and gets the same record as an ``agentguard_report``
+attribute and a note in its traceback (``add_note``).
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentguard._exports import publish
 
+from .types import Attempt, Usage
+
 if TYPE_CHECKING:
-    from .types import Attempt, EscalationPrompt
+    from .guard import GuardReport
+    from .types import EscalationPrompt
 
 __all__ = [
     "AgentGuardError",
@@ -48,7 +59,47 @@ __all__ = [
 
 
 class AgentGuardError(Exception):
-    """The root of every exception agentguard raises."""
+    """The root of every exception agentguard raises.
+
+    Raised by a guarded call, it carries what the guard did before giving up (empty when the
+    error did not come from a guarded call, e.g. a :class:`ConfigError`).
+
+    Attributes:
+        attempts: every model call made, in order (tier, model, what happened).
+        agentguard_report: the guard's whole record of the call (session, retries,
+            corrections, usage, cost, warnings ...), or ``None``.
+    """
+
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def agentguard_report(self) -> GuardReport | None:
+        """The guard's record of the call, or ``None`` (see the class docstring)."""
+        report: GuardReport | None = self.__dict__.get("_agentguard_report")
+        return report
+
+    @agentguard_report.setter
+    def agentguard_report(self, report: GuardReport | None) -> None:
+        # a property, not an annotated attribute: GuardReport lives above this module, and
+        # typing.get_type_hints(AgentGuardError) must resolve without importing it
+        self.__dict__["_agentguard_report"] = report
+
+    @property
+    def n_attempts(self) -> int:
+        """How many model calls were made (Instructor's name)."""
+        return len(self.attempts)
+
+    @property
+    def total_usage(self) -> Usage:
+        """Tokens spent by every attempt, the failed ones included (Instructor's name)."""
+        report = self.agentguard_report
+        return report.usage if report is not None else Usage()
+
+    @property
+    def total_cost(self) -> float | None:
+        """Their cost from the price table, or ``None`` when no price applies."""
+        report = self.agentguard_report
+        return report.cost if report is not None else None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The default calls cls(*args), but subclasses take other arguments than their message:
@@ -107,6 +158,7 @@ class LoopDetected(AgentGuardError):
         message: the explanation, fit to show to the model or a person.
         retry_after: seconds after which trying again may make sense, or ``None``.
         session: the session the loop happened in, when known.
+        tool: the tool being called in a loop, or ``None`` when the loop is in the text.
     """
 
     def __init__(
@@ -117,12 +169,14 @@ class LoopDetected(AgentGuardError):
         count: int,
         retry_after: float | None = None,
         session: str | None = None,
+        tool: str | None = None,
     ) -> None:
         self.message = message
         self.detector = detector
         self.count = count
         self.retry_after = retry_after
         self.session = session
+        self.tool = tool
         super().__init__(message)
 
     def to_error(self) -> dict[str, Any]:
@@ -131,6 +185,7 @@ class LoopDetected(AgentGuardError):
             "type": "loop_detected",
             "message": self.message,
             "detector": self.detector,
+            "tool": self.tool,
             "count": self.count,
             "retry_after": self.retry_after,
         }

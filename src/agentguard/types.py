@@ -168,7 +168,9 @@ class Attempt:
     Attributes:
         tier: the tier's name.
         model: the model tried.
-        outcome: ``ok`` or the trigger that ended it (``server_error``, ``timeout`` ...).
+        outcome: what happened: ``ok`` (the answer was used), the class of the error the call
+            ended in (``transient``, ``timeout``, ``rate_limited`` ...), ``breaker_open``, or
+            what was wrong with the answer (``tool_validation_failure``, ``loop_detected``).
         detail: a short, redacted description.
     """
 
@@ -182,6 +184,11 @@ class Attempt:
 class EscalationPrompt:
     """What confirm mode asks the user: no silent failover, costs shown.
 
+    Every option says what it will cost before it is chosen: one more attempt is expected to
+    spend ``estimated_tokens`` (the request's prompt plus an answer as long as this call's
+    answers so far, or the request's output cap before any answer), priced on the current tier
+    for *retry* and on the proposed tier for *use backup*; *cancel* spends nothing more.
+
     Attributes:
         reason: the trigger (``timeout``, ``server_error`` ...).
         message: what happened, in words.
@@ -191,6 +198,10 @@ class EscalationPrompt:
         tokens_spent: tokens spent on this request so far, all attempts included.
         cost_spent: their cost in the price table's currency, or ``None`` when unknown.
         attempts: attempts made so far.
+        estimated_tokens: tokens one more attempt is expected to spend (an estimate).
+        retry_cost: their cost on ``current``, or ``None`` when its model has no price.
+        backup_cost: their cost on ``proposed``, or ``None`` when it has no price (or there is
+            no proposed tier).
     """
 
     reason: str
@@ -201,10 +212,21 @@ class EscalationPrompt:
     tokens_spent: int = 0
     cost_spent: float | None = None
     attempts: int = 0
+    estimated_tokens: int = 0
+    retry_cost: float | None = None
+    backup_cost: float | None = None
+
+    def estimate(self, choice: Choice) -> tuple[int, float | None]:
+        """What ``choice`` is expected to spend: ``(tokens, cost or None when unpriced)``."""
+        if choice == Choice.RETRY:
+            return self.estimated_tokens, self.retry_cost
+        if choice == Choice.USE_BACKUP:
+            return self.estimated_tokens, self.backup_cost
+        return 0, 0.0
 
     def render(self) -> str:
-        """The prompt as text for a terminal: what failed, what it cost, the options."""
-        cost = "" if self.cost_spent is None else f" (~${self.cost_spent:,.4f})"
+        """The prompt as text for a terminal: what failed, what it cost, each option's cost."""
+        cost = "" if self.cost_spent is None else f" (~{_money(self.cost_spent)})"
         lines = [
             f"{self.current.name} ({self.current.model}) failed: {self.message}",
             f"Used so far: {self.tokens_spent:,} tokens{cost} over {self.attempts} attempt(s).",
@@ -219,8 +241,22 @@ class EscalationPrompt:
             ),
             Choice.CANCEL: "Cancel",
         }
-        lines += [f"  [{i}] {labels[o]}" for i, o in enumerate(self.options, 1)]
+        lines += [f"  [{i}] {labels[o]}: {self._spend(o)}" for i, o in enumerate(self.options, 1)]
         return "\n".join(lines)
+
+    def _spend(self, choice: Choice) -> str:
+        tokens, cost = self.estimate(choice)
+        if choice == Choice.CANCEL:
+            return "nothing more spent"
+        money = "no price configured" if cost is None else f"~{_money(cost)}"
+        return f"~{tokens:,} more tokens ({money})"
+
+
+def _money(amount: float) -> str:
+    """Money for a person: four decimals, more for the fractions of a cent one attempt costs."""
+    if amount == 0 or amount >= 0.001:
+        return f"${amount:,.4f}"
+    return f"${amount:.2g}" if amount < 1e-6 else f"${amount:.6f}"
 
 
 publish(globals())  # repr and pickle name these agentguard.X (see _exports.py)

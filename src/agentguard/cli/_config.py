@@ -19,8 +19,14 @@ def register(sub: Any) -> None:
         "config", help="check or show a configuration", description="Check or show a configuration."
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    check = actions.add_parser("check", help="validate a config file; exit 1 with precise errors")
+    check = actions.add_parser(
+        "check",
+        help="validate a config file; exit 1 with precise errors, warn on what will do nothing",
+    )
     check.add_argument("file", help="a .yaml, .yml, .toml or .json file")
+    check.add_argument(
+        "--strict", action="store_true", help="exit 2 when there are warnings (for CI)"
+    )
     check.set_defaults(handler=_check)
     show = actions.add_parser(
         "show", help="print the effective config (defaults and AGENTGUARD_* overrides applied)"
@@ -32,12 +38,15 @@ def register(sub: Any) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     try:
-        GuardConfig.from_file(args.file)
+        cfg = GuardConfig.from_file(args.file)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"{args.file}: ok")
-    return 0
+    notes = cfg.check()
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"{args.file}: ok" + (f" ({len(notes)} warning(s))" if notes else ""))
+    return 2 if notes and args.strict else 0
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ the models beside it import this module and not the other way round. Every failu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -24,12 +25,40 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["ENV_PREFIX", "ROOT", "load_file", "validate"]
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CHAIN",
+    "ENV_PREFIX",
+    "PROVIDERS",
+    "ROOT",
+    "load",
+    "load_file",
+    "suggest",
+    "validate",
+]
 
 #: Environment variables with this prefix override configuration keys.
 ENV_PREFIX = "AGENTGUARD_"
+#: The environment variable naming the configuration file read when none is given.
+CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 #: The one top-level key of a configuration file.
 ROOT = "reliability"
+#: ``escalation.cloud_fallback.provider``: the OpenAI-compatible endpoint of each known provider.
+PROVIDERS = {
+    "anthropic": "https://api.anthropic.com/v1/",
+    "deepseek": "https://api.deepseek.com/v1",
+    "fireworks": "https://api.fireworks.ai/inference/v1",
+    "groq": "https://api.groq.com/openai/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "openai": "https://api.openai.com/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "together": "https://api.together.xyz/v1",
+}
+
+#: The default ``escalation.chain``, cheapest tier first.
+DEFAULT_CHAIN = ("fast", "standard", "longctx", "premium")
+
+_log = logging.getLogger("agentguard.config")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -53,7 +82,7 @@ def validate(
     Raises:
         ConfigError: naming every bad key path, its value and what is allowed.
     """
-    body = _unwrap(data or {}, source)
+    body = _canonical(_unwrap(data or {}, source), source)
     body = _apply_env(model, body, os.environ if env is None else env, source)
     try:
         return model.model_validate(body)
@@ -75,6 +104,42 @@ def load_file(model: type[M], path: str | os.PathLike[str], *, env: Mapping[str,
             [{"path": "(file)", "value": str(p), "allowed": f"a readable file ({exc.strerror})"}]
         ) from None
     return validate(model, _parse(text, p), env=env, source=str(p))
+
+
+def load(
+    model: type[M],
+    source: M | Mapping[str, Any] | str | os.PathLike[str] | None,
+    *,
+    env: Mapping[str, str] | None,
+) -> M:
+    """Whatever a caller handed in as a configuration, as ``model``.
+
+    ``None`` reads the file named by ``AGENTGUARD_CONFIG`` (the defaults when unset); a mapping
+    or a path is validated with the ``AGENTGUARD_*`` overrides; a ``model`` instance is used as
+    it is (built in code, it is final).
+
+    Raises:
+        ConfigError: the file or a value is invalid.
+        TypeError: ``source`` is none of these.
+    """
+    if isinstance(source, model):
+        return source
+    environ = os.environ if env is None else env
+    if source is None:
+        path = environ.get(CONFIG_ENV)
+        return (
+            load_file(model, path, env=environ)
+            if path
+            else validate(model, None, env=environ, source=None)
+        )
+    if isinstance(source, Mapping):
+        return validate(model, source, env=environ, source=None)
+    if isinstance(source, (str, os.PathLike)):
+        return load_file(model, source, env=environ)
+    raise TypeError(
+        f"a configuration must be a {model.__name__}, a dict or a file path "
+        f"(str or os.PathLike), not {type(source).__name__}"
+    )
 
 
 def _parse(text: str, path: Path) -> Any:
@@ -128,6 +193,138 @@ def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
     return _deep_copy(data)
 
 
+# -- the seed's own names ---------------------------------------------------------------------
+# The ``reliability:`` block users already have (see docs/configuration.md, "Names from the
+# reliability block you already have") says a few things under other names or in other units.
+# They are accepted here, translated once to the canonical keys, so everything downstream (the
+# models, `config show`, the guard) sees one vocabulary.
+
+#: Section by section (``()``: top level), another name of a key and its canonical name.
+_RENAMES: dict[tuple[str, ...], dict[str, str]] = {
+    (): {"memory_monitor": "memory_pressure"},
+    ("token_budget",): {"per_request_output": "max_output_tokens", "on_exceed": "policy"},
+}
+#: Inside ``memory_monitor``, where thresholds are fractions of 1 (``memory_pressure``: percent).
+_MONITOR_RENAMES = {
+    "warning_threshold": "percent_warning",
+    "critical_threshold": "percent_critical",
+}
+_PERCENT_KEYS = frozenset(
+    {"psi_some_warning", "psi_some_critical", "psi_full_critical", *_MONITOR_RENAMES.values()}
+)
+_FALLBACK_KEYS = ("provider", "model", "base_url", "api_key_env", "timeout")
+#: The other names each (canonical) section accepts, for "did you mean".
+_OTHER_NAMES: dict[tuple[str, ...], list[str]] = {
+    **{where: list(names) for where, names in _RENAMES.items()},
+    ("memory_pressure",): list(_MONITOR_RENAMES),
+    ("escalation",): ["cloud_fallback"],
+}
+
+
+def suggest(key: str, choices: list[str]) -> str | None:
+    """The choice ``key`` was most likely meant to be (a typo, a missing ``_``), or ``None``."""
+    from rapidfuzz import fuzz, process  # noqa: PLC0415 - only for a config that has an error
+
+    squashed = {c.replace("_", ""): c for c in choices}
+    if key.replace("_", "") in squashed:  # windowsize -> window_size
+        return squashed[key.replace("_", "")]
+    found = process.extractOne(key, choices, scorer=fuzz.ratio, score_cutoff=75)
+    return None if found is None else str(found[0])
+
+
+def _canonical(body: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """``body`` with every other name renamed to the canonical one, in the canonical units."""
+    problems: list[dict[str, Any]] = []
+
+    def rename(node: Any, where: tuple[str, ...], names: Mapping[str, str]) -> None:
+        if not isinstance(node, dict):
+            return  # not a mapping: the models report it
+        for old, new in names.items():
+            if old not in node:
+                continue
+            if new in node:
+                path = ".".join([ROOT, *where, old])
+                allowed = f"'{old}' is '{new}': give one of them"
+                problems.append({"path": path, "value": "...", "allowed": allowed})
+                continue
+            node[new] = node.pop(old)
+
+    monitor = body.get("memory_monitor")
+    if not isinstance(monitor, dict):
+        monitor = {}  # absent, or not a mapping (the models report that)
+    rename(monitor, ("memory_monitor",), _MONITOR_RENAMES)
+    for key in _PERCENT_KEYS & monitor.keys():
+        value = monitor[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            problems.append(
+                {
+                    "path": f"{ROOT}.memory_monitor.{key}",
+                    "value": _short(value),
+                    "allowed": "a fraction between 0 and 1 (memory_monitor takes fractions, "
+                    "memory_pressure percent)",
+                }
+            )
+        else:
+            monitor[key] = round(value * 100, 9)
+    rename(body, (), _RENAMES[()])
+    rename(body.get("token_budget"), ("token_budget",), _RENAMES[("token_budget",)])
+    escalation = body.get("escalation")
+    if isinstance(escalation, dict) and "cloud_fallback" in escalation:
+        problems += _cloud_fallback(body, escalation)
+    if problems:
+        raise ConfigError(problems, source=source)
+    return body
+
+
+def _cloud_fallback(body: dict[str, Any], escalation: dict[str, Any]) -> list[dict[str, Any]]:
+    """``escalation.cloud_fallback`` as the tier its chain ends with (``premium`` by default)."""
+    path = f"{ROOT}.escalation.cloud_fallback"
+    fallback = escalation.pop("cloud_fallback")
+    if not isinstance(fallback, Mapping):
+        return [{"path": path, "value": _short(fallback), "allowed": "a mapping"}]
+    problems = []
+    for key in sorted(set(fallback) - set(_FALLBACK_KEYS)):
+        near = suggest(str(key), list(_FALLBACK_KEYS))
+        hint = f"did you mean {near!r}? " if near else ""
+        allowed = f"unknown key; {hint}allowed keys here: {', '.join(sorted(_FALLBACK_KEYS))}"
+        problems.append({"path": f"{path}.{key}", "value": "...", "allowed": allowed})
+    tier = {k: fallback[k] for k in _FALLBACK_KEYS if k in fallback and k != "provider"}
+    provider = fallback.get("provider")
+    if provider is not None and "base_url" not in tier:
+        url = PROVIDERS.get(str(provider).lower())
+        if url is None:
+            near = suggest(str(provider).lower(), list(PROVIDERS))
+            hint = f"did you mean {near!r}? " if near else ""
+            problems.append(
+                {
+                    "path": f"{path}.provider",
+                    "value": _short(provider),
+                    "allowed": f"{hint}one of {', '.join(sorted(PROVIDERS))}, or give base_url",
+                }
+            )
+        tier["base_url"] = url
+    chain = escalation.get("chain")
+    if isinstance(chain, list) and chain and isinstance(chain[-1], str):
+        name = chain[-1]
+    else:
+        name = DEFAULT_CHAIN[-1]
+    tiers = body.setdefault("tiers", {})
+    if not isinstance(tiers, dict):
+        return problems  # the model reports a bad tiers value
+    if name in tiers:
+        problems.append(
+            {
+                "path": path,
+                "value": "{...}",
+                "allowed": f"tier {name!r} (the last of the chain) is already defined in tiers: "
+                "give it once",
+            }
+        )
+    else:
+        tiers[name] = tier
+    return problems
+
+
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
 
@@ -146,13 +343,24 @@ def _apply_env(
             value = yaml.safe_load(env[var]) if env[var].strip() else None
         except yaml.YAMLError:
             value = env[var]
+        if keys[0] not in model.model_fields:
+            # Not a configuration path at all (a user's own AGENTGUARD_WRAP=1 switch): never
+            # fatal. Its value is not logged: it may be a secret.
+            near = suggest(keys[0], list(model.model_fields))
+            hint = f" (did you mean {ENV_PREFIX}{near.upper()}?)" if near else ""
+            _log.warning("%s is not a configuration key; ignored%s", var, hint)
+            continue
         if not _known_path(model, keys):
+            allowed = "an existing key: AGENTGUARD_<SECTION>__<KEY> or AGENTGUARD_<TOP_LEVEL_KEY>"
+            near = suggest(keys[-1], _fields_at(model, keys[:-1]))
+            if near:
+                name = f"{ENV_PREFIX}{'__'.join([*keys[:-1], near]).upper()}"
+                allowed = f"did you mean {name}? {allowed}"
             problems.append(
                 {
                     "path": var,
                     "value": REDACTED if is_secret_key(var) else redact(env[var]),
-                    "allowed": "an existing key: AGENTGUARD_<SECTION>__<KEY> or "
-                    "AGENTGUARD_<TOP_LEVEL_KEY>",
+                    "allowed": allowed,
                 }
             )
             continue
@@ -199,7 +407,10 @@ def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, An
         key = loc[-1] if loc else ""
         value = err.get("input")
         if err["type"] == "extra_forbidden":
-            allowed = f"unknown key; allowed keys here: {', '.join(_fields_at(model, loc[:-1]))}"
+            fields = _fields_at(model, loc[:-1])
+            near = suggest(key, [*fields, *_OTHER_NAMES.get(tuple(loc[:-1]), [])])
+            allowed = f"unknown key; did you mean {near!r}? " if near else "unknown key; "
+            allowed += f"allowed keys here: {', '.join(fields)}"
         else:
             allowed = _allowed_text(err["msg"])
         if is_secret_key(key):

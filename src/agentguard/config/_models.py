@@ -530,7 +530,7 @@ class EscalationConfig(Section):
         "fail over silently; off: never change tier.",
     )
     chain: list[str] = Field(
-        default_factory=lambda: ["fast", "standard", "longctx", "premium"],
+        default_factory=lambda: list(_load.DEFAULT_CHAIN),
         min_length=1,
         description="Tier names from cheapest/weakest to strongest.",
     )
@@ -588,16 +588,68 @@ class GuardConfig(Section):
         description="Model tiers by name; the escalation chain walks them in chain order.",
     )
 
-    @model_validator(mode="after")
-    def _chain_names_defined_tiers(self) -> GuardConfig:
-        if self.tiers:
-            missing = [t for t in self.escalation.chain if t not in self.tiers]
+    def check(self) -> list[str]:
+        """What in this configuration is valid but will do nothing, one sentence each.
+
+        ``agentguard config check`` prints these as warnings: a chain naming tiers that are not
+        defined (they are skipped), a chain with no tiers at all (no request ever changes
+        tier), a tier no chain reaches, a budget policy ``escalate`` with nowhere to go.
+        """
+        notes: list[str] = []
+        esc = self.escalation
+        moving = esc.enabled and esc.mode != "off" and bool(esc.escalate_on)
+        defined = [t for t in esc.chain if t in self.tiers]
+        if moving and not self.tiers:
+            notes.append(
+                f"escalation.chain names tiers ({', '.join(esc.chain)}) but no tiers are "
+                "defined: no request will ever change tier (define them under tiers, or set "
+                "escalation.enabled: false)"
+            )
+        elif moving:
+            missing = [t for t in esc.chain if t not in self.tiers]
             if missing:
-                raise ValueError(
+                notes.append(
                     f"escalation.chain names tiers that are not defined: {', '.join(missing)} "
-                    f"(defined: {', '.join(sorted(self.tiers))})"
+                    f"(defined: {', '.join(sorted(self.tiers))}); they are skipped"
                 )
-        return self
+            if len(defined) < 2:
+                notes.append(
+                    "escalation.chain has fewer than two defined tiers: there is nowhere to "
+                    "escalate to"
+                )
+        unused = sorted(set(self.tiers) - set(esc.chain))
+        if unused:
+            notes.append(f"tiers not in escalation.chain are never used: {', '.join(unused)}")
+        budget = self.token_budget
+        if budget.enabled and budget.policy == "escalate" and (not moving or len(defined) < 2):
+            notes.append(
+                "token_budget.policy is 'escalate' but there is no cheaper tier to move to: a "
+                "spent budget only warns"
+            )
+        return notes
+
+    @classmethod
+    def load(
+        cls,
+        source: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> GuardConfig:
+        """The configuration from whatever was handed in — what ``wrap`` and the proxy use.
+
+        Args:
+            source: a :class:`GuardConfig` (used as it is), a mapping (as :meth:`from_dict`), a
+                file path (``str`` or ``os.PathLike``, as :meth:`from_file`), or ``None``: the
+                file named by ``AGENTGUARD_CONFIG``, else the defaults — with the
+                ``AGENTGUARD_*`` overrides in both cases.
+            env: where ``AGENTGUARD_CONFIG`` and the overrides are read; ``None`` means
+                ``os.environ``.
+
+        Raises:
+            ConfigError: the file or a value is invalid.
+            TypeError: ``source`` is none of the above.
+        """
+        return _load.load(cls, source, env=env)
 
     @classmethod
     def from_dict(

@@ -17,11 +17,13 @@ operation is yielded, never performed here, so the same plan runs sync and async
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import json
 import logging
 import random
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +32,19 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
-from agentguard.budget import TokenLedger, estimate_tokens, estimate_usage
+from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
 from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import Emitter, Escalated, Hook
-from agentguard.exceptions import LoopDetected, TiersExhausted, ToolValidationFailed
+from agentguard.exceptions import (
+    AgentGuardError,
+    BudgetExceeded,
+    LoopDetected,
+    TiersExhausted,
+    ToolValidationFailed,
+)
 from agentguard.loops import LoopDetector, Verdict
 from agentguard.pressure import MemoryPressureProbe
 from agentguard.resilience import CircuitBreaker, ErrorClass, RetryPolicy, classify
@@ -47,11 +55,11 @@ from agentguard.transport import (
     StreamChunk,
     split_session_header,
 )
-from agentguard.types import Attempt, Choice, Severity, Tier
+from agentguard.types import Attempt, Choice, Severity, Tier, Usage, _money
 from agentguard.validation import ToolCallValidator, ValidationReport
 
 from ._report import GuardReport, ReportBuilder
-from ._session import SessionSource, opening_key, resolve_session, scope_of
+from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key
 
@@ -60,6 +68,8 @@ logger = logging.getLogger("agentguard")
 __all__ = ["Pipeline"]
 
 _HINT_PREFIX = "[agentguard] "
+# attempts whose model call answered (usably or not): their output sizes the next one's estimate
+_ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
 _TRIGGER_OF = {
     ErrorClass.TIMEOUT: "timeout",
     ErrorClass.RATE_LIMITED: "rate_limited",
@@ -165,11 +175,11 @@ class Pipeline:
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
         if source == "fingerprint":
             # No session named: the conversation finds its own run, among the caller's runs
-            # with the same opening; each run is a session of its own for budgets and reports.
-            opening = opening_key(request.messages)
-            namespace = f"auto:{scope_of(request)}:{opening}"
+            # with the same opening (``sid`` names it); each run is a session of its own for
+            # budgets and reports.
+            namespace = f"{sid}:{scope_of(request)}"
             run, new, tokens = self._runs.locate(
-                namespace, request.messages, lambda: f"auto-{opening[:12]}-{uuid.uuid4().hex[:8]}"
+                namespace, request.messages, lambda: f"{sid[:17]}-{uuid.uuid4().hex[:8]}"
             )
         else:
             run, new, tokens = self._runs.locate(f"session:{sid}", request.messages, lambda: sid)
@@ -196,36 +206,44 @@ class Pipeline:
     ) -> Plan[tuple[ModelResponse, GuardReport]]:
         """The plan of one non-streaming guarded call; its result is the response and report."""
         call = yield from self._prepare(request, session)
-        while True:
-            response = yield from self._attempt(call)
-            if response is None:
-                continue
-            final = yield from self._check(call, response)
-            if final is not None:
-                return final, (yield from self._report(call))
+        try:
+            while True:
+                response = yield from self._attempt(call)
+                if response is None:
+                    continue
+                final = yield from self._check(call, response)
+                if final is not None:
+                    return final, (yield from self._report(call))
+        except Exception as exc:
+            _record(call, exc)
+            raise
 
     def stream_plan(
         self, request: ModelRequest, *, session: str | None = None
     ) -> Plan[GuardReport]:
         """The plan of one streaming call: content flows through, tool calls wait until valid."""
         call = yield from self._prepare(request, session)
-        while True:
-            response = yield from self._attempt(call, stream=True)
-            if response is None:
-                continue
-            if call.cut:
-                verdict = self._check_response(call, response.message)
-                call.b.warnings.append(f"stream cut: {verdict.message}")
-                final: ModelResponse | None = response
-            else:
-                final = yield from self._check(call, response)
-            if final is not None:
-                for chunk in tool_call_chunks(final):
-                    yield Emit(chunk)
-                yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
-                if call.usage_chunk is not None:  # asked for with stream_options.include_usage
-                    yield Emit(call.usage_chunk)
-                return (yield from self._report(call))
+        try:
+            while True:
+                response = yield from self._attempt(call, stream=True)
+                if response is None:
+                    continue
+                if call.cut:
+                    verdict = self._check_response(call, response.message)
+                    call.b.warnings.append(f"stream cut: {verdict.message}")
+                    final: ModelResponse | None = response
+                else:
+                    final = yield from self._check(call, response)
+                if final is not None:
+                    for chunk in tool_call_chunks(final):
+                        yield Emit(chunk)
+                    yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                    if call.usage_chunk is not None:  # asked for with stream_options.include_usage
+                        yield Emit(call.usage_chunk)
+                    return (yield from self._report(call))
+        except Exception as exc:
+            _record(call, exc)
+            raise
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -283,6 +301,7 @@ class Pipeline:
                 detector=verdict.detector or "loop",
                 count=verdict.count,
                 session=sid,
+                tool=verdict.tool,
             )
             call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
         elif verdict.severity >= Severity.WARNING:
@@ -444,6 +463,9 @@ class Pipeline:
                 b.repairs.extend(str(r) for r in report.repairs)
                 response = _with_tool_calls(response, report)
             if not report.ok:
+                _relabel(
+                    b, "tool_validation_failure", report.errors[0].kind if report.errors else ""
+                )
                 cfg = self.config.tool_validation
                 if cfg.retry_with_correction and call.corrections < cfg.max_retries:
                     call.corrections += 1
@@ -462,7 +484,9 @@ class Pipeline:
                 detector=verdict.detector or "loop",
                 count=verdict.count,
                 session=b.session,
+                tool=verdict.tool,
             )
+            _relabel(b, "loop_detected", verdict.detector or "")
             call.tier = b.tier = yield from self._trigger(call, "loop_detected", loop_error)
             return None
         if verdict.severity >= Severity.WARNING:
@@ -499,6 +523,7 @@ class Pipeline:
             _raise(call, decision.reason, error)
         target = decision.target
         if decision.action == "confirm":
+            tokens, prices = self._next_attempt(call), self._prices()
             prompt = self.policy.prompt(
                 decision,
                 current,
@@ -506,8 +531,15 @@ class Pipeline:
                 tokens_spent=b.usage.total_tokens,
                 cost_spent=b.cost,
                 attempts=len(b.attempts),
+                estimated_tokens=tokens.total_tokens,
+                retry_cost=_price_of(prices, current, tokens),
+                backup_cost=_price_of(prices, target, tokens),
             )
-            choice = yield Ask(prompt)
+            try:
+                choice = yield Ask(prompt)
+            except Exception as exc:  # EscalationRequired (no callback), or the callback's own
+                _record(call, exc)
+                raise
             if choice == Choice.CANCEL:
                 _raise(call, decision.reason, error)
             if choice == Choice.RETRY:
@@ -524,6 +556,25 @@ class Pipeline:
         )
         call.reset()
         return target
+
+    def _next_attempt(self, call: _Call) -> Usage:
+        """What one more attempt is expected to spend, for the confirm-mode options.
+
+        The prompt is the request's own (a retry or another tier starts without re-asks); the
+        answer is as long as this call's answers so far, else bounded by the request's cap.
+        """
+        answered = [a for a in call.b.attempts if a.outcome in _ANSWERED]
+        if answered and call.b.usage.completion_tokens:
+            output = -(-call.b.usage.completion_tokens // len(answered))  # rounded up
+        else:
+            output = call.request.max_output_tokens or 0
+        return Usage(call.prompt_tokens, output, estimated=True)
+
+    def _prices(self) -> PriceTable:
+        """The price table in force: the ledger's (it may be a shared one), else the config's."""
+        if self.ledger is not None:
+            return self.ledger.prices
+        return PriceTable(self.config.token_budget.prices)
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -592,9 +643,16 @@ def _worst(verdicts: Sequence[Verdict]) -> Verdict:
 
 
 def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
+    """Give up: every tier tried, or the one error there is (an upstream error keeps its type).
+
+    Either way the error carries the guard's record of the call (see :func:`_record`).
+    """
     moved = len({a.tier for a in call.b.attempts}) > 1
     if moved or error is None:
-        raise TiersExhausted(call.b.attempts, reason) from error
+        exhausted = TiersExhausted(call.b.attempts, reason)
+        _record(call, exhausted)
+        raise exhausted from error
+    _record(call, error)
     raise error
 
 
@@ -603,6 +661,48 @@ def _token_count(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def _record(call: _Call, error: BaseException) -> None:
+    """Attach what the guard did so far to ``error``: attempts, tokens and cost, the report.
+
+    An :class:`AgentGuardError` gets its ``attempts`` and ``agentguard_report``; any other
+    exception (an upstream SDK error that keeps its type) the same ``agentguard_report``
+    attribute. Both get a one-line note for tracebacks. The innermost record wins: an error
+    passing through several frames of the plan is recorded once.
+    """
+    if getattr(error, "agentguard_report", None) is not None:
+        return
+    report = call.b.build()
+    if isinstance(error, BudgetExceeded):
+        report = dataclasses.replace(report, budget="exceeded")
+    with contextlib.suppress(AttributeError):  # a type with __slots__: the note still tells
+        error.agentguard_report = report  # type: ignore[attr-defined]
+    if isinstance(error, AgentGuardError):
+        error.attempts = report.attempts
+    tried = ", ".join(f"{a.tier} {a.outcome}" for a in report.attempts) or "no model call"
+    cost = "" if report.cost is None else f" (~{_money(report.cost)})"
+    note = (
+        f"agentguard: {len(report.attempts)} attempt(s) [{tried}], "
+        f"{report.usage.total_tokens:,} tokens{cost}, session {report.session}"
+    )
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+    else:  # pragma: no cover - Python 3.10 has no add_note; its tracebacks ignore __notes__
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
+def _relabel(b: ReportBuilder, outcome: str, detail: str) -> None:
+    """The last attempt answered, but not usably: say what happened instead of ``ok``."""
+    if b.attempts and b.attempts[-1].outcome == "ok":
+        b.attempts[-1] = dataclasses.replace(b.attempts[-1], outcome=outcome, detail=detail)
+
+
+def _price_of(prices: PriceTable, tier: Tier | None, tokens: Usage) -> float | None:
+    """The cost of ``tokens`` on ``tier``, or ``None`` when no price applies to its model."""
+    if tier is None or prices.price(tier.model) is None:
+        return None
+    return prices.cost(tier.model, tokens.prompt_tokens, tokens.completion_tokens)
 
 
 def _capped(requested: int | None, cap: int) -> int:

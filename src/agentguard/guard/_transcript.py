@@ -197,11 +197,16 @@ class Runs:
 def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
     """Which of the runs whose latest message sits at ``index`` of a request it continues.
 
-    A run whose latest message is at the same index continues (the usual, append-only case); a
+    A request that adds nothing after that message continues nothing. A run whose latest
+    message is at the same index continues (the usual, append-only case); a
     run that had it further on continues too when the history was trimmed before it — unless the
     request ends exactly where that run's latest answer would follow: then it is that run's
     previous request again (a retry, a regeneration, another sample), a fork.
     """
+    if index == len(messages) - 1:
+        # the request adds nothing after the run's latest message: the same request again (a
+        # concurrent or a repeated one, before or after its answer), never a continuation
+        return None
     later: Run | None = None
     for run in waiting:
         last = run.last
@@ -234,11 +239,7 @@ def message_key(message: Mapping[str, Any]) -> str:
         parts = [role, content, call_id or ""]
         for call in calls:
             fn = call.get("function") or {}
-            parts += [
-                str(call.get("id")),
-                str(fn.get("name")),
-                fingerprint(fn.get("arguments") or ""),
-            ]
+            parts += [str(call.get("id")), str(fn.get("name")), _arguments_key(fn.get("arguments"))]
         text = "".join(f"{len(part)}:{part}" for part in parts)
         return fingerprint_bytes(text.encode("utf-8", "surrogatepass"))
     described = [
@@ -255,6 +256,24 @@ def message_key(message: Mapping[str, Any]) -> str:
     return "j" + fingerprint_bytes(
         json.dumps(described, default=str).encode("utf-8", "surrogatepass")
     )
+
+
+#: fingerprints of argument texts seen lately: an answer's arguments are keyed when it is given
+#: and again when the next request carries it back
+_ARGUMENT_KEYS: dict[str, str] = {}
+
+
+def _arguments_key(arguments: Any) -> str:
+    """The arguments' fingerprint, spacing and key order aside (memoised for texts)."""
+    if not isinstance(arguments, str):
+        return fingerprint(arguments or "")
+    key = _ARGUMENT_KEYS.get(arguments)
+    if key is None:
+        key = fingerprint(arguments)
+        if len(_ARGUMENT_KEYS) >= 4096:  # bounded: start over rather than track recency
+            _ARGUMENT_KEYS.clear()
+        _ARGUMENT_KEYS[arguments] = key
+    return key
 
 
 def message_tokens(message: Mapping[str, Any]) -> int:

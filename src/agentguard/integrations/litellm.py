@@ -22,13 +22,18 @@ the callback puts each answer's report in ``x-agentguard-*`` response headers)::
       callbacks: agentguard.integrations.litellm.proxy_headers
 
 Errors of the guard itself reach litellm (and the proxy's clients) as litellm exceptions with
-a fitting status: a refused loop 400, tool calls still invalid 502, a spent budget 429, every
-tier failed 503 (upstream errors pass through as litellm raised them).
+a fitting status: a refused loop 400, tool calls still invalid 502, an hourly budget spent 429
+with ``Retry-After``, a session budget spent for good 403 (no ``Retry-After``: clients must not
+retry it), every tier failed 503; upstream errors pass through as litellm raised them. Through
+the proxy, the ``proxy_headers`` callback answers these errors with the ``x-agentguard-*``
+headers too.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -64,16 +69,22 @@ __all__ = ["PROVIDER", "GuardedLLM", "LiteLLMTransport", "register", "report_hea
 #: The provider prefix: ``model="agentguard/<model>"``.
 PROVIDER = "agentguard"
 #: The environment variable naming the guard's configuration file for :data:`proxy_handler`.
-CONFIG_ENV = "AGENTGUARD_CONFIG"
+CONFIG_ENV = "AGENTGUARD_CONFIG"  # read by GuardConfig.load()
 _PROVIDER_PREFIX = "llm_provider-"
-# litellm maps these statuses to its BadRequestError, BadGatewayError, RateLimitError and
-# ServiceUnavailableError (it has no 409 or 422 for custom providers)
+# litellm maps these statuses to its BadRequestError, PermissionDeniedError, BadGatewayError,
+# RateLimitError and ServiceUnavailableError (it has no 402, 409 or 422 for custom providers)
 _STATUS: dict[type[AgentGuardError], tuple[int, str]] = {
     LoopDetected: (400, "loop_detected"),
     EscalationRequired: (400, "escalation_required"),
     ToolValidationFailed: (502, "tool_validation_failed"),
     BudgetExceeded: (429, "budget_exceeded"),
     TiersExhausted: (503, "tiers_exhausted"),
+}
+# Every tier failed: the last failure says what the client should make of it (tool calls that
+# stayed invalid on every tier are still a 502, not an outage).
+_BY_REASON: dict[str, type[AgentGuardError]] = {
+    "tool_validation_failure": ToolValidationFailed,
+    "loop_detected": LoopDetected,
 }
 
 
@@ -213,7 +224,7 @@ def _result(response: ModelResponse, report: GuardReport | None) -> Any:
         usage=_usage(usage) if usage is not None else None,
     )
     if report is not None:
-        out._hidden_params["additional_headers"] = report.headers()
+        out._hidden_params["additional_headers"] = _headers(report)
         attach_report(out, report)
     return out
 
@@ -237,17 +248,87 @@ def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
     last.update(finish_reason=finish or "stop", usage=None, provider_specific_fields=None)
     if report is not None:  # litellm sets these fields on the chunk: the proxy sends them along
         last.update(
-            usage=_usage(report.usage), provider_specific_fields={"agentguard": report.headers()}
+            usage=_usage(report.usage), provider_specific_fields={"agentguard": _headers(report)}
         )
     return last
 
 
+def _error_response(
+    exc: AgentGuardError, *, now: float | None = None
+) -> tuple[int, str, dict[str, str]]:
+    """The HTTP answer to a guard decision: status, error type and headers.
+
+    The status is chosen for what an OpenAI-compatible client does with it: a budget that frees
+    up within the rolling hour is a 429 with ``Retry-After`` (seconds until it does), which
+    clients wait for and retry; a session budget spent for good is a 403 (and a single request
+    larger than a budget a 400) with no ``Retry-After``, which the openai SDKs do not retry. The
+    headers are the ``x-agentguard-*`` ones of the guard's record, plus ``x-agentguard-attempts``
+    (``tier:outcome`` of each model call).
+
+    Args:
+        exc: the guard's error (it carries the record when a guarded call raised it).
+        now: wall-clock seconds since the epoch (``time.time()`` when ``None``).
+    """
+    cls: type[AgentGuardError] = type(exc)
+    if isinstance(exc, TiersExhausted):
+        cls = _BY_REASON.get(exc.reason, TiersExhausted)
+    status, kind = next((v for c, v in _STATUS.items() if issubclass(cls, c)), (500, "error"))
+    report = exc.agentguard_report
+    headers = _headers(report) if report is not None else {}
+    if isinstance(exc, BudgetExceeded):
+        headers["x-agentguard-budget-exceeded"] = "true"
+        if exc.resets_at is not None:
+            wait = exc.resets_at - (_wall() if now is None else now)
+            headers["retry-after"] = str(max(1, math.ceil(wait)))
+        else:
+            status = 403 if exc.budget == "session" else 400
+    return status, kind, headers
+
+
+def _wall() -> float:
+    # Retry-After is relative to the proxy's own now (agentguard's clock module is private to
+    # the core; tests pass ``now``)
+    return time.time()  # noqa: TID251
+
+
+def _headers(report: GuardReport) -> dict[str, str]:
+    """The report's ``x-agentguard-*`` headers, with what happened on each attempt."""
+    headers = report.headers()
+    if report.attempts:
+        headers["x-agentguard-attempts"] = ",".join(
+            f"{a.tier}:{a.outcome}" for a in report.attempts
+        )
+    return headers
+
+
 def _translate(exc: AgentGuardError) -> Exception:
-    """A guard decision as the litellm exception its status maps to."""
+    """A guard decision as the litellm exception its status maps to, carrying its headers."""
     error = require("litellm.llms.custom_llm", "litellm").CustomLLMError
-    status, kind = next((v for cls, v in _STATUS.items() if isinstance(exc, cls)), (500, "error"))
+    status, kind, headers = _error_response(exc)
     translated: Exception = error(status_code=status, message=f"agentguard {kind}: {exc}")
+    # read back by the proxy callback, which answers with them (see _headers_hook)
+    translated.agentguard_error = (status, kind, headers)  # type: ignore[attr-defined]
     return translated
+
+
+def _guard_error(exc: BaseException | None) -> tuple[int, str, dict[str, str], str] | None:
+    """The guard's answer somewhere in the chain of ``exc`` (litellm wraps what it maps)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:  # breadth first: litellm chains both by __cause__ and by __context__
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        found = getattr(current, "agentguard_error", None)
+        if found is not None:
+            return (*found, str(getattr(current, "message", current)))
+        todo += [
+            current.__cause__,
+            current.__context__,
+            getattr(current, "original_exception", None),
+        ]
+    return None
 
 
 class GuardedLLM:
@@ -258,7 +339,10 @@ class GuardedLLM:
     breakers are the same whichever way a call comes in.
 
     Args:
-        config: the configuration (defaults when ``None``); its ``tiers`` are litellm models.
+        config: the configuration, read by :meth:`GuardConfig.load` (so, exactly as
+            ``agentguard.wrap``: a ``GuardConfig``, a dict, a file path, or ``None`` for the
+            file named by ``AGENTGUARD_CONFIG`` and the ``AGENTGUARD_*`` overrides); its
+            ``tiers`` are litellm models.
         sleep: how the sync driver waits between retries (injected in tests).
         asleep: how the async driver waits (injected in tests).
         **options: passed to :class:`~agentguard.Guard` (``ledger``, ``probe``, ``clock``,
@@ -267,12 +351,13 @@ class GuardedLLM:
 
     def __init__(
         self,
-        config: GuardConfig | None = None,
+        config: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         sleep: Any = None,
         asleep: Any = None,
         **options: Any,
     ) -> None:
+        config = GuardConfig.load(config)
         self.guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=sleep, **options)
         self.aguard = AsyncGuard(
             config=config, tier_transport=LiteLLMTransport, sleep=asleep, **options
@@ -325,13 +410,16 @@ class GuardedLLM:
         yield _last(finish, stream.report)
 
 
-def register(config: GuardConfig | None = None, **options: Any) -> GuardedLLM:
+def register(
+    config: GuardConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> GuardedLLM:
     """Make ``model="agentguard/<model>"`` run through a guard in this process.
 
     Replaces an ``agentguard`` provider registered before.
 
     Args:
-        config: the configuration (defaults when ``None``).
+        config: the configuration, as for :class:`GuardedLLM`.
         **options: passed to :class:`GuardedLLM`.
 
     Returns:
@@ -348,14 +436,19 @@ def register(config: GuardConfig | None = None, **options: Any) -> GuardedLLM:
 
 
 def report_headers(response: Any) -> dict[str, str] | None:
-    """The ``x-agentguard-*`` headers of a guarded litellm response, or ``None``.
+    """The ``x-agentguard-*`` headers of a guarded litellm response or stream chunk, or ``None``.
 
-    From the attached report, or from the response's hidden headers, where litellm files
-    them as ``llm_provider-x-agentguard-*`` (it prefixes every provider header).
+    From the attached report, from the response's hidden headers, where litellm files them as
+    ``llm_provider-x-agentguard-*`` (it prefixes every provider header), or, for a stream, from
+    the chunk that carries the report (``chunk.agentguard``: the chunk that ends the answer,
+    just before litellm's closing finish-reason chunk).
     """
     report = report_of(response)
     if report is not None:
-        return report.headers()
+        return _headers(report)
+    carried = getattr(response, "agentguard", None)
+    if isinstance(carried, Mapping):
+        return {str(k): str(v) for k, v in carried.items()}
     hidden = getattr(response, "_hidden_params", None) or {}
     extra = hidden.get("additional_headers") or {}
     found = {
@@ -370,7 +463,24 @@ def _headers_hook() -> Any:
     base = require("litellm.integrations.custom_logger", "litellm").CustomLogger
 
     class AgentGuardHeaders(base):  # type: ignore[misc, valid-type]  # litellm ships no types
-        """Proxy callback: each guarded answer's report as ``x-agentguard-*`` headers."""
+        """Proxy callback: each guarded answer's report as ``x-agentguard-*`` headers, and the
+        guard's errors answered with their status, ``Retry-After`` and headers."""
+
+        async def async_post_call_failure_hook(
+            self,
+            request_data: dict[str, Any],
+            original_exception: Exception,
+            user_api_key_dict: Any,
+            traceback_str: str | None = None,
+        ) -> Any:
+            found = _guard_error(original_exception)
+            if found is None:
+                return None  # not the guard's: litellm answers as usual
+            status, kind, headers, message = found
+            http_exception = require("fastapi", "litellm").HTTPException
+            error = http_exception(status_code=status, detail=message, headers=headers)
+            error.type = kind  # the proxy's error body says "type": "<kind>"
+            return error
 
         async def async_post_call_response_headers_hook(
             self,
@@ -401,6 +511,5 @@ def __getattr__(name: str) -> Any:
         if name == "proxy_headers":
             _proxy[name] = _headers_hook()
         else:
-            path = os.environ.get(CONFIG_ENV)
-            _proxy[name] = GuardedLLM(GuardConfig.from_file(path) if path else GuardConfig())
+            _proxy[name] = GuardedLLM()  # AGENTGUARD_CONFIG and overrides, as agentguard.wrap
     return _proxy[name]

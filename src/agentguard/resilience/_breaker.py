@@ -202,6 +202,8 @@ class CircuitBreaker:
     @property
     def state(self) -> BreakerState:
         """The current state (an open breaker whose wait is over reads as half-open)."""
+        if self.store is None and self._record.state == "closed":  # nothing to work out
+            return BreakerState.CLOSED
         return BreakerState(self._step("view").state)
 
     def allow(self) -> BreakerDecision:
