@@ -86,6 +86,7 @@ def litellm(session: nox.Session) -> None:
         "no:hypothesispytest",
         "tests/test_integrations_litellm.py",
         "tests/test_integrations_litellm_proxy.py",
+        "tests/test_wrap_litellm.py",
         *session.posargs,
     )
 

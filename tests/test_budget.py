@@ -75,10 +75,14 @@ def test_reservation_includes_the_capped_output() -> None:
 
 
 def test_clamp_output_tokens() -> None:
-    """max_tokens and max_completion_tokens are lowered to the cap; a default is added."""
+    """max_tokens and max_completion_tokens are lowered to the cap; a default is added, in
+    max_completion_tokens (never max_tokens, which OpenAI's reasoning models reject)."""
     assert clamp_output_tokens({"max_tokens": 9000}, 1000) == {"max_tokens": 1000}
     assert clamp_output_tokens({"max_completion_tokens": 10}, 1000) == {"max_completion_tokens": 10}
-    assert clamp_output_tokens({}, 1000) == {"max_tokens": 1000}
+    assert clamp_output_tokens({}, 1000) == {"max_completion_tokens": 1000}
+    assert clamp_output_tokens({}, 1000, default_key="max_output_tokens") == {
+        "max_output_tokens": 1000
+    }
     assert clamp_output_tokens({}, None) == {}
 
 

@@ -476,3 +476,188 @@ def test_config_check_prints_warnings_and_strict_fails_on_them(
     assert "ok (2 warning(s))" in out.out
     assert "warning: escalation.chain names tiers that are not defined" in out.err
     assert main(["config", "check", "--strict", str(SEED)]) == 2
+
+
+# -- issue 15: every config problem is a ConfigError at load time, and none leaks --------------
+
+
+def _number_fields() -> list[tuple[tuple[str, ...], type]]:
+    """(key path, float or int) of every number of every section, nested ones included."""
+    from pydantic import BaseModel
+
+    found: list[tuple[tuple[str, ...], type]] = []
+
+    def walk(model: type[BaseModel], path: tuple[str, ...]) -> None:
+        for key, field in model.model_fields.items():
+            annotation = field.annotation
+            if typing.get_origin(annotation) is dict:  # tiers, prices: one entry, named "x"
+                walk(typing.get_args(annotation)[1], (*path, key, "x"))
+                continue
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, (*path, key))
+                continue
+            kinds = {a for a in (annotation, *typing.get_args(annotation)) if a in (int, float)}
+            if kinds:
+                found.append(((*path, key), float if float in kinds else int))
+
+    walk(GuardConfig, ())
+    return found
+
+
+def _data_with(path: tuple[str, ...], value: object) -> dict[str, typing.Any]:
+    """A config with ``value`` at ``path`` and whatever its neighbours require."""
+    data: dict[str, typing.Any] = {}
+    node = data
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    if path[0] == "tiers":
+        data["tiers"]["x"].setdefault("model", "m")
+        data["escalation"] = {"chain": ["x"]}
+    if path[:2] == ("token_budget", "prices"):
+        data["token_budget"]["prices"]["x"] = {"input": 1.0, "output": 1.0, path[-1]: value}
+    return data
+
+
+NUMBER_FIELDS = _number_fields()
+
+
+def test_every_number_field_is_found() -> None:
+    """The walk below reaches nested sections and mappings of sections."""
+    paths = {".".join(p) for p, _ in NUMBER_FIELDS}
+    assert {"storage.timeout_seconds", "tiers.x.timeout", "tools.breaker.open_seconds"} <= paths
+    assert "token_budget.prices.x.input" in paths
+    assert len(paths) > 40
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), NUMBER_FIELDS, ids=[".".join(p) for p, _ in NUMBER_FIELDS]
+)
+def test_every_number_field_rejects_non_finite_and_overflowing_values(
+    path: tuple[str, ...], kind: type
+) -> None:
+    """``inf``, ``nan`` and numbers past what timers and stores take: a ConfigError naming the
+    key, at load time (never an accepted value that crashes a store or a timer later)."""
+    bad: list[object] = [2**53, 10**30]
+    if kind is float:
+        bad += [float("inf"), float("-inf"), float("nan"), "1e999", 1e10]
+    for value in bad:
+        with pytest.raises(ConfigError) as info:
+            GuardConfig.from_dict(_data_with(path, value), env={})
+        assert info.value.problems[0]["path"] == ".".join(["reliability", *path]), value
+
+
+def test_a_duration_of_years_is_still_accepted() -> None:
+    """The bound is far above any real setting: ten years of session TTL is fine."""
+    cfg = GuardConfig.from_dict({"token_budget": {"session_ttl_seconds": 3.2e8}}, env={})
+    assert cfg.token_budget.session_ttl_seconds == 3.2e8
+
+
+SECRET = "zq0ffee1c0ffee2c0ffee3"  # no pattern knows it; these tests never register it
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"tiers:\n  fast:\n    key: {SECRET}: x\n",
+        f'api_key: "{SECRET}\n',
+        f"a:\n\tb: {SECRET}\n",
+        f"tiers: {{fast: {{model: {SECRET}\n",
+    ],
+)
+def test_a_yaml_syntax_error_names_the_place_not_the_line(tmp_path: Path, text: str) -> None:
+    """The parser's snippet (the offending line, a key on it) never reaches the message: the
+    position does."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_file(path, env={})
+    assert SECRET not in str(info.value)
+    assert " at line " in str(info.value)
+
+
+def test_a_non_utf8_file_is_a_config_error_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin.yaml"
+    path.write_bytes(b"fail_mode: open\nstorage: {key_prefix: caf\xe9}\n")
+    with pytest.raises(ConfigError, match=r"byte 0xe9 on line 2 is not UTF-8"):
+        GuardConfig.from_file(path, env={})
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_a_config_error_at_its_alias(tmp_path: Path) -> None:
+    """9^9 leaves from a few hundred bytes: refused while composing, naming the position."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(9))
+    with pytest.raises(ConfigError, match=r"aliases expand to more than \d+ nodes at line \d"):
+        GuardConfig.from_file(path, env={})
+
+
+def test_a_yaml_alias_bomb_in_an_override_is_a_plain_string() -> None:
+    """An override is parsed with the same bounded loader: the bomb stays text and is shown
+    bounded."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({}, env={"AGENTGUARD_FAIL_MODE": _bomb(9)})
+    assert len(str(info.value)) < 400
+
+
+def test_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
+    """Ordinary anchors (a few nodes each) are far below the bound."""
+    path = tmp_path / "anchors.yaml"
+    path.write_text(
+        "tiers:\n"
+        "  fast: &base {model: small, base_url: 'http://h/v1', timeout: 30}\n"
+        "  big: {<<: *base, model: large}\n"
+        "escalation: {chain: [fast, big]}\n"
+    )
+    cfg = GuardConfig.from_file(path, env={})
+    assert cfg.tiers["big"].base_url == "http://h/v1"
+    assert cfg.tiers["big"].model == "large"
+
+
+def test_a_key_in_api_key_env_is_not_repeated() -> None:
+    """A key where the variable's name belongs: the error says so and shows ``***``."""
+    key = "zq-" + SECRET
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({"tiers": {"t": {"model": "m", "api_key_env": key}}}, env={})
+    assert key not in str(info.value)
+    assert info.value.problems[0]["value"] == "***"
+    assert "looks like a key" in info.value.problems[0]["allowed"]
+
+
+def test_an_error_shows_values_bounded_whatever_their_size_or_shape() -> None:
+    """A huge list, a cyclic one, a 5000-digit number: each problem's line stays short (never
+    a ``repr()`` of the whole)."""
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    for value in ([list(range(10))] * 10_000, cyclic, 10**5000, {"a": "x" * 100_000}):
+        with pytest.raises(ConfigError) as info:
+            GuardConfig.from_dict({"tool_validation": {"side_effecting": value}}, env={})
+        assert max(len(line) for line in str(info.value).splitlines()) < 300
+
+
+def test_a_url_password_in_a_misplaced_value_is_masked() -> None:
+    """A Redis URL where a section belongs: shown with its password masked."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_dict({"storage": f"redis://:{SECRET}@cache:6379/0"}, env={})
+    assert SECRET not in str(info.value)
+    assert "redis://:***@cache:6379/0" in str(info.value)
+
+
+def test_mappings_nested_too_deep_or_cyclic_are_a_config_error() -> None:
+    """A mapping nested thousands deep (or holding itself) from Python: a ConfigError, never a
+    RecursionError."""
+    deep: dict[str, typing.Any] = {}
+    node = deep
+    for _ in range(5_000):
+        node["a"] = {}
+        node = node["a"]
+    cyclic: dict[str, typing.Any] = {}
+    cyclic["a"] = cyclic
+    for data in ({"tiers": deep}, deep, {"reliability": cyclic}):
+        with pytest.raises(ConfigError, match="nested"):
+            GuardConfig.from_dict(data, env={})

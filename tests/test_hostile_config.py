@@ -99,12 +99,7 @@ def test_any_mapping_is_a_config_or_a_config_error(data: dict[str, Any]) -> None
             assert math.isfinite(number), "an accepted non-finite number"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a ConfigError echoes a Redis URL's password (and a raw key in "
-    "api_key_env) wherever it was put",
-)
-@cases(300, shrink=False)
+@cases(300)
 @given(data=config_dicts)
 def test_any_mapping_never_shows_a_secret(data: dict[str, Any]) -> None:
     """Generated sections holding Redis URLs with a password: errors never show it."""
@@ -162,30 +157,9 @@ def test_bulk_sections_are_a_config_or_a_config_error(seed: int) -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        pytest.param(
-            {"storage": {"timeout_seconds": math.inf}},
-            id="storage-timeout-inf",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 15: config: storage.timeout_seconds: .inf is accepted (gt=0) and "
-                "only crashes the Redis store later",
-            ),
-        ),
-        pytest.param(
-            {"storage": {"retry_seconds": math.inf}},
-            id="storage-retry-inf",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 15: config: storage.retry_seconds: .inf is accepted"
-            ),
-        ),
-        pytest.param(
-            {"storage": {"busy_timeout_seconds": math.inf}},
-            id="sqlite-busy-timeout-inf",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 15: config: storage.busy_timeout_seconds: .inf is accepted",
-            ),
-        ),
+        pytest.param({"storage": {"timeout_seconds": math.inf}}, id="storage-timeout-inf"),
+        pytest.param({"storage": {"retry_seconds": math.inf}}, id="storage-retry-inf"),
+        pytest.param({"storage": {"busy_timeout_seconds": math.inf}}, id="sqlite-busy-timeout-inf"),
         {"token_budget": {"per_session": math.inf}},
         {"token_budget": {"per_hour": math.nan}},
         pytest.param(
@@ -194,9 +168,6 @@ def test_bulk_sections_are_a_config_or_a_config_error(seed: int) -> None:
                 "escalation": {"chain": ["fast"]},
             },
             id="tier-timeout-inf",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 15: config: tiers.*.timeout: .inf is accepted (gt=0)"
-            ),
         ),
     ],
 )
@@ -227,12 +198,7 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: config: a non-UTF-8 file raises UnicodeDecodeError from "
-    "GuardConfig.from_file (config.py Path.read_text) instead of ConfigError",
-)
-@cases(200, shrink=False)
+@cases(200)
 @given(data=st.binary(min_size=1, max_size=64), suffix=st.sampled_from(SUFFIXES))
 def test_any_bytes_are_a_config_or_a_config_error(data: bytes, suffix: str) -> None:
     """Any bytes, non-UTF-8 ones included: a config or a ConfigError."""
@@ -243,11 +209,6 @@ def test_any_bytes_are_a_config_or_a_config_error(data: bytes, suffix: str) -> N
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".toml", ".json"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: config: b'\\xff' in a config file raises UnicodeDecodeError "
-    "(config.py from_file: read_text) instead of ConfigError",
-)
 def test_a_non_utf8_file_is_a_config_error(suffix: str) -> None:
     """One byte that is not UTF-8: a ConfigError naming the file."""
     with pytest.raises(ag.ConfigError):
@@ -281,11 +242,6 @@ def _peak_bytes(levels: int) -> int:
         tracemalloc.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: bounded work: a YAML alias bomb is expanded by repr() in the error "
-    "message (config.py _short): 9x the memory per 46 bytes of file (615 bytes: 230 MB)",
-)
 def test_an_alias_bomb_costs_memory_bounded_by_the_file_size() -> None:
     """One more alias level (46 bytes, 9x the expanded leaves): about the same memory."""
     _peak_bytes(5)  # warm-up: first-use imports and caches are not the file's cost
@@ -296,20 +252,15 @@ def test_an_alias_bomb_costs_memory_bounded_by_the_file_size() -> None:
 # -- secrets --------------------------------------------------------------------------------------
 
 REDIS_URL = f"redis://:{CANARY}@localhost:6379/0"
-YAML_LEAK = pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a YAML syntax error prints the offending line unredacted "
-    "(config.py _parse: the parser's message, with its snippet, goes into ConfigError)",
-)
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param(f"tiers:\n  fast:\n    key: {CANARY}: x\n", marks=YAML_LEAK, id="mapping"),
-        pytest.param(f"tiers: {{fast: {{model: {CANARY}\n", marks=YAML_LEAK, id="flow"),
-        pytest.param(f'api_key: "{CANARY}\n', marks=YAML_LEAK, id="quote"),
-        pytest.param(f"a:\n\tb: {CANARY}\n", marks=YAML_LEAK, id="tab"),
+        pytest.param(f"tiers:\n  fast:\n    key: {CANARY}: x\n", id="mapping"),
+        pytest.param(f"tiers: {{fast: {{model: {CANARY}\n", id="flow"),
+        pytest.param(f'api_key: "{CANARY}\n', id="quote"),
+        pytest.param(f"a:\n\tb: {CANARY}\n", id="tab"),
         pytest.param(f"x: {CANARY}\n  y: 1\n", id="indent"),
     ],
 )
@@ -320,11 +271,6 @@ def test_a_yaml_syntax_error_never_shows_the_secret_on_its_line(text: str) -> No
     assert_no_canary(shown)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a raw key put in tiers.*.api_key_env is echoed by the ConfigError "
-    "that says 'never the key itself'",
-)
 def test_a_key_in_api_key_env_is_not_echoed() -> None:
     """A key where a variable's NAME belongs: a ConfigError that does not repeat it."""
     with pytest.raises(ag.ConfigError) as caught:
@@ -332,21 +278,12 @@ def test_a_key_in_api_key_env_is_not_echoed() -> None:
     assert_no_canary(caught.value)
 
 
-REDIS_LEAK = pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a Redis URL password shows in repr(GuardConfig) and "
-    "`agentguard config show`",
-)
-
-
-@REDIS_LEAK
 def test_a_redis_password_is_not_in_the_config_repr() -> None:
     """``repr``/``str`` of a config holding a Redis URL: the password redacted."""
     config = ag.GuardConfig.from_dict({"storage": {"backend": "redis", "url": REDIS_URL}}, env={})
     assert_no_canary(config, config.storage)
 
 
-@REDIS_LEAK
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_redis_password_is_not_in_config_show(as_json: bool) -> None:
     """``agentguard config show``: the password redacted (YAML and JSON)."""
@@ -356,22 +293,15 @@ def test_a_redis_password_is_not_in_config_show(as_json: bool) -> None:
     assert_no_canary(shown)
 
 
-URL_ECHO = pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a ConfigError about a misplaced value echoes it whole, Redis URL "
-    "password included (config.py _problems/_short); e.g. {'storage': 'redis://:<pw>@h/0'}",
-)
-
-
 @pytest.mark.parametrize(
     "data",
     [
-        pytest.param({"storage": REDIS_URL}, marks=URL_ECHO),
+        {"storage": REDIS_URL},
         {"storage": {"backend": "redis", "url": REDIS_URL, "unknown": 1}},
         {"storage": {"backend": "redis", "url": REDIS_URL, "key_prefix": 5}},
         {"storage": {"backend": "sqlite", "url": REDIS_URL}},
-        pytest.param({"storage": {"backend": "redis", "url": [REDIS_URL]}}, marks=URL_ECHO),
-        pytest.param({"reliability": REDIS_URL}, marks=URL_ECHO),
+        {"storage": {"backend": "redis", "url": [REDIS_URL]}},
+        {"reliability": REDIS_URL},
     ],
     ids=["section", "unknown-key", "bad-prefix", "wrong-backend", "url-a-list", "root"],
 )
@@ -384,7 +314,7 @@ def test_a_redis_password_is_not_in_a_config_error(data: dict[str, Any]) -> None
 
 @pytest.mark.parametrize(
     "variable",
-    ["AGENTGUARD_STORAGE__URL", pytest.param("AGENTGUARD_FAIL_MODE", marks=URL_ECHO)],
+    ["AGENTGUARD_STORAGE__URL", "AGENTGUARD_FAIL_MODE"],
 )
 def test_a_secret_in_an_override_variable_is_not_echoed(variable: str) -> None:
     """An ``AGENTGUARD_*`` override holding a secret: not in the error nor in ``repr``."""

@@ -133,12 +133,6 @@ def test_a_client_error_echoing_the_tier_key_passes_through_unrepeated(
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: leak: a tier key echoed by a retryable error body (e.g. 503 'invalid key "
-    "<key>') lands unredacted in TiersExhausted and its attempts: redaction is by pattern "
-    "(sk-...), not by the configured secrets' values",
-)
 def test_a_retryable_error_echoing_the_tier_key_is_redacted(
     status: int, tier_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:

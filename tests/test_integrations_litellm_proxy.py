@@ -273,6 +273,7 @@ def test_concurrent_conversations_with_one_opening_share_nothing(proxy: Any, ups
     from concurrent.futures import ThreadPoolExecutor
 
     up, _ = upstream
+    up.queues.clear()  # answers an earlier test queued and did not use
     users = 6
     call = {
         "id": "call_0",

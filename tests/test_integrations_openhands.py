@@ -34,12 +34,12 @@ from openhands.sdk.tool import (
     ToolExecutor,
     register_tool,
 )
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, SecretStr
 
 from _litellm_kit import Upstream, guard_config, litellm_proxy
 from agentguard import GuardConfig, LoopDetected, report_of
 from agentguard.integrations.openhands import GuardedLLM, GuardMixin, report
-from agentguard.testing import Reply
+from agentguard.testing import Reply, ScriptedModel
 
 # litellm's types trip a pydantic warning when the SDK first validates them (not ours to fix).
 pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
@@ -76,6 +76,40 @@ class WeatherTool(ToolDefinition[WeatherAction, WeatherObservation]):
 
 
 register_tool("WeatherTool", WeatherTool)
+
+COMMANDS: list[str] = []
+
+
+class TerminalAction(Action):
+    command: str = Field(description="The command.")
+
+
+class TerminalExecutor(ToolExecutor[TerminalAction, WeatherObservation]):
+    def __call__(self, action: TerminalAction, conversation: Any = None) -> WeatherObservation:
+        COMMANDS.append(action.command)
+        return WeatherObservation.from_text(text="ran")
+
+
+class TerminalTool(ToolDefinition[TerminalAction, WeatherObservation]):
+    """A stand-in for openhands-tools' ``terminal`` (same name; annotated like it, or not)."""
+
+    @classmethod
+    def create(
+        cls, conv_state: Any = None, annotated: bool = True, **params: Any
+    ) -> Sequence[TerminalTool]:
+        hints = ToolAnnotations(readOnlyHint=False, destructiveHint=True) if annotated else None
+        return [
+            cls(
+                description="Run a shell command.",
+                action_type=TerminalAction,
+                observation_type=WeatherObservation,
+                executor=TerminalExecutor(),
+                annotations=hints,
+            )
+        ]
+
+
+register_tool("TerminalTool", TerminalTool)
 
 
 class RecordingLLM(TestLLM):
@@ -122,6 +156,7 @@ def llm(script: list[Message], config: dict[str, Any] | None = None, **kw: Any) 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     CITIES.clear()
+    COMMANDS.clear()
 
 
 def start(model: Any, tmp_path: Path) -> Any:
@@ -190,6 +225,35 @@ def test_unknown_side_effecting_tool_gets_a_corrective_reask(tmp_path: Path) -> 
     feedback = reask[-1].content[0]
     assert isinstance(feedback, TextContent)
     assert "weather" in feedback.text
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+@pytest.mark.parametrize("invented", ["run_shell", "execute_bash", "bash"])
+def test_an_invented_shell_tool_never_runs_the_terminal(
+    invented: str, annotated: bool, tmp_path: Path
+) -> None:
+    """A made-up shell tool is never corrected to ``terminal`` (by its annotations, and by its
+    name alone): the model is re-asked, and the terminal runs only what it then asks for."""
+    script = [
+        call(invented, '{"command": "rm -rf build"}', "bad"),
+        call("weather", '{"city": "Paris"}'),
+        FINISH,
+    ]
+    model = llm(script)
+    tools = [Tool(name="WeatherTool"), Tool(name="TerminalTool", params={"annotated": annotated})]
+    conversation = Conversation(
+        agent=Agent(llm=model, tools=tools), workspace=str(tmp_path), visualizer=None
+    )
+    conversation.send_message("What is the weather in Paris?")
+    conversation.run()
+    assert finished_cleanly(conversation)
+    assert COMMANDS == []
+    first = report(conversation).guard_reports[0]
+    assert first.corrections == 1
+    assert not first.repairs
+    feedback = model._seen[1][-1].content[0]
+    assert isinstance(feedback, TextContent)
+    assert "terminal" in feedback.text
 
 
 def test_identical_call_loop_is_flagged_by_both_detectors(tmp_path: Path) -> None:
@@ -289,6 +353,116 @@ async def test_async_conversation_is_guarded(tmp_path: Path) -> None:
     await conversation.arun()
     assert finished_cleanly(conversation)
     assert report(conversation).guard_reports[0].repairs
+
+
+WEATHER_SCRIPT = [
+    Reply.call("weather", {"city": "Paris"}, id="c1"),
+    Reply.call("finish", {"message": "It is sunny in Paris."}, id="c2"),
+]
+
+
+def served(cls: type, url: str, **kw: Any) -> Any:
+    """An SDK LLM (plain or guarded) on a scripted server, through litellm's openai provider."""
+    return cls(
+        model="openai/m",
+        base_url=url,
+        api_key=SecretStr("sk-not-a-real-key"),
+        usage_id="agent",
+        input_cost_per_token=0.0,
+        output_cost_per_token=0.0,
+        **kw,
+    )
+
+
+def tokens(conversation: Any) -> tuple[int, int]:
+    """The conversation's token totals, as ``conversation_stats`` reports them."""
+    usage = conversation.conversation_stats.get_combined_metrics().accumulated_token_usage
+    return (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
+
+
+def test_conversation_stats_count_a_guarded_llm_like_a_plain_one(tmp_path: Path) -> None:
+    """The SDK registers only exact ``LLM`` objects with a conversation's stats; the guarded LLM
+    makes its calls through one it keeps for that, so the totals match a plain LLM's."""
+    totals = {}
+    for cls in (LLM, GuardedLLM):
+        CITIES.clear()
+        with ScriptedModel(WEATHER_SCRIPT).serve() as url:
+            conversation = run(served(cls, url), tmp_path / cls.__name__)
+        assert finished_cleanly(conversation)
+        assert set(conversation.conversation_stats.usage_to_metrics) == {"agent"}
+        totals[cls] = tokens(conversation)
+    assert totals[GuardedLLM] == totals[LLM]
+    assert totals[LLM][0] > 0
+    assert conversation.agent.llm.metrics.accumulated_token_usage.prompt_tokens > 0
+
+
+def test_conversation_stats_count_each_tier(tmp_path: Path) -> None:
+    """A stronger tier's calls are counted under ``<usage_id>:<tier>``; with the caller's own
+    they add up to what the guard's reports accounted."""
+    config = {
+        **LOOP_FAST,
+        "tiers": {"fast": {"model": "openai/m"}, "premium": {"model": "openai/m-premium"}},
+        "escalation": {"chain": ["fast", "premium"]},
+    }
+    looping = [Reply.call("weather", {"city": "Paris"}, id=f"c{i}") for i in range(3)]
+    script = {"m": looping, "m-premium": [WEATHER_SCRIPT[1]]}
+    guard_config = GuardConfig.from_dict(config, env={})
+    with ScriptedModel(script).serve() as url:
+        conversation = run(served(GuardedLLM, url, guard_config=guard_config), tmp_path)
+    assert conversation.state.execution_status.value == "finished"
+    assert report(conversation).guard_reports[-1].tier == "premium"
+    stats = conversation.conversation_stats.usage_to_metrics
+    assert set(stats) == {"agent", "agent:premium"}
+    assert all(m.accumulated_token_usage.prompt_tokens > 0 for m in stats.values())
+    accounted = sum(r.usage.total_tokens for r in report(conversation).guard_reports)
+    assert sum(tokens(conversation)) == accounted
+
+
+def test_persisted_conversation_resumes_with_its_stats(tmp_path: Path) -> None:
+    """The SDK persists the agent (the guard's state and ``tier_llms`` stay out) and restores
+    the stats into the resumed conversation's LLM, whose calls keep adding to them."""
+    persisted = tmp_path / "state"
+    script = [*WEATHER_SCRIPT, Reply.call("finish", {"message": "Still sunny."}, id="c3")]
+    with ScriptedModel(script).serve() as url:
+        first = Conversation(
+            agent=Agent(llm=served(GuardedLLM, url), tools=[Tool(name="WeatherTool")]),
+            workspace=str(tmp_path),
+            persistence_dir=str(persisted),
+            visualizer=None,
+        )
+        first.send_message("What is the weather in Paris?")
+        first.run()
+        before = tokens(first)
+        saved = (persisted / first.id.hex / "base_state.json").read_text()
+        assert "tier_llms" not in saved
+        assert "guard" not in saved
+        resumed = Conversation(
+            agent=Agent(llm=served(GuardedLLM, url), tools=[Tool(name="WeatherTool")]),
+            workspace=str(tmp_path),
+            persistence_dir=str(persisted),
+            conversation_id=first.id,
+            visualizer=None,
+        )
+        assert tokens(resumed) == before
+        resumed.send_message("And now?")
+        resumed.run()
+    assert resumed.state.execution_status.value == "finished"
+    assert report(resumed).guard_reports
+    after = tokens(resumed)
+    assert after[0] > before[0]
+    assert after[1] > before[1]
+
+
+def test_copies_have_llms_of_their_own() -> None:
+    """``model_copy`` (how the SDK derives a condenser's or a side question's LLM) gives the
+    copy its own ``tier_llms``, under its own usage id; equal LLMs compare equal."""
+    model = GuardedLLM(model="openai/gpt-4o-mini", api_key="sk-not-a-real-key", usage_id="g")
+    copy = model.model_copy(update={"usage_id": "condenser"})
+    assert type(copy.tier_llms[""]) is LLM
+    assert copy.tier_llms[""].usage_id == "condenser"
+    assert model.tier_llms[""].usage_id == "g"
+    assert model.model_copy() == model
+    assert model.model_copy() != copy
 
 
 PROXY_BIN = "TESTS_LITELLM_PROXY_BIN"

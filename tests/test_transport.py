@@ -82,16 +82,30 @@ def test_request_reads_tools_and_output_cap_from_a_chat_body() -> None:
 
 
 def test_output_cap_is_written_where_the_caller_put_it() -> None:
-    """to_body lowers the caller's own cap field, or sets max_tokens when there was none."""
+    """to_body lowers the caller's own cap field, or sets max_completion_tokens (never
+    max_tokens) when there was none; without a cap nothing is added."""
     asked = ModelRequest("m", [], {"max_completion_tokens": 500})
     lowered = dataclasses.replace(asked, max_output_tokens=64).to_body()
     assert (lowered["max_completion_tokens"], "max_tokens" in lowered) == (64, False)
-    assert ModelRequest("m", [], max_output_tokens=64).to_body()["max_tokens"] == 64
+    assert ModelRequest("m", [], max_output_tokens=64).to_body() == {
+        "model": "m",
+        "messages": [],
+        "max_completion_tokens": 64,
+    }
+    assert ModelRequest("m", []).to_body() == {"model": "m", "messages": []}
     assert ModelRequest("m", [], {"max_tokens": 10}, max_output_tokens=64).to_body() == {
         "model": "m",
         "messages": [],
         "max_tokens": 10,
     }
+
+
+def test_explicit_values_go_upstream_as_sent() -> None:
+    """An explicit ``tools=None`` or ``stream=False`` is the caller's: to_body keeps it."""
+    request = ModelRequest("m", [], {"tools": None, "stream": False})
+    assert request.tools == ()
+    assert request.to_body() == {"model": "m", "messages": [], "tools": None, "stream": False}
+    assert request.to_body(stream=True)["stream"] is True
 
 
 def test_split_session_header() -> None:

@@ -14,6 +14,7 @@ from agentguard import GuardConfig, ToolSchemaError
 from agentguard.events import ToolCallRejected, ToolCallRepaired
 from agentguard.testing import Reply, capture_events
 from agentguard.validation import ToolCallValidator, extract_calls
+from agentguard.validation._tools import acts_by_name
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -166,13 +167,18 @@ def test_repair_is_skipped_above_the_size_limit() -> None:
 
 
 def test_tool_name_normalised_and_fuzzy() -> None:
-    """Case and separators are forgiven; a clear synonym match is corrected."""
+    """Case and separators are forgiven; a clear synonym match is corrected (onto a tool whose
+    name says it acts only with that rule switched off)."""
     for wrong in ("Search", "SEARCH", "search-"):
         report = _v().validate(Reply.call(wrong, {"query": "x"}).message())
         assert report.ok, wrong
         assert report.tool_calls[0].name == "search"
-    report = _v().validate(Reply.call("execute_shell_command", {"command": "ls"}).message())
+    synonym = Reply.call("execute_shell_command", {"command": "ls"}).message()
+    report = _v(side_effecting_by_name=False).validate(synonym)
     assert report.tool_calls[0].name == "run_terminal_command"
+    report = _v().validate(synonym)
+    assert _kinds(report) == ["unknown_tool"]
+    assert report.errors[0].suggestions[0] == "run_terminal_command"
 
 
 def test_unknown_tool_gets_the_closest_names() -> None:
@@ -188,6 +194,85 @@ def test_side_effecting_tools_are_never_guessed() -> None:
     report = _v().validate(Reply.call("send_emails", {"to": "a@b.c", "body": "hi"}).message())
     assert _kinds(report) == ["unknown_tool"]
     assert report.errors[0].suggestions[0] == "send_email"
+
+
+def _tool(name: str, **extra: Any) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}}
+    return {"type": "function", "function": {"name": name, "parameters": schema}, **extra}
+
+
+AGENT_TOOLS = [_tool("terminal"), _tool("execute_bash"), _tool("read_file"), _tool("grep")]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["terminal", "execute_bash", "run_shell", "writeFile", "send-email", "str_replace_editor",
+     "apply_patch", "DeleteUser", "git_push", "rm", "make_payment", "deploy", "kill_process"],
+)  # fmt: skip
+def test_names_that_say_they_act(name: str) -> None:
+    """Whole words of the name, split on case and separators, say a tool acts."""
+    assert acts_by_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["read_file", "grep", "search", "get_weather", "list_files", "view", "glob", "think",
+     "finish", "lookup_order_status", "runtime_info", "settings", "sendgrid_stats"],
+)  # fmt: skip
+def test_names_that_do_not(name: str) -> None:
+    """A word must match whole: ``runtime`` is not ``run``, ``settings`` is not ``set``."""
+    assert not acts_by_name(name)
+
+
+@pytest.mark.parametrize("invented", ["run_shell", "shell", "bash", "run_command", "exec"])
+def test_invented_shell_tools_are_never_corrected_onto_a_real_one(invented: str) -> None:
+    """A made-up shell tool is never auto-corrected to ``terminal`` or ``execute_bash`` (and
+    executed): it is an unknown tool, and the real ones are offered in the correction."""
+    report = ToolCallValidator(AGENT_TOOLS).validate(
+        Reply.call(invented, {"command": "ls"}).message()
+    )
+    assert _kinds(report) == ["unknown_tool"]
+    assert report.tool_calls[0].name == invented
+    assert not report.repairs
+
+
+@pytest.mark.parametrize("near_miss", ["open_file", "file_read", "view_file", "Read-File"])
+def test_read_only_near_misses_are_still_corrected(near_miss: str) -> None:
+    """A near miss of a read-only tool is still corrected for free."""
+    report = ToolCallValidator(AGENT_TOOLS).validate(Reply.call(near_miss, {}).message())
+    assert report.ok
+    assert report.tool_calls[0].name == "read_file"
+
+
+def test_the_name_rule_can_be_switched_off() -> None:
+    """``side_effecting_by_name: false``: only listed (or annotated) tools are protected."""
+    config = GuardConfig.from_dict(
+        {"tool_validation": {"side_effecting_by_name": False, "side_effecting": ["terminal"]}},
+        env={},
+    )
+    validator = ToolCallValidator(AGENT_TOOLS, config)
+    assert not validator.specs["execute_bash"].side_effecting
+    assert validator.specs["terminal"].side_effecting  # the list still adds names
+    report = validator.validate(Reply.call("execute-bash", {"command": "ls"}).message())
+    assert report.tool_calls[0].name == "execute_bash"
+
+
+def test_annotations_say_whether_a_tool_acts() -> None:
+    """MCP / OpenHands annotations win over the name; the configured list wins over both."""
+    tools = [
+        _tool("run_query", annotations={"readOnlyHint": True}),
+        _tool("lights", annotations={"readOnlyHint": False, "destructiveHint": False}),
+        {"type": "function", "function": {**_tool("doors")["function"], "annotations": {
+            "destructiveHint": True}}},
+        _tool("terminal", annotations={"readOnlyHint": True}),
+        _tool("weather", annotations={"title": "Weather"}),
+    ]  # fmt: skip
+    cfg = GuardConfig.from_dict({"tool_validation": {"side_effecting": ["terminal"]}}, env={})
+    specs = ToolCallValidator(tools, cfg).specs
+    acting = {name for name, spec in specs.items() if spec.side_effecting}
+    assert acting == {"lights", "doors", "terminal"}
+    report = ToolCallValidator(tools, cfg).validate(Reply.call("execute_query", {}).message())
+    assert report.tool_calls[0].name == "run_query"
 
 
 def test_every_schema_error_at_once() -> None:

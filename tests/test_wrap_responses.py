@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from importlib import import_module
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
+from _openai_upstream import Upstream
 from agentguard.integrations.openai._responses import (
     ITEM,
     messages_to_items,
@@ -43,6 +45,10 @@ TOOLS = [
     },
     {"type": "web_search_preview"},
 ]
+
+
+async def _maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 def _client(model: ScriptedModel, *, asynchronous: bool = False) -> Any:
@@ -127,11 +133,42 @@ async def test_async_responses_escalate_past_a_dead_tier() -> None:
     assert any(e.kind == "escalated" for e in events)
 
 
-def test_responses_streaming_passes_through_unguarded() -> None:
-    """``stream=True`` on Responses is passed to the client as is (not guarded yet)."""
-    model = ScriptedModel([Reply.text("x")])
-    with pytest.raises(openai.BadRequestError):
-        _client(model).responses.create(model="small", input="hi", stream=True)
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_responses_streaming_is_guarded(asynchronous: bool) -> None:
+    """``stream=True`` on Responses: broken arguments are repaired; the caller gets the
+    function-call events of the repaired call and a ``response.completed`` carrying it."""
+    upstream = Upstream(http, [Reply.call("read_file", '{"path": "a.txt",', id="c1")])
+    client = ag.wrap(upstream.client(openai, asynchronous=asynchronous), CONFIG)
+    stream = await _maybe(
+        client.responses.create(model="fast", input="read a.txt", tools=TOOLS, stream=True)
+    )
+    events = [event async for event in stream] if asynchronous else list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(i.name, json.loads(i.arguments)) for i in done] == [("read_file", {"path": "a.txt"})]
+    assert [i.name for i in events[-1].response.output] == ["read_file"]
+    assert sorted(e.sequence_number for e in events) == [e.sequence_number for e in events]
+    report = ag.report_of(stream)
+    assert report is not None
+    assert report.repairs
+
+
+def test_responses_streaming_re_ask_serves_the_corrected_attempt() -> None:
+    """A hallucinated tool gets a corrective re-ask; the stream carries the second attempt's
+    events only, and one ``response.completed``."""
+    upstream = Upstream(
+        http,
+        [Reply.call("wipe_disk", {"force": True}), Reply.call("read_file", {"path": "c.txt"})],
+    )
+    client = ag.wrap(upstream.client(openai, asynchronous=False), CONFIG)
+    stream = client.responses.create(model="fast", input="read c.txt", tools=TOOLS, stream=True)
+    events = list(stream)
+    assert [e.type for e in events].count("response.completed") == 1
+    assert [i.name for i in events[-1].response.output] == ["read_file"]
+    assert ag.report_of(stream).corrections == 1
 
 
 def test_items_round_trip_unchanged() -> None:

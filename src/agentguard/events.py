@@ -5,7 +5,9 @@ argument of every component) and per process (:func:`add_hook`); the process def
 event through the stdlib logger ``"agentguard"``. A failing hook is logged and otherwise ignored:
 observability never breaks the agent.
 
-Events carry no secrets: components build them from redacted values only.
+Events carry no secrets: components build them from redacted values, and the free-text fields
+(an exception's message ...) pass :func:`agentguard._redact.redact` once more when the event is
+made, so neither a hook nor the log it feeds ever sees a configured secret.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from agentguard._exports import publish
+from agentguard._redact import redact
 
 __all__ = [
     "BreakerStateChanged",
@@ -79,6 +82,14 @@ class Event:
         return data
 
 
+def _redact_message(event: Any) -> None:
+    """What ``__post_init__`` does for the events with a free-text ``message`` (an exception's
+    text ...): redact it when the event is made, the last gate before hooks and logs, whoever
+    built it. Only those events have one, so the others are made at no extra cost."""
+    if isinstance(event.message, str):
+        object.__setattr__(event, "message", redact(event.message))
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
@@ -105,6 +116,9 @@ class GuardInternalError(Event):
     component: str
     error_type: str
     message: str
+
+    def __post_init__(self) -> None:
+        _redact_message(self)
 
 
 class Hook(Protocol):
@@ -238,6 +252,9 @@ class LoopFlagged(Event):
     count: int
     tool: str | None = None
     message: str = ""
+
+    def __post_init__(self) -> None:
+        _redact_message(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,6 +401,9 @@ class StoreFallback(Event):
     error_type: str
     message: str
 
+    def __post_init__(self) -> None:
+        _redact_message(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreRecovered(Event):
@@ -505,6 +525,9 @@ class ToolCallRefused(Event):
     tool: str
     reason: str
     message: str
+
+    def __post_init__(self) -> None:
+        _redact_message(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,8 @@ them. The tree::
 
 Each exception carries the structured context a caller needs to act (which key, which budget,
 when it resets ...) as attributes; the message repeats it for people. No exception text ever
-contains a secret: values that may be secret are redacted before they reach a message.
+contains a secret: every message passes :func:`agentguard._redact.redact` (the secrets the guard
+was configured with, and anything that looks like a key) when the exception is made.
 
 Every error a guarded call raises also carries the guard's work up to that point, as Instructor's
 errors carry ``n_attempts`` / ``total_usage``: :attr:`AgentGuardError.attempts`,
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentguard._exports import publish
+from agentguard._redact import redact
 
 from .types import Attempt, Usage
 
@@ -100,6 +102,11 @@ class AgentGuardError(Exception):
         """Their cost from the price table, or ``None`` when no price applies."""
         report = self.agentguard_report
         return report.cost if report is not None else None
+
+    def __init__(self, *args: object) -> None:
+        # The one place every message passes: a secret echoed by an upstream, a store or a
+        # caller's value never reaches str(), repr() or args.
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The default calls cls(*args), but subclasses take other arguments than their message:

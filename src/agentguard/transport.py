@@ -12,8 +12,9 @@ transports without an SDK of their own. Every such exception exposes ``status_co
 
 This module is also everything an adapter (``agentguard.integrations.*``) needs from the core
 besides the guards themselves: the values above, :func:`attach_report` / :func:`report_of`,
-the session header (:data:`SESSION_HEADER`, :func:`split_session_header`) and the
-:data:`ORIGINAL` marker of translated messages.
+the session header (:data:`SESSION_HEADER`, :func:`split_session_header`), the
+:data:`ORIGINAL` marker of translated messages and :func:`register_secret` (a key an adapter
+sends upstream is never shown).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._fingerprint import arguments_object, fingerprint
+from ._redact import register_secret
 from .types import Message, Usage
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ __all__ = [
     "Transport",
     "attach_report",
     "caller_scope",
+    "register_secret",
     "report_of",
     "split_session_header",
     "tool_arguments",
@@ -110,9 +113,9 @@ class ModelRequest:
 
     def __post_init__(self) -> None:
         params = self.params
-        if "tools" in params and not self.tools:
-            tools = params["tools"]
-            object.__setattr__(self, "tools", list(tools) if isinstance(tools, Sequence) else [])
+        if "tools" in params and not self.tools and isinstance(params["tools"], Sequence):
+            # anything else (an explicit ``None``) stays in params and goes upstream as sent
+            object.__setattr__(self, "tools", list(params["tools"]))
             object.__setattr__(self, "params", {k: v for k, v in params.items() if k != "tools"})
         if self.max_output_tokens is None:
             for key in _CHAT_OUTPUT_KEYS:
@@ -124,18 +127,21 @@ class ModelRequest:
     def to_body(self, *, stream: bool = False) -> dict[str, Any]:
         """The OpenAI chat-completions JSON body for this request.
 
-        ``max_output_tokens`` is written where the caller put its cap (``max_tokens`` or
-        ``max_completion_tokens``, each lowered to it), else as ``max_tokens``.
+        Nothing the caller did not send is added: ``max_output_tokens`` lowers the cap where
+        the caller put it (``max_tokens`` or ``max_completion_tokens``); a cap the caller did not
+        ask for (the configured one) goes in ``max_completion_tokens``, the field every current
+        model accepts (OpenAI's reasoning models reject ``max_tokens``). ``stream`` is only
+        written when streaming; an explicit ``"stream": false`` in ``params`` is kept.
         """
         body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
         body.update(self.params)
         if self.tools:
             body["tools"] = list(self.tools)
-        write_output_cap(body, self.max_output_tokens, _CHAT_OUTPUT_KEYS, "max_tokens")
+        write_output_cap(body, self.max_output_tokens, _CHAT_OUTPUT_KEYS, "max_completion_tokens")
         if stream:
             body["stream"] = True
-        else:
-            body.pop("stream", None)
+        elif body.get("stream"):
+            del body["stream"]
         return body
 
     @classmethod
@@ -273,8 +279,8 @@ def write_output_cap(
     """Cap the output of a wire ``body`` at ``cap``, in place.
 
     Each of ``keys`` (the wire form's output-cap fields) present is lowered to ``cap`` when
-    larger; when none is present, ``default_key`` (if not ``None``) is set to ``cap``, so a model
-    cannot run past the cap by default. ``None`` or ``0`` changes nothing.
+    larger; when none is present, ``default_key`` (if not ``None``) is set to ``cap``. ``None``
+    or ``0`` changes nothing: a request without a configured cap goes out as the caller wrote it.
     """
     if not cap:
         return

@@ -27,6 +27,9 @@ __all__ = ["estimate_tokens", "estimate_usage"]
 #: Framing tokens per chat message, and for the priming of the reply.
 MESSAGE_OVERHEAD = 4
 REPLY_PRIMING = 3
+#: The output tokens a guarded call reserves when neither the request nor the configuration
+#: caps its output. Held in the ledger only, never sent upstream as a cap.
+UNCAPPED_OUTPUT = 16_384
 
 
 def _text_tokens(text: str, chars_per_token: float) -> int:

@@ -65,17 +65,22 @@ def _checked(value: object, what: str) -> int:
 
 
 def clamp_output_tokens(
-    request: Mapping[str, Any], cap: int | None, *, default_key: str | None = "max_tokens"
+    request: Mapping[str, Any],
+    cap: int | None,
+    *,
+    default_key: str | None = "max_completion_tokens",
 ) -> dict[str, Any]:
     """A copy of a chat request whose output limit is at most ``cap``.
 
     ``max_tokens``, ``max_completion_tokens`` and (Responses API) ``max_output_tokens`` are each
     lowered to ``cap`` when present and larger. When none is present, ``default_key`` (if not
-    ``None``) is set to ``cap``, so a model cannot run past the cap by default.
+    ``None``) is set to ``cap``: ``max_completion_tokens`` by default, which every current chat
+    model accepts (OpenAI's reasoning models reject ``max_tokens``); pass
+    ``"max_output_tokens"`` for a Responses API request.
 
     Args:
         request: the request's keyword arguments (OpenAI chat format).
-        cap: the output cap (:attr:`Reservation.output_tokens`); ``None`` or ``0`` changes nothing.
+        cap: the output cap (:meth:`TokenLedger.output_cap`); ``None`` or ``0`` changes nothing.
         default_key: the key to add when the request sets no limit.
     """
     out = dict(request)

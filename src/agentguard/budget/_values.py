@@ -26,9 +26,9 @@ class Reservation:
             ``output_tokens`` under ``reserve: strict``, a learned estimate of it (at most
             ``output_tokens``) under ``reserve: learned``.
         prompt_tokens: the estimated prompt tokens reserved.
-        output_tokens: the output tokens the call may use (its worst case, checked against the
-            budgets): send them as the call's ``max_tokens`` (see :func:`clamp_output_tokens`);
-            ``0`` when no output limit applies.
+        output_tokens: the output tokens the call may use: its worst case, checked against the
+            budgets (the request's cap lowered to the configured one); ``0`` when no output
+            limit was given.
         model: the model the call is priced as, if given.
         expires_at: wall-clock end of the lease; after it the tokens return to the budget.
         decision: ``"ok"``, ``"warn"`` (a budget passed its warning ratio, or is exhausted

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from agentguard._redact import redact_data
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
 
@@ -55,7 +56,9 @@ def _show(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    data = cfg.to_dict()
+    # what is printed is read by people and pasted into tickets: a URL's password or any
+    # configured secret is shown as ***
+    data = redact_data(cfg.to_dict())
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -3,10 +3,18 @@
 Everything here works on any pydantic model class handed in (``GuardConfig`` in practice), so
 the models beside it import this module and not the other way round. Every failure becomes a
 :class:`~agentguard.ConfigError` naming the key path, the value and what is allowed.
+
+Errors never leak and never explode: a value is shown redacted (by the configured secrets'
+values and by pattern) and bounded (a few items, a few levels, 80 characters), never by
+``repr()`` of the whole; a file that does not parse is named with the line and column, never
+with the offending line (it may hold a key); YAML aliases may expand to at most
+:data:`MAX_ALIAS_NODES` nodes (a 615-byte "billion laughs" would otherwise cost gigabytes).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import os
@@ -29,6 +37,7 @@ __all__ = [
     "CONFIG_ENV",
     "DEFAULT_CHAIN",
     "ENV_PREFIX",
+    "MAX_ALIAS_NODES",
     "PROVIDERS",
     "ROOT",
     "load",
@@ -60,6 +69,12 @@ DEFAULT_CHAIN = ("fast", "standard", "longctx", "premium")
 
 _log = logging.getLogger("agentguard.config")
 
+#: How many nodes YAML aliases may add by expansion, all aliases of a document together (a
+#: real configuration's anchors add a few dozen; a "billion laughs" adds billions).
+MAX_ALIAS_NODES = 10_000
+#: A validator's error type that means "this value is a secret": its value is never shown.
+SECRET_VALUE = "secret_value"
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -82,12 +97,15 @@ def validate(
     Raises:
         ConfigError: naming every bad key path, its value and what is allowed.
     """
-    body = _canonical(_unwrap(data or {}, source), source)
-    body = _apply_env(model, body, os.environ if env is None else env, source)
     try:
+        body = _canonical(_unwrap(data or {}, source), source)
+        body = _apply_env(model, body, os.environ if env is None else env, source)
         return model.model_validate(body)
     except ValidationError as exc:
         raise ConfigError(_problems(exc, model), source=source) from None
+    except RecursionError:  # mappings nested thousands deep, or a mapping that holds itself
+        problem = {"path": ROOT, "value": "{...}", "allowed": "mappings nested a few levels deep"}
+        raise ConfigError([problem], source=source) from None
 
 
 def load_file(model: type[M], path: str | os.PathLike[str], *, env: Mapping[str, str] | None) -> M:
@@ -98,11 +116,17 @@ def load_file(model: type[M], path: str | os.PathLike[str], *, env: Mapping[str,
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(
             [{"path": "(file)", "value": str(p), "allowed": f"a readable file ({exc.strerror})"}]
         ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        allowed = f"UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line} is not UTF-8)"
+        raise ConfigError([{"path": "(file)", "value": str(p), "allowed": allowed}]) from None
     return validate(model, _parse(text, p), env=env, source=str(p))
 
 
@@ -150,22 +174,83 @@ def _parse(text: str, path: Path) -> Any:
         if suffix == ".json":
             return json.loads(text)
         if suffix in {".yaml", ".yml", ""}:
-            import yaml  # noqa: PLC0415 - ~20 ms, only for YAML files and overrides
-
-            return yaml.safe_load(text) or {}
+            return load_yaml(text) or {}
     except Exception as exc:  # every parser has its own error type
-        raise ConfigError(
-            [{"path": "(file)", "value": str(path), "allowed": f"valid {suffix or 'YAML'} ({exc})"}]
-        ) from None
+        allowed = f"valid {suffix or 'YAML'} ({_syntax_error(exc)})"
+        raise ConfigError([{"path": "(file)", "value": str(path), "allowed": allowed}]) from None
     raise ConfigError(
         [{"path": "(file)", "value": str(path), "allowed": "a .yaml, .yml, .toml or .json file"}]
     )
 
 
+def load_yaml(text: str) -> Any:
+    """YAML text as data, safely: no Python tags, and aliases expanding to at most
+    :data:`MAX_ALIAS_NODES` nodes (a YAML error past that).
+    """
+    import yaml  # noqa: PLC0415 - ~20 ms, only for YAML files and overrides
+
+    return yaml.load(text, Loader=_bounded_loader())  # a SafeLoader subclass: no Python tags
+
+
+@functools.cache
+def _bounded_loader() -> type[Any]:
+    """A ``yaml.SafeLoader`` that counts what aliases expand to while it composes.
+
+    Composing shares an anchored node among its aliases, so the document costs memory linear
+    in its size; what explodes is every consumer that walks it as a tree (validation, copies,
+    a message showing it). Each node's expanded size is known when it is composed, so each
+    alias adds its target's size to a running total, checked before going on.
+    """
+    import yaml  # noqa: PLC0415
+
+    class BoundedLoader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.expanded = 0
+            self.sizes: dict[int, int] = {}  # id(collection node) -> nodes once expanded
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                target = self.anchors.get(event.anchor)
+                if target is not None:
+                    self.expanded += self.sizes.get(id(target), 1)
+                    if self.expanded > MAX_ALIAS_NODES:
+                        raise yaml.MarkedYAMLError(
+                            problem=f"aliases expand to more than {MAX_ALIAS_NODES} nodes",
+                            problem_mark=event.start_mark,
+                        )
+                return super().compose_node(parent, index)
+            node = super().compose_node(parent, index)
+            if isinstance(node, yaml.SequenceNode):
+                self.sizes[id(node)] = 1 + sum(self.sizes.get(id(n), 1) for n in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                self.sizes[id(node)] = 1 + sum(
+                    self.sizes.get(id(k), 1) + self.sizes.get(id(v), 1) for k, v in node.value
+                )
+            return node
+
+    return BoundedLoader
+
+
+def _syntax_error(exc: BaseException) -> str:
+    """What a parser said, and where: never the offending line, which may hold a secret."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if isinstance(exc, RecursionError):
+        problem = "nested too deeply"
+    elif problem is None:
+        # JSON and TOML say where in their message and never quote the line; PyYAML's reader
+        # errors name the character and its position
+        problem = str(exc).replace("\n", " ")
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{_clip(redact(str(problem)), 120)}{where}"
+
+
 def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError(
-            [{"path": ROOT, "value": _short(data), "allowed": "a mapping of sections"}],
+            [{"path": ROOT, "value": _shown(data), "allowed": "a mapping of sections"}],
             source=source,
         )
     if ROOT in data:
@@ -175,7 +260,7 @@ def _unwrap(data: Any, source: str | None) -> dict[str, Any]:
             inner = {}
         if not isinstance(inner, Mapping):
             raise ConfigError(
-                [{"path": ROOT, "value": _short(inner), "allowed": "a mapping of sections"}],
+                [{"path": ROOT, "value": _shown(inner), "allowed": "a mapping of sections"}],
                 source=source,
             )
         if extra:
@@ -259,7 +344,7 @@ def _canonical(body: dict[str, Any], source: str | None) -> dict[str, Any]:
             problems.append(
                 {
                     "path": f"{ROOT}.memory_monitor.{key}",
-                    "value": _short(value),
+                    "value": _shown(value),
                     "allowed": "a fraction between 0 and 1 (memory_monitor takes fractions, "
                     "memory_pressure percent)",
                 }
@@ -281,7 +366,7 @@ def _cloud_fallback(body: dict[str, Any], escalation: dict[str, Any]) -> list[di
     path = f"{ROOT}.escalation.cloud_fallback"
     fallback = escalation.pop("cloud_fallback")
     if not isinstance(fallback, Mapping):
-        return [{"path": path, "value": _short(fallback), "allowed": "a mapping"}]
+        return [{"path": path, "value": _shown(fallback), "allowed": "a mapping"}]
     problems = []
     for key in sorted(set(fallback) - set(_FALLBACK_KEYS)):
         near = suggest(str(key), list(_FALLBACK_KEYS))
@@ -298,7 +383,7 @@ def _cloud_fallback(body: dict[str, Any], escalation: dict[str, Any]) -> list[di
             problems.append(
                 {
                     "path": f"{path}.provider",
-                    "value": _short(provider),
+                    "value": _shown(provider),
                     "allowed": f"{hint}one of {', '.join(sorted(PROVIDERS))}, or give base_url",
                 }
             )
@@ -337,11 +422,9 @@ def _apply_env(
         if not var.startswith(ENV_PREFIX) or var == f"{ENV_PREFIX}CONFIG":
             continue
         keys = [k.lower() for k in var[len(ENV_PREFIX) :].split("__")]
-        import yaml  # noqa: PLC0415 - ~20 ms, only when an override is set
-
         try:
-            value = yaml.safe_load(env[var]) if env[var].strip() else None
-        except yaml.YAMLError:
+            value = load_yaml(env[var]) if env[var].strip() else None
+        except Exception:  # not YAML (or not sane YAML): the plain string
             value = env[var]
         if keys[0] not in model.model_fields:
             # Not a configuration path at all (a user's own AGENTGUARD_WRAP=1 switch): never
@@ -359,7 +442,7 @@ def _apply_env(
             problems.append(
                 {
                     "path": var,
-                    "value": REDACTED if is_secret_key(var) else redact(env[var]),
+                    "value": REDACTED if is_secret_key(var) else _shown(env[var]),
                     "allowed": allowed,
                 }
             )
@@ -413,13 +496,11 @@ def _problems(exc: ValidationError, model: type[BaseModel]) -> list[dict[str, An
             allowed += f"allowed keys here: {', '.join(fields)}"
         else:
             allowed = _allowed_text(err["msg"])
-        if is_secret_key(key):
+        if err["type"] == SECRET_VALUE or is_secret_key(key):
             value = REDACTED
         elif isinstance(value, Mapping):  # a rule over a whole section: the keys say enough
             value = "{...}"
-        if isinstance(value, str):
-            value = redact(value)
-        problems.append({"path": path, "value": _short(value), "allowed": allowed})
+        problems.append({"path": path, "value": _shown(value), "allowed": allowed})
     return problems
 
 
@@ -444,9 +525,57 @@ def _allowed_text(msg: str) -> str:
     return msg.replace("Input should be", "must be", 1)
 
 
-def _short(value: Any) -> Any:
-    if isinstance(value, (dict, list)) and len(repr(value)) > 80:
-        return repr(value)[:77] + "..."
-    if isinstance(value, str) and len(value) > 80:
-        return value[:77] + "..."
-    return value
+class _Shown(str):
+    """A value rendered for a message: shown as it is by ``repr()`` (no quotes around it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+#: A shown value: at most this many characters, items per collection, levels of collections.
+_SHOWN_CHARS, _SHOWN_ITEMS, _SHOWN_LEVELS = 80, 4, 2
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as an error shows it: redacted and bounded, whatever its size or shape.
+
+    Scalars stay themselves (strings redacted and clipped); a collection becomes its first
+    items, a few levels deep: never a ``repr()`` of the whole, which for a YAML alias bomb or
+    a cyclic structure is unbounded.
+    """
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 64 else _Shown(f"<{value.bit_length()}-bit integer>")
+    if isinstance(value, str):
+        return _clip(redact(value), _SHOWN_CHARS)
+    return _Shown(_clip(_render(value, _SHOWN_LEVELS), _SHOWN_CHARS))
+
+
+def _render(value: Any, levels: int) -> str:
+    if isinstance(value, Mapping):
+        if not value or levels <= 0:
+            return "{...}" if value else "{}"
+        items = [
+            f"{_render(k, 0)}: {_render(v, levels - 1)}"
+            for k, v in itertools.islice(value.items(), _SHOWN_ITEMS)
+        ]
+        more = ", ..." if len(value) > _SHOWN_ITEMS else ""
+        return "{" + ", ".join(items) + more + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if not value or levels <= 0:
+            return "[...]" if value else "[]"
+        items = [_render(v, levels - 1) for v in itertools.islice(value, _SHOWN_ITEMS)]
+        more = ", ..." if len(value) > _SHOWN_ITEMS else ""
+        return "[" + ", ".join(items) + more + "]"
+    if isinstance(value, str):
+        return repr(_clip(redact(value), 40))
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(_shown(value))
+    return f"<{type(value).__name__}>"  # a date, bytes ...: the kind says enough
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

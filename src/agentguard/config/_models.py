@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from agentguard._redact import redact_data, register_secret
 
 from . import _load
 
@@ -57,10 +61,37 @@ _Strategy = Annotated[
 ]
 
 
-class Section(BaseModel):
-    """Base of every configuration section: unknown keys are errors, instances are immutable."""
+#: The largest fractional number a configuration accepts: 10^9 seconds is about 31 years, and
+#: larger timeouts overflow the platform's timers (sockets, locks) long after loading.
+MAX_FLOAT = 1e9
+#: The largest whole number: 2^53 - 1, exact in JSON, in Redis's Lua and in a double.
+MAX_INT = 2**53 - 1
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+class Section(BaseModel):
+    """Base of every configuration section: unknown keys are errors, instances are immutable.
+
+    Every number is finite and bounded (:data:`MAX_FLOAT`, :data:`MAX_INT`), so a value that
+    would crash a store or a timer later is a ``ConfigError`` at load time; ``repr()`` and
+    ``str()`` show strings redacted (a URL's password, a configured secret).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_are_bounded(cls, value: Any) -> Any:
+        if type(value) is float and abs(value) > MAX_FLOAT:
+            raise ValueError(f"must be at most {MAX_FLOAT:.0e} (in seconds, about 31 years)")
+        if type(value) is int and abs(value) > MAX_INT:
+            raise ValueError(f"must be at most 2^53 - 1 ({MAX_INT})")
+        return value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_data(value) if isinstance(value, (str, list, tuple)) else value
 
 
 class LoopDetectionConfig(Section):
@@ -214,6 +245,12 @@ class ToolValidationConfig(Section):
         default_factory=list,
         description="Tools never auto-corrected to (a guessed name must not write or send).",
     )
+    side_effecting_by_name: bool = Field(
+        True,
+        description="Also count as side-effecting every tool whose name says it acts (a whole "
+        "word such as shell, exec, run, write, edit, delete, send, deploy, pay) unless its "
+        "annotations say it is read-only.",
+    )
     placeholders: list[str] = Field(
         default_factory=list,
         description="Extra regular expressions for placeholder values (added to the built-ins).",
@@ -246,7 +283,14 @@ class TokenBudgetConfig(Section):
     per_hour: int | None = Field(
         2_000_000, ge=1, description="Tokens per rolling hour across all sessions; null: no limit."
     )
-    max_output_tokens: int | None = Field(16_384, ge=1, description="Output cap per request.")
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Output cap per request, sent in the API's own field (chat: max_completion_tokens, "
+            "Responses: max_output_tokens) or lowering the caller's; null: none is sent."
+        ),
+    )
     reserve: Literal["learned", "strict"] = Field(
         "learned",
         description="What a reservation holds for the output: 'learned' holds a running high "
@@ -254,7 +298,10 @@ class TokenBudgetConfig(Section):
         "call only if its worst case fits; 'strict' holds the whole output cap.",
     )
     reserve_floor: int = Field(
-        256, ge=0, description="Least output a 'learned' reservation holds (tokens)."
+        256,
+        ge=0,
+        le=1_000_000_000,
+        description="Least output a 'learned' reservation holds (tokens).",
     )
     policy: Literal["warn_and_continue", "escalate", "hard_stop"] = Field(
         "warn_and_continue",
@@ -333,6 +380,19 @@ class StorageConfig(Section):
         "agentguard", min_length=1, description="Redis: prefix of every key agentguard writes."
     )
     timeout_seconds: float = Field(2.0, gt=0.0, description="Redis: connect and command timeout.")
+
+    @field_validator("url")
+    @classmethod
+    def _password_is_a_secret(cls, url: str | None) -> str | None:
+        if url:
+            try:
+                password = urllib.parse.urlsplit(url).password
+            except ValueError:  # not a URL the store could use either; validation goes on
+                password = None
+            if password:
+                register_secret(password)
+                register_secret(urllib.parse.unquote(password))
+        return url
 
     @model_validator(mode="after")
     def _backend_has_its_location(self) -> StorageConfig:
@@ -513,10 +573,16 @@ class TierConfig(Section):
     @classmethod
     def _names_a_variable(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.fullmatch(value):
-            raise ValueError(
-                "must be the NAME of an environment variable holding the key "
-                "(e.g. OPENROUTER_API_KEY), never the key itself"
+            # not a variable's name: most likely the key itself, so it is never repeated
+            # (the loader shows no value for this error) and redacted from now on
+            register_secret(value)
+            raise PydanticCustomError(
+                _load.SECRET_VALUE,
+                "looks like a key, not the NAME of an environment variable: put the key in a "
+                "variable (e.g. OPENROUTER_API_KEY) and give its name",
             )
+        if value is not None:
+            register_secret(os.environ.get(value))  # the key the tier will send
         return value
 
 

@@ -32,8 +32,9 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint_bytes
+from agentguard._redact import register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
-from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING
+from agentguard.budget._estimate import MESSAGE_OVERHEAD, REPLY_PRIMING, UNCAPPED_OUTPUT
 from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
@@ -253,6 +254,8 @@ class Pipeline:
         _, headers = split_session_header(request.headers)
         if headers is not request.headers:  # the guard's own header: never sent upstream
             request = dataclasses.replace(request, headers=headers)
+        if headers:  # an Authorization / api-key header sent upstream: redacted by value
+            register_credentials(headers)
         b = ReportBuilder(sid, source)
         tools = list(request.tools)
         validator, tool_tokens = self._tools(tools) if tools else (None, 0)
@@ -315,22 +318,24 @@ class Pipeline:
     def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
         """One model call on the current tier; ``None`` means "try again" (tier may have moved)."""
         b, tier = call.b, call.tier
+        # the cap sent: the caller's own, lowered to a configured one; none when neither is set
         max_output_tokens = call.request.max_output_tokens
         ledger = self.ledger
         reservation: Reservation | None = None
         if ledger is not None:
+            # a limit that is no token count (-5, 1.5) is sent as it came, for the upstream to
+            # reject; the budget still applies, with the configured cap
+            requested = _token_count(max_output_tokens)
+            if requested is not None or max_output_tokens is None:
+                max_output_tokens = ledger.output_cap(requested)
             reservation = yield from perform(
                 ledger.reserve,
                 ledger.areserve,
                 b.session,
                 self._prompt_tokens(call),
-                # a limit that is no token count (-5, 1.5) is the upstream's to reject: the
-                # budget still applies, with the configured cap
-                max_output_tokens=_token_count(max_output_tokens),
+                max_output_tokens=_token_count(max_output_tokens) or UNCAPPED_OUTPUT,
                 model=tier.model,
             )
-            if reservation.output_tokens:
-                max_output_tokens = _capped(max_output_tokens, reservation.output_tokens)
             if reservation.decision != "ok":
                 b.budget = "warning"
                 b.warnings.append(f"{reservation.budget} token budget past its warning ratio")
@@ -703,11 +708,6 @@ def _price_of(prices: PriceTable, tier: Tier | None, tokens: Usage) -> float | N
     if tier is None or prices.price(tier.model) is None:
         return None
     return prices.cost(tier.model, tokens.prompt_tokens, tokens.completion_tokens)
-
-
-def _capped(requested: int | None, cap: int) -> int:
-    """The output cap to send: the caller's own when lower than the reservation's, else that."""
-    return cap if requested is None or requested > cap else requested
 
 
 def _with_hint(messages: list[Mapping[str, Any]], hint: str) -> list[Mapping[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from agentguard.exceptions import ConfigError
+from agentguard.transport import register_secret
 from agentguard.types import Tier
 
 
@@ -27,4 +28,5 @@ def tier_api_key(tier: Tier) -> str | None:
                 }
             ]
         )
+    register_secret(value)  # sent upstream: an error echoing it is redacted by value
     return value

@@ -56,6 +56,7 @@ from agentguard.transport import (
     StreamChunk,
     attach_report,
     caller_scope,
+    register_secret,
     report_of,
     split_session_header,
 )
@@ -178,6 +179,7 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
         params["api_base"] = kwargs["api_base"]
     if kwargs.get("api_key"):
         params["api_key"] = _Secret(kwargs["api_key"])
+        register_secret(kwargs["api_key"])
     timeout = kwargs.get("timeout")
     caller = _caller(litellm_params, client_headers)
     return (

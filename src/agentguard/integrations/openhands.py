@@ -7,6 +7,13 @@ its transport, so loops, broken or hallucinated tool calls, budgets and escalati
 before the agent sees the answer. The SDK's own retries are switched off (the guard's retry
 layer is the only one); its stuck detector stays on, and :func:`report` gives both verdicts.
 
+The model calls themselves are made by plain SDK LLMs kept in the excluded field
+``tier_llms`` — the caller's own settings as an instance of the guarded class (sharing this
+LLM's fields and state, ``usage_id`` included) and a copy per configured tier — because the
+SDK registers with a conversation's ``LLMRegistry`` and ``ConversationStats`` only objects of
+exactly its ``LLM`` class, found by walking the agent's fields (as it does for its
+``RouterLLM``): their usage is what ``conversation.conversation_stats`` counts.
+
 Guard state lives in private attributes (the LLM is a pydantic model), so it is never
 serialised with the conversation. Streaming callbacks (``on_token``) still see every attempt.
 """
@@ -14,15 +21,15 @@ serialised with the conversation. Streaming callbacks (``on_token``) still see e
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, PrivateAttr, SecretStr
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr
 
 from agentguard import AgentGuardError, AsyncGuard, Guard, GuardConfig, GuardReport, Tier
+from agentguard.escalation import EscalationPolicy
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, usage_from_body
 
 from ._lazy import require
@@ -62,12 +69,8 @@ class _Call:
 # make the SDK's own call.
 _CALL = "agentguard.openhands.call"
 
-# Set while the transport runs the SDK's own call: the SDK's calls made inside it (its
-# prompt-cache fallback, its credential refresh) go straight through instead of nesting a second
-# guard. A re-entrancy flag, not a channel: the call's context travels in the request.
-_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "agentguard_openhands_inside", default=False
-)
+# The key of the caller's own LLM in ``tier_llms`` (tiers are keyed by their names).
+_OWN = ""
 
 
 def _to_sdk(chat: Mapping[str, Any], original: Any | None, method: str) -> Any:
@@ -109,6 +112,15 @@ def _messages(request: ModelRequest, call: _Call) -> list[Any]:
     return out
 
 
+def _chat_tool(tool: Any, add_risk: bool) -> dict[str, Any]:
+    """A tool as the SDK sends it, with its annotations (``readOnlyHint`` / ``destructiveHint``
+    say whether a guessed name may be corrected onto it) for the guard's eyes only."""
+    chat = dict(tool.to_openai_tool(add_security_risk_prediction=add_risk))
+    if tool.annotations is not None:
+        chat["annotations"] = tool.annotations.model_dump(exclude_none=True)
+    return chat
+
+
 def _neutral(result: Any) -> ModelResponse:
     """The SDK's ``LLMResponse`` as a neutral response (the ``LLMResponse`` is its ``raw``)."""
     message = result.message.to_chat_dict(**_CHAT_FLAGS)
@@ -137,18 +149,65 @@ def _result(response: ModelResponse, method: str) -> Any:
     return result.model_copy(update={"message": message})  # keeps the attached report
 
 
-def _tier_llm(llm: Any, tier: Tier) -> Any:
-    """The LLM that serves ``tier``: the caller's own, or a copy pointed at the tier."""
+def _tier_update(llm: Any, tier: Tier) -> dict[str, Any]:
+    """What differs between ``llm`` and the settings ``tier`` asks for (empty when nothing)."""
     update: dict[str, Any] = {}
     if tier.model != llm.model:
         update["model"] = tier.model
-    if tier.base_url:
+    if tier.base_url and tier.base_url != llm.base_url:
         update["base_url"] = tier.base_url
-    if tier.api_key_env and os.environ.get(tier.api_key_env):
-        update["api_key"] = SecretStr(os.environ[tier.api_key_env])
-    if tier.timeout is not None:
+    key = os.environ.get(tier.api_key_env) if tier.api_key_env else None
+    if key and (llm.api_key is None or llm.api_key.get_secret_value() != key):
+        update["api_key"] = SecretStr(key)
+    if tier.timeout is not None and llm.timeout != int(tier.timeout):
         update["timeout"] = int(tier.timeout)
-    return llm.model_copy(update=update) if update else llm
+    return update
+
+
+class _Served(dict[str, Any]):
+    """``tier_llms``: derived from the LLM's own fields, so two LLMs with equal fields have equal
+    ones. Compared by their keys, as the caller's own LLM in it shares the guarded LLM's
+    ``__dict__`` (comparing it would compare the guarded LLM with itself, without end)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, dict) and self.keys() == other.keys()
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # a dict, unhashable
+
+
+def _served_class(cls: type) -> Any:
+    """The LLM class a guarded class guards: the first SDK ``LLM`` class after the mixin."""
+    llm = _sdk("openhands.sdk.llm").LLM
+    mro = cls.__mro__
+    return next(c for c in mro[mro.index(GuardMixin) + 1 :] if issubclass(c, llm))
+
+
+def _own(guarded: Any) -> Any:
+    """``guarded`` as an instance of the class it guards: one state (fields, metrics, telemetry,
+    scripted replies ...) seen through two classes, so what the SDK's call records, and what the
+    SDK restores into it on resume, is the guarded LLM's too."""
+    cls = _served_class(type(guarded))
+    own = cls.__new__(cls)
+    for name in (
+        "__dict__",
+        "__pydantic_fields_set__",
+        "__pydantic_extra__",
+        "__pydantic_private__",
+    ):
+        object.__setattr__(own, name, getattr(guarded, name))
+    return own
+
+
+def _tier_copy(own: Any, tier: Tier, update: dict[str, Any]) -> Any:
+    """The LLM that serves another tier: a copy of the caller's, with metrics of its own under
+    the usage id ``<usage_id>:<tier>``."""
+    llm = own.model_copy(update={**update, "usage_id": f"{own.usage_id}:{tier.name}"})
+    llm.__dict__.pop("tier_llms", None)  # the copy is of a plain LLM
+    llm.reset_metrics()
+    return llm
 
 
 class _Transport:
@@ -159,25 +218,15 @@ class _Transport:
 
     def _prepare(self, request: ModelRequest) -> tuple[Any, list[Any], _Call]:
         call: _Call = request.extensions[_CALL]
-        return _tier_llm(call.llm, self._tier), _messages(request, call), call
+        return call.llm._ag_llm(self._tier), _messages(request, call), call
 
     def send(self, request: ModelRequest) -> ModelResponse:
         llm, messages, call = self._prepare(request)
-        method = getattr(super(GuardMixin, llm), call.method)
-        token = _INSIDE.set(True)
-        try:
-            return _neutral(method(messages, call.tools, **call.kwargs))
-        finally:
-            _INSIDE.reset(token)
+        return _neutral(getattr(llm, call.method)(messages, call.tools, **call.kwargs))
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         llm, messages, call = self._prepare(request)
-        method = getattr(super(GuardMixin, llm), "a" + call.method)
-        token = _INSIDE.set(True)
-        try:
-            return _neutral(await method(messages, call.tools, **call.kwargs))
-        finally:
-            _INSIDE.reset(token)
+        return _neutral(await getattr(llm, "a" + call.method)(messages, call.tools, **call.kwargs))
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         raise NotImplementedError("OpenHands calls are guarded whole (on_token still streams)")
@@ -196,7 +245,17 @@ class GuardMixin(BaseModel):
         guard_options: further :class:`~agentguard.Guard` options (``hooks``, ``ledger``,
             ``clock``, ``rng`` ...; ``sleep`` must suit both the sync and the async guard, or
             leave it out).
+
+    Attributes:
+        tier_llms: the LLMs that make the model calls, built with this one (and again for each
+            ``model_copy``): under ``""`` this LLM as an instance of the class it guards (the
+            class after the mixin; same fields, ``usage_id`` and metrics), under each configured
+            tier's name that LLM, or a copy of it pointed at the tier with the usage id
+            ``<usage_id>:<tier>``. Never serialised; the SDK registers them with a
+            conversation, so ``conversation.conversation_stats`` counts their usage.
     """
+
+    tier_llms: dict[str, Any] = Field(default_factory=dict, exclude=True, repr=False)
 
     _ag_config: GuardConfig | None = PrivateAttr(default=None)
     _ag_options: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -215,6 +274,33 @@ class GuardMixin(BaseModel):
         super().__init__(**data)
         self._ag_config = guard_config
         self._ag_options = dict(guard_options or {})
+        self._ag_bind()
+
+    def _ag_bind(self) -> None:
+        """Build ``tier_llms`` for this LLM's fields and configuration."""
+        own = _own(self)
+        served = _Served({_OWN: own})
+        for tier in EscalationPolicy(self._ag_config).chain:
+            update = _tier_update(own, tier)
+            served[tier.name] = _tier_copy(own, tier, update) if update else own
+        self.__dict__["tier_llms"] = served  # derived, so not validated as input
+
+    def _ag_llm(self, tier: Tier) -> Any:
+        """The LLM that makes ``tier``'s call (a tier key read from the environment now)."""
+        if not isinstance(self.__dict__.get("tier_llms"), _Served):
+            self._ag_bind()  # built without __init__ (model_construct, model_validate)
+        llm = self.tier_llms.get(tier.name)
+        if llm is None:  # no tier configured for this model: the caller's own
+            llm = self.tier_llms[_OWN]
+        update = _tier_update(llm, tier)
+        # a copy shares the metrics of the LLM it copies, so its usage is still counted
+        return llm.model_copy(update=update) if update else llm
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy (the SDK's way to derive an LLM), with ``tier_llms`` of its own."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._ag_bind()
+        return copy
 
     @property
     def guard_reports(self) -> tuple[GuardReport, ...]:
@@ -242,7 +328,7 @@ class GuardMixin(BaseModel):
     ) -> Iterator[ModelRequest]:
         """The guard's view of one call (chat form), carrying what its transport needs."""
         add_risk = bool(kwargs.get("add_security_risk_prediction"))
-        chat_tools = [t.to_openai_tool(add_security_risk_prediction=add_risk) for t in tools or ()]
+        chat_tools = [_chat_tool(t, add_risk) for t in tools or ()]
         chat = [m.to_chat_dict(**_CHAT_FLAGS) for m in messages]
         call = _Call(self, method, list(messages), chat, tools, kwargs)
         try:
@@ -262,15 +348,11 @@ class GuardMixin(BaseModel):
         return _result(response, method)
 
     def _ag_run(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
-        if _INSIDE.get():  # the SDK calling itself inside a guarded call
-            return getattr(super(), method)(messages, tools, **kwargs)
         with self._ag_scope(method, messages, tools, kwargs) as request:
             response = self._ag_guard(Guard).complete(request)
         return self._ag_done(response, method)
 
     async def _ag_arun(self, method: str, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
-        if _INSIDE.get():
-            return await getattr(super(), "a" + method)(messages, tools, **kwargs)
         with self._ag_scope(method, messages, tools, kwargs) as request:
             response = await self._ag_guard(AsyncGuard).acomplete(request)
         return self._ag_done(response, method)

@@ -9,6 +9,7 @@ HTTP date) and ``retry-after-ms`` are read from ``exc.response.headers``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import enum
 from collections.abc import Callable, Mapping
@@ -162,6 +163,10 @@ def classify(
     for classifier in classifiers:
         result = classifier(exc)
         if result is not None:
+            # a caller's classifier may quote the upstream's text: it leaves the guard (attempt
+            # history, events) redacted like the built-in reasons
+            if result.reason:
+                result = dataclasses.replace(result, reason=redact(result.reason))
             return result
     reason = redact(f"{type(exc).__name__}: {exc}")[:200]
     if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -25,7 +26,8 @@ class ToolSpec:
         name: the tool's name.
         parameters: its JSON Schema (an object schema).
         description: what it does.
-        side_effecting: never auto-correct a guessed name to this tool.
+        side_effecting: never auto-correct a guessed name to this tool (:func:`specs_from`
+            sets it from the configured list, the tool's annotations and its name).
     """
 
     name: str
@@ -99,7 +101,54 @@ def _from_function(fn: Callable[..., Any]) -> ToolSpec:
     return ToolSpec(fn.__name__, schema, doc.split("\n\n")[0])
 
 
-def _spec(entry: Any, side_effecting: frozenset[str]) -> ToolSpec:
+# Whole words of a tool's name that say it acts: runs code or commands, writes, changes,
+# sends, deletes, pays, ships ... A guessed name must never be corrected onto such a tool (a
+# made-up `run_shell` was corrected to `terminal` and executed): a false alarm costs one
+# corrective re-ask, a false guess runs the wrong action.
+_ACTING_WORDS = frozenset(
+    {
+        # code and commands
+        *("shell", "bash", "sh", "zsh", "powershell", "terminal", "console", "exec", "execute"),
+        *("run", "eval", "command", "cmd", "script", "python", "ipython", "sudo", "spawn"),
+        *("launch", "invoke", "kill", "terminate", "restart", "reboot", "shutdown"),
+        # writing and changing
+        *("write", "save", "put", "store", "edit", "editor", "patch", "update", "upsert"),
+        *("create", "insert", "append", "replace", "modify", "set", "reset", "apply", "delete"),
+        *("del", "remove", "rm", "erase", "drop", "truncate", "move", "mv", "rename", "copy"),
+        *("cp", "mkdir", "chmod", "chown", "upload", "install", "uninstall", "deploy", "publish"),
+        *("commit", "push", "merge", "submit", "click", "fill"),
+        # sending and paying
+        *("send", "post", "email", "mail", "sms", "notify", "reply", "tweet", "pay"),
+        *("payment", "transfer", "purchase", "buy", "charge", "refund", "book", "cancel"),
+    }
+)
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def acts_by_name(name: str) -> bool:
+    """Whether a tool's name says it acts: one of its whole words (split on case and
+    separators: ``run_shell``, ``writeFile``, ``send-email``) is one like shell, exec, run,
+    write, edit, delete, send, deploy or pay."""
+    return any(word.lower() in _ACTING_WORDS for word in _NAME_WORDS.findall(name))
+
+
+def _annotated(*sources: Mapping[str, Any]) -> bool | None:
+    """What a tool's own ``annotations`` (MCP's, the OpenHands SDK's) say about acting:
+    ``readOnlyHint`` true, no; ``readOnlyHint`` false or ``destructiveHint`` true, yes;
+    ``None`` when they say neither."""
+    for source in sources:
+        hints = source.get("annotations")
+        if isinstance(hints, Mapping):
+            if hints.get("readOnlyHint") is True:
+                return False
+            if hints.get("readOnlyHint") is False or hints.get("destructiveHint") is True:
+                return True
+    return None
+
+
+def _spec(entry: Any) -> ToolSpec:
+    """The spec of one definition; a :class:`ToolSpec` as given, any other says only its name and
+    schema (:func:`specs_from` decides whether it acts)."""
     if isinstance(entry, ToolSpec):
         return entry
     if isinstance(entry, type) and hasattr(entry, "model_json_schema"):  # a pydantic model
@@ -121,12 +170,32 @@ def _spec(entry: Any, side_effecting: frozenset[str]) -> ToolSpec:
         params = {"type": "object", "properties": {}}
     if not isinstance(params, Mapping):
         raise ToolSchemaError(name, "'parameters' must be a JSON Schema object")
-    return ToolSpec(name, dict(params), str(fn.get("description") or ""), name in side_effecting)
+    return ToolSpec(name, dict(params), str(fn.get("description") or ""))
 
 
-def specs_from(tools: Iterable[Any], side_effecting: Iterable[str] = ()) -> dict[str, ToolSpec]:
+def _acts(entry: Any, name: str, listed: frozenset[str], by_name: bool) -> bool:
+    """Whether a tool (not a :class:`ToolSpec`) is side-effecting: listed, else as its
+    annotations say, else (``by_name``) as its name says."""
+    if name in listed:
+        return True
+    if isinstance(entry, Mapping):
+        fn = entry.get("function")
+        declared = _annotated(entry, *((fn,) if isinstance(fn, Mapping) else ()))
+        if declared is not None:
+            return declared
+    return by_name and acts_by_name(name)
+
+
+def specs_from(
+    tools: Iterable[Any], side_effecting: Iterable[str] = (), *, by_name: bool = True
+) -> dict[str, ToolSpec]:
     """Tool specs by name from OpenAI ``tools`` entries, bare function specs, pydantic models,
     typed Python functions or :class:`ToolSpec` values.
+
+    A tool is side-effecting (a guessed name is never corrected onto it) when it is named in
+    ``side_effecting``; otherwise a :class:`ToolSpec` is taken as given, and any other tool is
+    as its ``annotations`` say (``readOnlyHint`` / ``destructiveHint``, on the entry or its
+    ``function``), else, with ``by_name``, as its name says (:func:`acts_by_name`).
 
     Raises:
         ToolSchemaError: naming the tool, when a definition or its schema is unusable, or a name
@@ -135,9 +204,13 @@ def specs_from(tools: Iterable[Any], side_effecting: Iterable[str] = ()) -> dict
     marked = frozenset(side_effecting)
     out: dict[str, ToolSpec] = {}
     for entry in tools:
-        spec = _spec(entry, marked)
-        if spec.name in marked and not spec.side_effecting:
-            spec = ToolSpec(spec.name, spec.parameters, spec.description, True)
+        spec = _spec(entry)
+        if isinstance(entry, ToolSpec):
+            acts = spec.side_effecting or spec.name in marked
+        else:
+            acts = _acts(entry, spec.name, marked, by_name)
+        if acts != spec.side_effecting:
+            spec = replace(spec, side_effecting=acts)
         if spec.name in out:
             raise ToolSchemaError(spec.name, "defined twice")
         schema_type = spec.parameters.get("type", "object")

@@ -115,7 +115,9 @@ class ToolCallValidator:
             self.config = config
         else:
             self.config = (config or GuardConfig()).tool_validation
-        self.specs = specs_from(tools, self.config.side_effecting)
+        self.specs = specs_from(
+            tools, self.config.side_effecting, by_name=self.config.side_effecting_by_name
+        )
         self._validators = {name: compiled(spec.parameters) for name, spec in self.specs.items()}
         # a sound shortcut for the common case (a valid call against a simple schema)
         self._fast = {name: compile_check(spec.parameters) for name, spec in self.specs.items()}

@@ -1,47 +1,81 @@
 """``wrap()``: an openai client whose ``chat.completions`` and ``responses`` run through a guard.
 
-The wrapped client is a copy of the user's, still an instance of its class; its ``create``
-methods build a neutral request, run it through the guard and hand back the SDK's own objects
-(rebuilt only when the guard changed the answer), the report attached.
+The wrapped client is a copy of the user's, still an instance of its class; its ``create``,
+``parse`` and ``stream`` methods build a neutral request, run it through the guard and hand
+back the SDK's own objects (rebuilt only when the guard changed the answer), the report
+attached. ``with_raw_response`` / ``with_streaming_response`` are the SDK's own wrappers around
+the guarded resources (see ``_raw``); ``beta.chat`` is the guarded ``chat``. Whatever else the
+client has passes through to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from agentguard.config import GuardConfig
 from agentguard.guard import AsyncGuard, Guard, GuardReport
 from agentguard.integrations._tiers import tier_api_key
-from agentguard.transport import ModelRequest, ModelResponse, attach_report, report_of
+from agentguard.transport import (
+    ModelRequest,
+    ModelResponse,
+    attach_report,
+    register_secret,
+    report_of,
+)
 from agentguard.types import Tier
 
+from ._events import AsyncResponsesStream, ResponsesStream
+from ._raw import AsyncStreamedResponse, RawResponse, StreamedResponse, raw_mode
 from ._responses import request_from_responses, response_from_responses, responses_output
 from ._stream import AsyncStream, Stream
-from ._transport import AsyncOpenAITransport, OpenAITransport, dump, is_async_client, sdk_message
+from ._structured import AsyncStreamManager, StreamManager, parsed, parsed_response
+from ._transport import (
+    PARSE,
+    RAW,
+    AsyncOpenAITransport,
+    OpenAITransport,
+    RawCall,
+    dump,
+    is_async_client,
+    sdk_message,
+)
 
 __all__ = ["wrap"]
 
 T = TypeVar("T")
 
 
-def _request(kwargs: Mapping[str, Any], *, responses: bool = False) -> ModelRequest:
+def _request(
+    kwargs: Mapping[str, Any],
+    *,
+    responses: bool = False,
+    extensions: Mapping[str, Any] | None = None,
+) -> ModelRequest:
     """The neutral request of a ``create`` call (a session header stays in its headers: the
     guard reads it and never sends it upstream)."""
     params = dict(kwargs)
     headers = dict(params.pop("extra_headers", None) or {})
     timeout = params.pop("timeout", None)
+    if timeout is not None and not isinstance(timeout, (int, float)):
+        params["timeout"] = timeout  # an httpx Timeout (or the SDK's NOT_GIVEN): as sent
     for key in ("extra_query", "extra_body"):
         if params.get(key) is None:
             params.pop(key, None)
     if responses:
         base = request_from_responses(params)
     else:
-        params.pop("stream", None)
+        if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
+            del params["stream"]
         model = params.pop("model")
         base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None
+    if extensions:
+        return dataclasses.replace(
+            base, headers=headers, timeout=seconds, extensions={**base.extensions, **extensions}
+        )
     return dataclasses.replace(base, headers=headers, timeout=seconds)
 
 
@@ -103,70 +137,176 @@ def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) 
     return fa == fb and all((a.get(k) or None) == (b.get(k) or None) for k in keys)
 
 
-class _Completions:
-    def __init__(self, inner: Any, guard: Guard) -> None:
+def _guarded(guard: Guard, request: ModelRequest) -> tuple[ModelResponse, GuardReport | None]:
+    response = guard.complete(request)
+    return response, report_of(response)
+
+
+async def _aguarded(
+    guard: AsyncGuard, request: ModelRequest
+) -> tuple[ModelResponse, GuardReport | None]:
+    response = await guard.acomplete(request)
+    return response, report_of(response)
+
+
+def _call(
+    kwargs: Mapping[str, Any], *, responses: bool = False, parse: bool = False
+) -> tuple[str | None, RawCall | None, ModelRequest]:
+    """A call's raw-response mode, where its upstream raw response goes, and its request."""
+    mode = raw_mode(kwargs.get("extra_headers"))
+    raw = RawCall() if mode or kwargs.get("stream") else None
+    extensions: dict[str, Any] = {}
+    if raw is not None:
+        extensions[RAW] = raw
+    if parse:
+        extensions[PARSE] = True
+    return mode, raw, _request(kwargs, responses=responses, extensions=extensions)
+
+
+def _served(
+    mode: str | None, raw: RawCall | None, answer: Any, *, changed: bool, asynchronous: bool
+) -> Any:
+    """What the caller gets: the answer, or the raw response its raw-response mode asked for."""
+    if mode is None or raw is None:
+        return answer
+    if mode == "stream":
+        cls = AsyncStreamedResponse if asynchronous else StreamedResponse
+        return cls(raw, answer, changed=changed)
+    return RawResponse(raw, answer, changed=changed)
+
+
+class _Resource:
+    """A guarded resource: the SDK's raw-response wrappers around it, the rest the client's."""
+
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
+
+    @functools.cached_property
+    def with_raw_response(self) -> Any:
+        """The SDK's ``with_raw_response`` around this guarded resource."""
+        return type(self._inner.with_raw_response)(self)
+
+    @functools.cached_property
+    def with_streaming_response(self) -> Any:
+        """The SDK's ``with_streaming_response`` around this guarded resource."""
+        return type(self._inner.with_streaming_response)(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Completions(_Resource):
+    """``client.chat.completions`` of a sync client: ``create``, ``parse`` and ``stream``."""
+
+    def __init__(self, inner: Any, guard: Guard) -> None:
+        super().__init__(inner)
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
-        request = _request(kwargs)
+        mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
-            return Stream(self._guard.stream(request), request.model)
-        response = self._guard.complete(request)
-        return _completion(response, report_of(response))
+            stream = Stream(self._guard.stream(request), request.model, raw)
+            if mode is not None:
+                stream.prime()  # the raw response's headers exist once the upstream answered
+            return _served(mode, raw, stream, changed=True, asynchronous=False)
+        response, report = _guarded(self._guard, request)
+        out = _completion(response, report)
+        return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, parse=True)
+        response, report = _guarded(self._guard, request)
+        out = parsed(_completion(response, report), kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=False)
+
+    def stream(self, **kwargs: Any) -> Any:
+        return StreamManager(type(self._inner).stream(self, **kwargs))
 
 
-class _AsyncCompletions:
+class _AsyncCompletions(_Resource):
+    """``client.chat.completions`` of an async client: ``create``, ``parse`` and ``stream``."""
+
     def __init__(self, inner: Any, guard: AsyncGuard) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
-        request = _request(kwargs)
+        mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
-            return AsyncStream(self._guard.astream(request), request.model)
-        response = await self._guard.acomplete(request)
-        return _completion(response, report_of(response))
+            stream = AsyncStream(self._guard.astream(request), request.model, raw)
+            if mode is not None:
+                await stream.prime()
+            return _served(mode, raw, stream, changed=True, asynchronous=True)
+        response, report = await _aguarded(self._guard, request)
+        out = _completion(response, report)
+        return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, parse=True)
+        response, report = await _aguarded(self._guard, request)
+        out = parsed(_completion(response, report), kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=True)
+
+    def stream(self, **kwargs: Any) -> Any:
+        return AsyncStreamManager(type(self._inner).stream(self, **kwargs))
 
 
-class _Responses:
-    """``client.responses`` of a sync client: ``create`` is guarded (not yet when streaming)."""
+class _Responses(_Resource):
+    """``client.responses`` of a sync client: ``create`` (streamed too) and ``stream``."""
 
     def __init__(self, inner: Any, guard: Guard) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
-        if kwargs.get("stream"):
-            return self._inner.create(**kwargs)
-        response = self._guard.complete(_request(kwargs, responses=True))
-        return _responses_result(response, report_of(response))
+        mode, raw, request = _call(kwargs, responses=True)
+        if raw is not None and kwargs.get("stream"):
+            stream = ResponsesStream(self._guard.stream(request), raw)
+            if mode is not None:
+                stream.prime()
+            return _served(mode, raw, stream, changed=True, asynchronous=False)
+        response, report = _guarded(self._guard, request)
+        out = _responses_result(response, report)
+        return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        response, report = _guarded(self._guard, request)
+        result = _responses_result(response, report)
+        out = parsed_response(result, kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=False)
+
+    def stream(self, **kwargs: Any) -> Any:
+        return StreamManager(type(self._inner).stream(self, **kwargs))
 
 
-class _AsyncResponses:
-    """``client.responses`` of an async client: ``create`` is guarded (not yet when streaming)."""
+class _AsyncResponses(_Resource):
+    """``client.responses`` of an async client: ``create`` (streamed too) and ``stream``."""
 
     def __init__(self, inner: Any, guard: AsyncGuard) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
-        if kwargs.get("stream"):
-            return await self._inner.create(**kwargs)
-        response = await self._guard.acomplete(_request(kwargs, responses=True))
-        return _responses_result(response, report_of(response))
+        mode, raw, request = _call(kwargs, responses=True)
+        if raw is not None and kwargs.get("stream"):
+            stream = AsyncResponsesStream(self._guard.astream(request), raw)
+            if mode is not None:
+                await stream.prime()
+            return _served(mode, raw, stream, changed=True, asynchronous=True)
+        response, report = await _aguarded(self._guard, request)
+        out = _responses_result(response, report)
+        return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def parse(self, **kwargs: Any) -> Any:
+        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        response, report = await _aguarded(self._guard, request)
+        result = _responses_result(response, report)
+        out = parsed_response(result, kwargs, report, self._guard.config)
+        return _served(mode, raw, out, changed=True, asynchronous=True)
+
+    def stream(self, **kwargs: Any) -> Any:
+        return AsyncStreamManager(type(self._inner).stream(self, **kwargs))
 
 
 class _Chat:
@@ -178,9 +318,21 @@ class _Chat:
         return getattr(self._inner, name)
 
 
+class _Beta:
+    """``client.beta``: its ``chat`` (the chat completions API again) is the guarded one."""
+
+    def __init__(self, inner: Any, chat: _Chat) -> None:
+        self._inner = inner
+        self.chat = chat
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
     """Put the guard in front of an openai client; see :func:`agentguard.wrap`."""
     base = client.with_options(max_retries=0)
+    register_secret(getattr(client, "api_key", None))  # sent with every request
     clients: dict[tuple[str | None, str | None], Any] = {}
 
     def client_for(tier: Tier) -> Any:
@@ -232,6 +384,9 @@ def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
         responses = _Responses(client.responses, guard)
     client.__dict__["chat"] = _Chat(inner_chat, completions)
     client.__dict__["responses"] = responses
+    beta = getattr(client, "beta", None)
+    if beta is not None and hasattr(beta, "chat"):  # beta.chat.completions: the same API
+        client.__dict__["beta"] = _Beta(beta, _Chat(beta.chat, completions))
     original_copy = client.copy
 
     def copy(*args: Any, **kwargs: Any) -> Any:

@@ -18,13 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, usage_from_body
+from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, StreamChunk, usage_from_body
 
 __all__ = [
+    "ENDS",
     "ITEM",
     "RESPONSES",
     "ResponsesCall",
     "chat_tools",
+    "chunk_of_event",
     "is_responses",
     "messages_to_items",
     "request_from_responses",
@@ -37,6 +39,8 @@ __all__ = [
 ITEM = ORIGINAL
 #: The ``ModelRequest.extensions`` key of a Responses API call (a :class:`ResponsesCall`).
 RESPONSES = "agentguard.openai.responses"
+#: The events that end a streamed response.
+ENDS = ("response.completed", "response.incomplete")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
 
@@ -148,11 +152,18 @@ class ResponsesCall:
     """What a Responses API call keeps beside its neutral request (in its extensions).
 
     Attributes:
-        tools: the caller's ``tools`` argument as given (every kind, Responses format), or
-            ``None`` when it gave none.
+        tools: the caller's ``tools`` argument as given (every kind, Responses format).
+        has_tools: whether the caller gave ``tools`` at all (an explicit ``None`` included,
+            which goes upstream as sent).
+        input: the caller's ``input`` argument as given (a string, or items).
+        messages: the messages made of it: while the request still carries exactly these,
+            ``input`` goes upstream as given.
     """
 
     tools: Any = None
+    has_tools: bool = False
+    input: Any = None
+    messages: Sequence[Mapping[str, Any]] = ()
 
 
 def is_responses(request: ModelRequest) -> bool:
@@ -166,11 +177,13 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
     ``headers`` and ``timeout`` are left to the caller, as for chat requests.
     """
     params = dict(kwargs)
-    params.pop("stream", None)
+    if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
+        del params["stream"]
     model = params.pop("model")
     raw_input = params.pop("input", None)
-    if raw_input is None:
+    if not isinstance(raw_input, (str, Sequence)):  # None, or the SDK's omit
         raw_input = []
+    has_tools = "tools" in params
     tools = params.pop("tools", None)
     cap = params.get("max_output_tokens")
     if isinstance(cap, int):
@@ -183,18 +196,21 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
         params=params,
         tools=chat_tools(tools),
         max_output_tokens=cap if isinstance(cap, int) else None,
-        extensions={RESPONSES: ResponsesCall(tools)},
+        extensions={RESPONSES: ResponsesCall(tools, has_tools, kwargs.get("input"), messages)},
     )
 
 
 def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``responses.create`` for a neutral request."""
-    body: dict[str, Any] = {"model": request.model, "input": messages_to_items(request.messages)}
-    body.update(request.params)
     call = request.extensions.get(RESPONSES)
-    tools = call.tools if isinstance(call, ResponsesCall) else None
-    if tools is not None:
-        body["tools"] = tools
+    unchanged = isinstance(call, ResponsesCall) and (
+        request.messages is call.messages or list(request.messages) == list(call.messages)
+    )
+    items = call.input if unchanged and call is not None else messages_to_items(request.messages)
+    body: dict[str, Any] = {"model": request.model, "input": items}
+    body.update(request.params)
+    if isinstance(call, ResponsesCall) and call.has_tools:
+        body["tools"] = call.tools
     if request.max_output_tokens is not None:
         body["max_output_tokens"] = request.max_output_tokens
     if stream:
@@ -291,3 +307,27 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
             }
         )
     return kept
+
+
+def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
+    """One upstream event as a neutral chunk (``calls``: output index -> tool-call index)."""
+    kind = getattr(event, "type", None)
+    if kind == "response.output_text.delta":
+        return StreamChunk(content=event.delta, raw=event)
+    if (
+        kind == "response.output_item.added"
+        and getattr(event.item, "type", None) == "function_call"
+    ):
+        index = calls.setdefault(event.output_index, len(calls))
+        item = event.item
+        fn = {"name": item.name, "arguments": item.arguments or ""}
+        return StreamChunk(
+            tool_calls=({"index": index, "id": item.call_id, "function": fn},), raw=event
+        )
+    if kind == "response.function_call_arguments.delta" and event.output_index in calls:
+        delta = {"index": calls[event.output_index], "function": {"arguments": event.delta}}
+        return StreamChunk(tool_calls=(delta,), raw=event)
+    if kind in ENDS:
+        answer = response_from_responses(event.response.model_dump(mode="json"))
+        return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
+    return StreamChunk(raw=event)

@@ -8,16 +8,75 @@ Upstream errors are the SDK's own exceptions, passed through untouched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from agentguard.integrations._lazy import require
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from agentguard.types import Usage
 
-from ._responses import is_responses, response_from_responses, responses_body
+from ._responses import chunk_of_event, is_responses, response_from_responses, responses_body
 
-__all__ = ["AsyncOpenAITransport", "OpenAITransport", "dump", "is_async_client", "sdk_message"]
+__all__ = [
+    "PARSE",
+    "RAW",
+    "AsyncOpenAITransport",
+    "OpenAITransport",
+    "RawCall",
+    "dump",
+    "is_async_client",
+    "sdk_message",
+]
+
+#: The ``ModelRequest.extensions`` key of a :class:`RawCall`: every streamed call of a wrapped
+#: client, and every call made through ``with_raw_response`` / ``with_streaming_response``.
+RAW = "agentguard.openai.raw"
+#: The ``ModelRequest.extensions`` key of a ``parse`` call (chat completions or Responses).
+PARSE = "agentguard.openai.parse"
+
+
+class RawCall:
+    """What the transport saw of the upstream, for the wrapped client to hand on.
+
+    ``response``: the upstream's raw response (``LegacyAPIResponse`` or ``APIResponse``:
+    headers, status, request id) of a call made through ``with_raw_response`` or
+    ``with_streaming_response``; the last attempt's, which is the one whose answer is served.
+    ``chunk``: the last chunk a streamed call received (what the chunks the guard makes are
+    dated by). ``opening``: the upstream's opening chunk (``role: assistant`` and no text),
+    which the guard does not pass on and the wrapped client's stream replays first.
+    ``events``: every event of the last streamed Responses attempt, in order.
+    """
+
+    __slots__ = ("chunk", "events", "opening", "response")
+
+    def __init__(self) -> None:
+        self.response: Any = None
+        self.chunk: Any = None
+        self.opening: Any = None
+        self.events: list[Any] = []
+
+
+class _ParseEndpoint:
+    """``parse`` (of chat completions or Responses) as an endpoint whose answer the guard
+    judges before the SDK parses it.
+
+    ``create`` runs the SDK's own ``parse`` on this object, whose ``_post`` is the resource's
+    without the SDK's ``post_parser``: the request goes out exactly as the SDK builds it, and
+    the answer comes back as a plain ``ChatCompletion`` (``Response``) for the guard to validate
+    and repair; the caller's ``parse`` then builds the ``ParsedChatCompletion``
+    (``ParsedResponse``) from the guarded answer.
+    """
+
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
+
+    def _post(self, path: str, *, options: Mapping[str, Any], **kwargs: Any) -> Any:
+        options = {k: v for k, v in options.items() if k != "post_parser"}
+        return self._resource._post(path, options=options, **kwargs)
+
+    def create(self, **kwargs: Any) -> Any:
+        return type(self._resource).parse(self, **kwargs)
 
 
 def is_async_client(client: Any) -> bool:
@@ -30,6 +89,10 @@ def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dic
     """The endpoint to call for ``request``, and its keyword arguments (the wire form)."""
     if is_responses(request):
         endpoint, kwargs = client.responses, responses_body(request, stream=stream)
+        if PARSE in request.extensions:
+            endpoint = _ParseEndpoint(client.responses)
+    elif PARSE in request.extensions:
+        endpoint, kwargs = _ParseEndpoint(client.chat.completions), request.to_body()
     else:
         endpoint, kwargs = client.chat.completions, request.to_body(stream=stream)
     if request.headers:
@@ -43,6 +106,56 @@ def dump(obj: Any) -> Mapping[str, Any]:
     """An SDK object as JSON-ready data."""
     data: Mapping[str, Any] = obj.model_dump(mode="json")
     return data
+
+
+def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
+    """What turns one streamed SDK object into a neutral chunk, noting in ``holder`` (if
+    any) what the wrapped client hands on: for chat, the last chunk and the opening one (role
+    only, no text); for Responses, every event of this attempt."""
+    if is_responses(request):
+        calls: dict[int, int] = {}
+        events: list[Any] = []
+        if isinstance(holder, RawCall):
+            holder.events = events
+
+        def event(raw: Any) -> StreamChunk:
+            events.append(raw)
+            return chunk_of_event(raw, calls)
+
+        return event
+    if not isinstance(holder, RawCall):
+        return _chunk
+
+    def chunk(raw: Any) -> StreamChunk:
+        holder.chunk = raw
+        if holder.opening is None and raw.choices:
+            delta = raw.choices[0].delta
+            if delta.role and not delta.content and not delta.tool_calls:
+                holder.opening = raw
+        return _chunk(raw)
+
+    return chunk
+
+
+def _is_raw(result: Any) -> bool:
+    """Whether an endpoint returned the SDK's raw response (the call carried its raw header)."""
+    return hasattr(result, "http_response") and callable(getattr(result, "parse", None))
+
+
+def _unwrap(request: ModelRequest, result: Any) -> Any:
+    """The SDK object of an endpoint's result; a raw response is kept for the caller, parsed."""
+    if not _is_raw(result):
+        return result
+    holder = request.extensions.get(RAW)
+    if isinstance(holder, RawCall):
+        holder.response = result
+    return result.parse()
+
+
+async def _aunwrap(request: ModelRequest, result: Any) -> Any:
+    """Async twin of :func:`_unwrap` (an async client's streamed response parses async)."""
+    parsed = _unwrap(request, result)
+    return await parsed if inspect.isawaitable(parsed) else parsed
 
 
 def _response(request: ModelRequest, raw: Any) -> ModelResponse:
@@ -142,14 +255,16 @@ class OpenAITransport:
     def send(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
         endpoint, kwargs = _call(self._client, request, stream=False)
-        return _response(request, endpoint.create(**kwargs))
+        return _response(request, _unwrap(request, endpoint.create(**kwargs)))
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
-        with endpoint.create(**kwargs) as stream:
+        holder = request.extensions.get(RAW)
+        see = _watch(request, holder)
+        with _unwrap(request, endpoint.create(**kwargs)) as stream:
             for chunk in stream:
-                yield _chunk(chunk)
+                yield see(chunk)
 
 
 class AsyncOpenAITransport:
@@ -170,11 +285,13 @@ class AsyncOpenAITransport:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
         endpoint, kwargs = _call(self._client, request, stream=False)
-        return _response(request, await endpoint.create(**kwargs))
+        return _response(request, await _aunwrap(request, await endpoint.create(**kwargs)))
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
-        async with await endpoint.create(**kwargs) as stream:
+        holder = request.extensions.get(RAW)
+        see = _watch(request, holder)
+        async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
             async for chunk in stream:
-                yield _chunk(chunk)
+                yield see(chunk)

@@ -1,0 +1,261 @@
+"""A streamed ``responses.create(stream=True)`` through the guard: events in, events out.
+
+The transport turns the upstream's events into neutral chunks (:func:`chunk_of_event`): text
+deltas become content, function-call items and their argument deltas become tool-call deltas,
+``response.completed`` ends the answer (its usage too); every event is also kept, in order, in
+the call's :class:`~agentguard.integrations.openai._transport.RawCall`.
+
+What the caller iterates (:class:`ResponsesStream`) is the upstream's own events: each text
+delta as the guard lets it through, preceded by the events the upstream sent before it; at
+the end the rest. When the guard changed the answer (a repaired or corrected function call),
+the upstream's function-call events are replaced by events for the guard's calls, and
+``response.completed`` carries the guarded output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from agentguard.guard import AsyncGuardedStream, GuardedStream, GuardReport
+from agentguard.integrations._lazy import require
+from agentguard.transport import StreamChunk, attach_report
+
+from ._responses import ENDS, response_from_responses, responses_output
+from ._stream import _Response
+from ._transport import RawCall, dump
+
+__all__ = ["AsyncResponsesStream", "ResponsesStream"]
+
+_CALL_EVENTS = (
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+)
+_ONCE = ("response.created", "response.in_progress", "response.queued")
+
+
+def _is_call_event(event: Any) -> bool:
+    kind = getattr(event, "type", None)
+    if kind in _CALL_EVENTS:
+        return True
+    item = getattr(event, "item", None)
+    return kind in ("response.output_item.added", "response.output_item.done") and (
+        getattr(item, "type", None) == "function_call"
+    )
+
+
+def _calls(calls: Any) -> list[tuple[Any, Any, Any]]:
+    """Tool calls as comparable (id, name, arguments) triples."""
+    out = []
+    for call in calls:
+        fn = call.get("function") or {}
+        out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+    return out
+
+
+class _Events:
+    """The events to hand the caller for the guard's chunks (shared by sync and async)."""
+
+    def __init__(self, raw: RawCall) -> None:
+        self._raw = raw
+        self._sent: set[int] = set()
+        self._kinds: set[str] = set()
+        self._text: list[str] = []
+        self._calls: list[Mapping[str, Any]] = []
+        self._end: Any = None
+        self._seq = 0
+        self.owners: list[Any] = []
+
+    def _emit(self, event: Any) -> Any:
+        self._sent.add(id(event))
+        self._kinds.add(str(getattr(event, "type", "")))
+        self._seq = max(self._seq, int(getattr(event, "sequence_number", 0) or 0))
+        return event
+
+    def _pending(self, until: Any = None) -> list[Any]:
+        """The upstream's events not handed on yet, up to ``until`` (included)."""
+        out = []
+        for event in self._raw.events:
+            if id(event) not in self._sent:
+                out.append(event)
+            if event is until:
+                break
+        return out
+
+    def of(self, chunk: StreamChunk) -> list[Any]:
+        """The events to hand on for one chunk of the guard's stream."""
+        raw = chunk.raw
+        if raw is not None and not isinstance(raw, Mapping):
+            if getattr(raw, "type", None) in ENDS:
+                self._end = raw  # the usage chunk, last: the end decides what it carries
+                return []
+            self._text.append(chunk.content or "")
+            return [self._emit(e) for e in self._pending(until=raw)]
+        if chunk.content:  # text the guard made: not the upstream's
+            self._text.append(chunk.content)
+        self._calls.extend(chunk.tool_calls)
+        return []
+
+    def end(self) -> list[Any]:
+        """The events after the last text delta: the upstream's, or the guard's answer."""
+        end = self._end
+        if end is None:
+            ends = [e for e in self._raw.events if getattr(e, "type", None) in ENDS]
+            end = ends[-1] if ends else None
+        text = "".join(self._text)
+        if end is not None:
+            upstream = response_from_responses(dump(end.response)).message
+            if _calls(self._calls) == _calls(upstream.get("tool_calls") or ()) and text == (
+                upstream.get("content") or ""
+            ):
+                return [self._emit(e) for e in self._pending()]
+        return self._rebuilt(end, text)
+
+    def _rebuilt(self, end: Any, text: str) -> list[Any]:
+        """The rest of the events for an answer the guard changed."""
+        types = require("openai.types.responses", "openai")
+        out = [
+            self._emit(e)
+            for e in self._pending()
+            if not _is_call_event(e)
+            and getattr(e, "type", None) not in ENDS
+            and not (getattr(e, "type", None) in _ONCE and e.type in self._kinds)
+        ]
+        data = dict(dump(end.response)) if end is not None else {"output": []}
+        message = {"role": "assistant", "content": text or None, "tool_calls": self._calls}
+        output = responses_output(data, message)
+        first = len([i for i in output if i.get("type") != "function_call"])
+        for offset, item in enumerate(i for i in output if i.get("type") == "function_call"):
+            index = first + offset
+            added = types.ResponseFunctionToolCall.construct(**{**item, "arguments": ""})
+            done = types.ResponseFunctionToolCall.construct(**item)
+            for cls, kind, fields in (
+                (types.ResponseOutputItemAddedEvent, "response.output_item.added", {"item": added}),
+                (
+                    types.ResponseFunctionCallArgumentsDeltaEvent,
+                    "response.function_call_arguments.delta",
+                    {"item_id": item["id"], "delta": item["arguments"]},
+                ),
+                (
+                    types.ResponseFunctionCallArgumentsDoneEvent,
+                    "response.function_call_arguments.done",
+                    {"item_id": item["id"], "arguments": item["arguments"], "name": item["name"]},
+                ),
+                (types.ResponseOutputItemDoneEvent, "response.output_item.done", {"item": done}),
+            ):
+                self._seq += 1
+                out.append(
+                    cls.construct(
+                        type=kind, output_index=index, sequence_number=self._seq, **fields
+                    )
+                )
+        if end is not None:
+            self._seq += 1
+            response = type(end.response).construct(**{**data, "output": output})
+            out.append(
+                type(end).construct(type=end.type, response=response, sequence_number=self._seq)
+            )
+        return out
+
+    def done(self, stream: Any, report: GuardReport | None) -> None:
+        if report is not None:
+            for owner in (stream, *self.owners):
+                attach_report(owner, report)
+
+
+class ResponsesStream:
+    """What a guarded ``responses.create(stream=True)`` returns on a sync client."""
+
+    def __init__(self, inner: GuardedStream, raw: RawCall) -> None:
+        self._inner = inner
+        self._raw = raw
+        self._events = _Events(raw)
+        self._head: list[Any] = []
+        self.owners = self._events.owners
+        self._iterator = self._chunks()
+
+    @property
+    def response(self) -> _Response:
+        """Stands for the HTTP response (the SDK's stream helper closes it)."""
+        return _Response(self, self._raw)
+
+    def prime(self) -> None:
+        """Start the guarded call now (see :meth:`Stream.prime`)."""
+        if not self._head:
+            for chunk in self._inner:
+                self._head.append(chunk)
+                break
+
+    def _chunks(self) -> Iterator[Any]:
+        while self._head:
+            yield from self._events.of(self._head.pop(0))
+        for chunk in self._inner:
+            yield from self._events.of(chunk)
+        yield from self._events.end()
+        self._events.done(self, self._inner.report)
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._iterator
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> ResponsesStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncResponsesStream:
+    """What a guarded ``responses.create(stream=True)`` returns on an async client."""
+
+    def __init__(self, inner: AsyncGuardedStream, raw: RawCall) -> None:
+        self._inner = inner
+        self._raw = raw
+        self._events = _Events(raw)
+        self._head: list[Any] = []
+        self.owners = self._events.owners
+        self._iterator = self._chunks()
+
+    @property
+    def response(self) -> _Response:
+        """Stands for the HTTP response (the SDK's stream helper closes it)."""
+        return _Response(self, self._raw)
+
+    async def prime(self) -> None:
+        """Async twin of :meth:`ResponsesStream.prime`."""
+        if not self._head:
+            async for chunk in self._inner:
+                self._head.append(chunk)
+                break
+
+    async def _chunks(self) -> AsyncIterator[Any]:
+        while self._head:
+            for event in self._events.of(self._head.pop(0)):
+                yield event
+        async for chunk in self._inner:
+            for event in self._events.of(chunk):
+                yield event
+        for event in self._events.end():
+            yield event
+        self._events.done(self, self._inner.report)
+
+    async def __anext__(self) -> Any:
+        return await anext(self._iterator)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for event in self._iterator:
+            yield event
+
+    async def close(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> AsyncResponsesStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

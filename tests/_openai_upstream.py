@@ -1,0 +1,143 @@
+"""A recording OpenAI-compatible upstream for the real openai client (httpx or httpx2).
+
+:class:`Upstream` serves a :class:`~agentguard.testing.ScriptedModel` through an HTTP mock
+transport, records every request it receives (method, path, body bytes, headers), and also
+streams Responses API answers (``stream: true`` on ``/responses``) as the server-sent events
+OpenAI sends, which the scripted model itself does not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from agentguard.testing import Reply, ScriptedModel
+
+
+def response_events(response: dict[str, Any], chunk: int = 5) -> Iterator[dict[str, Any]]:
+    """A Responses API ``response`` object as the events of its stream, in OpenAI's order."""
+    seq = iter(range(10_000))
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    for kind in ("response.created", "response.in_progress"):
+        yield {"type": kind, "sequence_number": next(seq), "response": opening}
+    for index, item in enumerate(response.get("output") or []):
+        where = {"output_index": index, "item_id": item["id"]}
+        if item["type"] == "message":
+            added = {**item, "status": "in_progress", "content": []}
+            yield {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": added,
+            }
+            for part_index, part in enumerate(item["content"]):
+                at = {**where, "content_index": part_index}
+                empty = {**part, "text": ""}
+                yield {
+                    "type": "response.content_part.added",
+                    "sequence_number": next(seq),
+                    **at,
+                    "part": empty,
+                }
+                text = part["text"]
+                for i in range(0, len(text), chunk):
+                    yield {
+                        "type": "response.output_text.delta",
+                        "sequence_number": next(seq),
+                        **at,
+                        "delta": text[i : i + chunk],
+                        "logprobs": [],
+                    }
+                yield {
+                    "type": "response.output_text.done",
+                    "sequence_number": next(seq),
+                    **at,
+                    "text": text,
+                    "logprobs": [],
+                }
+                yield {
+                    "type": "response.content_part.done",
+                    "sequence_number": next(seq),
+                    **at,
+                    "part": part,
+                }
+        elif item["type"] == "function_call":
+            added = {**item, "status": "in_progress", "arguments": ""}
+            yield {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": added,
+            }
+            args = item["arguments"]
+            for i in range(0, len(args), chunk):
+                yield {
+                    "type": "response.function_call_arguments.delta",
+                    "sequence_number": next(seq),
+                    **where,
+                    "delta": args[i : i + chunk],
+                }
+            yield {
+                "type": "response.function_call_arguments.done",
+                "sequence_number": next(seq),
+                **where,
+                "arguments": args,
+                "name": item["name"],
+            }
+        yield {
+            "type": "response.output_item.done",
+            "sequence_number": next(seq),
+            "output_index": index,
+            "item": item,
+        }
+    kind = "response.completed" if response.get("status") == "completed" else "response.incomplete"
+    yield {"type": kind, "sequence_number": next(seq), "response": response}
+
+
+class Upstream:
+    """A scripted upstream that records what it receives (see the module docstring)."""
+
+    def __init__(self, http: Any, replies: list[Reply] | ScriptedModel) -> None:
+        self.http = http
+        self.model = (
+            replies if isinstance(replies, ScriptedModel) else ScriptedModel(replies, chunk_size=5)
+        )
+        self.seen: list[tuple[str, str, bytes, dict[str, str]]] = []
+        inner = self.model.mock_transport(http)
+
+        def handler(request: Any) -> Any:
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            content = request.content
+            self.seen.append((request.method, request.url.path, content, headers))
+            body = json.loads(content or b"{}")
+            if not (request.url.path.endswith("/responses") and body.get("stream")):
+                return inner.handler(request)
+            del body["stream"]
+            plain = http.Request(request.method, request.url, content=json.dumps(body).encode())
+            answer = inner.handler(plain)
+            if answer.status_code != 200:
+                return answer
+            sse = "".join(
+                f"event: {e['type']}\ndata: {json.dumps(e)}\n\n"
+                for e in response_events(json.loads(answer.content))
+            )
+            return http.Response(
+                200, headers={"content-type": "text/event-stream"}, content=sse.encode()
+            )
+
+        self.transport = http.MockTransport(handler)
+
+    def client(self, openai: Any, *, asynchronous: bool) -> Any:
+        """An openai client (sync or async) talking to this upstream."""
+        if asynchronous:
+            return openai.AsyncOpenAI(
+                api_key="sk-test",
+                base_url="http://upstream.invalid/v1",
+                http_client=self.http.AsyncClient(transport=self.transport),
+            )
+        return openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://upstream.invalid/v1",
+            http_client=self.http.Client(transport=self.transport),
+        )

@@ -1,0 +1,410 @@
+"""Differential: healthy traffic through the real openai client, raw vs wrapped (both majors).
+
+For every call path (``create``, ``stream=True``, ``with_raw_response``,
+``with_streaming_response``, ``parse``, the ``stream`` helper, ``responses.create``), sync and
+async, the same script is served to an unwrapped client and to a wrapped one. The upstream must
+receive byte-identical request bodies and the same headers (the session header aside, which the
+guard takes off), and the caller must receive equal answers: equal SDK objects, equal raw
+responses, equal streamed text chunk by chunk (tool-call deltas are held by the guard and
+released whole, so a stream's tool calls are compared once assembled). The guarded answer of
+every path carries a report.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from importlib import import_module
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import agentguard as ag
+from _openai_upstream import Upstream
+from agentguard.testing import Reply
+
+openai = pytest.importorskip("openai")
+http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+CONFIG = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": TOOLS[0]["function"]["parameters"],
+    }
+]
+MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
+# headers that differ between any two clients (or runs) whatever they send
+VOLATILE = {"x-stainless-read-timeout", "x-stainless-retry-count"}
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: int
+
+
+Scenario = Callable[[Any], Awaitable[Any]]
+
+
+async def _maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _chunks(stream: Any) -> list[Any]:
+    if hasattr(stream, "__aiter__"):
+        return [chunk async for chunk in stream]
+    return list(stream)
+
+
+def _dump(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        # the SDK's ParsedChatCompletion warns on its own dump: the same on both sides
+        return (type(obj).__name__, obj.model_dump(mode="json", warnings=False))
+    return obj
+
+
+def _stream_view(chunks: list[Any]) -> dict[str, Any]:
+    """A chat stream with tool calls as the caller reads it: the text deltas in order, and
+    the answer (not chunk by chunk: the guard holds tool-call deltas until the call is valid,
+    then releases it whole)."""
+    texts, calls, finish, usage = [], {}, None, None
+    for chunk in chunks:
+        usage = chunk.usage.model_dump() if chunk.usage else usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                texts.append(choice.delta.content)
+            for delta in choice.delta.tool_calls or ():
+                call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = delta.id or call["id"]
+                if delta.function is not None:
+                    call["name"] += delta.function.name or ""
+                    call["arguments"] += delta.function.arguments or ""
+            finish = choice.finish_reason or finish
+    ids = {(c.id, c.model) for c in chunks}
+    return {"texts": texts, "calls": calls, "finish": finish, "usage": usage, "ids": ids}
+
+
+# -- the scenarios: one call path each, written once for sync and async clients -------------
+
+
+async def chat_text(client: Any) -> Any:
+    completion = await _maybe(client.chat.completions.create(model="m", messages=MESSAGES))
+    return completion, _dump(completion)
+
+
+async def chat_tool_call(client: Any) -> Any:
+    completion = await _maybe(
+        client.chat.completions.create(
+            model="m", messages=MESSAGES, tools=TOOLS, tool_choice="auto", temperature=0
+        )
+    )
+    return completion, _dump(completion)
+
+
+async def chat_explicit_values(client: Any) -> Any:
+    """Explicit nulls and falses the caller wrote go upstream as written."""
+    completion = await _maybe(
+        client.chat.completions.create(
+            model="m", messages=MESSAGES, tools=None, stream=False, max_tokens=None, user="u-1"
+        )
+    )
+    return completion, _dump(completion)
+
+
+async def chat_capped(client: Any) -> Any:
+    """The caller's own cap (in either field) is theirs: unchanged without a configured one."""
+    first = await _maybe(
+        client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=300)
+    )
+    second = await _maybe(
+        client.chat.completions.create(model="m", messages=MESSAGES, max_completion_tokens=200)
+    )
+    return second, (_dump(first), _dump(second))
+
+
+async def chat_stream_text(client: Any) -> Any:
+    stream = await _maybe(
+        client.chat.completions.create(
+            model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    return stream, [_dump(c) for c in await _chunks(stream)]
+
+
+async def chat_stream_tool_call(client: Any) -> Any:
+    stream = await _maybe(
+        client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=True)
+    )
+    return stream, _stream_view(await _chunks(stream))
+
+
+async def chat_raw_response(client: Any) -> Any:
+    raw = await _maybe(
+        client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, tools=TOOLS)
+    )
+    completion = raw.parse()
+    view = (raw.status_code, raw.headers.get("content-type"), json.loads(raw.text))
+    return completion, (view, _dump(completion))
+
+
+async def chat_raw_response_stream(client: Any) -> Any:
+    raw = await _maybe(
+        client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+    )
+    stream = raw.parse()
+    return stream, (raw.status_code, [_dump(c) for c in await _chunks(stream)])
+
+
+async def chat_streaming_response(client: Any) -> Any:
+    manager = client.chat.completions.with_streaming_response.create(model="m", messages=MESSAGES)
+    if hasattr(manager, "__aenter__"):
+        async with manager as response:
+            completion = await response.parse()
+            body = await response.json()
+    else:
+        with manager as response:
+            completion = response.parse()
+            body = response.json()
+    return completion, (response.status_code, body, _dump(completion))
+
+
+async def chat_streaming_response_stream(client: Any) -> Any:
+    manager = client.chat.completions.with_streaming_response.create(
+        model="m", messages=MESSAGES, stream=True
+    )
+    if hasattr(manager, "__aenter__"):
+        async with manager as response:
+            stream = await response.parse()
+            chunks = await _chunks(stream)
+    else:
+        with manager as response:
+            stream = response.parse()
+            chunks = await _chunks(stream)
+    return stream, (response.status_code, [_dump(c) for c in chunks])
+
+
+async def chat_parse(client: Any) -> Any:
+    completion = await _maybe(
+        client.chat.completions.parse(model="m", messages=MESSAGES, response_format=Weather)
+    )
+    assert completion.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    return completion, _dump(completion)
+
+
+async def chat_parse_tool(client: Any) -> Any:
+    tool = openai.pydantic_function_tool(Weather, name="get_weather")
+    completion = await _maybe(
+        client.chat.completions.parse(model="m", messages=MESSAGES, tools=[tool])
+    )
+    assert completion.choices[0].message.tool_calls[0].function.parsed_arguments == Weather(
+        city="Paris", celsius=21
+    )
+    return completion, _dump(completion)
+
+
+async def chat_stream_helper(client: Any) -> Any:
+    manager = client.chat.completions.stream(model="m", messages=MESSAGES, response_format=Weather)
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            events = [event async for event in stream]
+            final = await stream.get_final_completion()
+    else:
+        with manager as stream:
+            events = list(stream)
+            final = stream.get_final_completion()
+    assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    return stream, ([e.type for e in events], _dump(final))
+
+
+async def responses_text(client: Any) -> Any:
+    response = await _maybe(client.responses.create(model="m", input="hi", temperature=0))
+    return response, _dump(response)
+
+
+async def responses_tool_call(client: Any) -> Any:
+    response = await _maybe(
+        client.responses.create(model="m", input="Weather in Paris?", tools=RESPONSES_TOOLS)
+    )
+    return response, _dump(response)
+
+
+async def responses_tools_none(client: Any) -> Any:
+    """An explicit ``tools=None`` reaches the upstream as sent."""
+    response = await _maybe(client.responses.create(model="m", input="hi", tools=None))
+    return response, _dump(response)
+
+
+async def responses_raw(client: Any) -> Any:
+    raw = await _maybe(
+        client.responses.with_raw_response.create(model="m", input="hi", tools=RESPONSES_TOOLS)
+    )
+    response = raw.parse()
+    return response, (raw.status_code, json.loads(raw.text), _dump(response))
+
+
+async def responses_stream_text(client: Any) -> Any:
+    stream = await _maybe(client.responses.create(model="m", input="hi", stream=True))
+    return stream, [_dump(e) for e in await _chunks(stream)]
+
+
+async def responses_stream_tool_call(client: Any) -> Any:
+    stream = await _maybe(
+        client.responses.create(
+            model="m", input="Weather in Paris?", tools=RESPONSES_TOOLS, stream=True
+        )
+    )
+    return stream, [_dump(e) for e in await _chunks(stream)]
+
+
+async def responses_stream_helper(client: Any) -> Any:
+    manager = client.responses.stream(model="m", input="hi")
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            events = [event async for event in stream]
+            final = await stream.get_final_response()
+    else:
+        with manager as stream:
+            events = list(stream)
+            final = stream.get_final_response()
+    return stream, ([e.type for e in events], _dump(final))
+
+
+async def responses_raw_stream(client: Any) -> Any:
+    raw = await _maybe(
+        client.responses.with_raw_response.create(model="m", input="hi", stream=True)
+    )
+    stream = raw.parse()
+    return stream, (raw.status_code, [_dump(e) for e in await _chunks(stream)])
+
+
+async def responses_parse(client: Any) -> Any:
+    response = await _maybe(
+        client.responses.parse(model="m", input="Weather in Paris?", text_format=Weather)
+    )
+    assert response.output_parsed == Weather(city="Paris", celsius=21)
+    return response, _dump(response)
+
+
+async def beta_chat_parse(client: Any) -> Any:
+    """``client.beta.chat.completions`` is the same API (langchain-openai streams with it)."""
+    completion = await _maybe(
+        client.beta.chat.completions.parse(model="m", messages=MESSAGES, response_format=Weather)
+    )
+    return completion, _dump(completion)
+
+
+async def chat_raw_parse(client: Any) -> Any:
+    """``with_raw_response.parse``: what langchain-openai calls for structured output."""
+    raw = await _maybe(
+        client.chat.completions.with_raw_response.parse(
+            model="m", messages=MESSAGES, response_format=Weather
+        )
+    )
+    completion = raw.parse()
+    return completion, (raw.status_code, _dump(completion))
+
+
+async def responses_streaming_response(client: Any) -> Any:
+    manager = client.responses.with_streaming_response.create(model="m", input="hi")
+    if hasattr(manager, "__aenter__"):
+        async with manager as response:
+            answer = await response.parse()
+    else:
+        with manager as response:
+            answer = response.parse()
+    return answer, (response.status_code, _dump(answer))
+
+
+WEATHER = Reply.call("get_weather", {"city": "Paris"}, id="call_1")
+JSON_ANSWER = Reply.text('{"city": "Paris", "celsius": 21}')
+SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
+    "chat_text": (chat_text, [Reply.text("Sunny, 21 C.")]),
+    "chat_tool_call": (chat_tool_call, [WEATHER]),
+    "chat_explicit_values": (chat_explicit_values, [Reply.text("ok")]),
+    "chat_capped": (chat_capped, [Reply.text("a"), Reply.text("b")]),
+    "chat_stream_text": (chat_stream_text, [Reply.text("It is sunny in Paris today.")]),
+    "chat_stream_tool_call": (chat_stream_tool_call, [WEATHER]),
+    "chat_raw_response": (chat_raw_response, [WEATHER]),
+    "chat_raw_response_stream": (chat_raw_response_stream, [Reply.text("Sunny, 21 C.")]),
+    "chat_streaming_response": (chat_streaming_response, [Reply.text("Sunny.")]),
+    "chat_streaming_response_stream": (chat_streaming_response_stream, [Reply.text("Sunny.")]),
+    "chat_parse": (chat_parse, [JSON_ANSWER]),
+    "chat_parse_tool": (
+        chat_parse_tool,
+        [Reply.call("get_weather", {"city": "Paris", "celsius": 21}, id="call_1")],
+    ),
+    "chat_stream_helper": (chat_stream_helper, [JSON_ANSWER]),
+    "responses_text": (responses_text, [Reply.text("hello")]),
+    "responses_tool_call": (responses_tool_call, [WEATHER]),
+    "responses_tools_none": (responses_tools_none, [Reply.text("hello")]),
+    "responses_raw": (responses_raw, [WEATHER]),
+    "responses_stream_text": (responses_stream_text, [Reply.text("Sunny in Paris today.")]),
+    "responses_stream_tool_call": (responses_stream_tool_call, [WEATHER]),
+    "responses_stream_helper": (responses_stream_helper, [Reply.text("Sunny.")]),
+    "responses_raw_stream": (responses_raw_stream, [Reply.text("Sunny.")]),
+    "responses_parse": (responses_parse, [JSON_ANSWER]),
+    "beta_chat_parse": (beta_chat_parse, [JSON_ANSWER]),
+    "chat_raw_parse": (chat_raw_parse, [JSON_ANSWER]),
+    "responses_streaming_response": (responses_streaming_response, [Reply.text("hello")]),
+}
+
+
+def _wire(seen: list[tuple[str, str, bytes, dict[str, str]]]) -> list[Any]:
+    return [
+        (method, path, body, {k: v for k, v in headers.items() if k not in VOLATILE})
+        for method, path, body, headers in seen
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_guarded_traffic_equals_raw_traffic(name: str, asynchronous: bool) -> None:
+    """The upstream receives the same bytes and the caller the same answers, raw vs wrapped."""
+    scenario, replies = SCENARIOS[name]
+    raw_side, guarded_side = Upstream(http, replies), Upstream(http, replies)
+    _, raw_view = await scenario(raw_side.client(openai, asynchronous=asynchronous))
+    wrapped = ag.wrap(guarded_side.client(openai, asynchronous=asynchronous), CONFIG)
+    answer, guarded_view = await scenario(wrapped)
+
+    assert _wire(guarded_side.seen) == _wire(raw_side.seen)
+    assert guarded_view == raw_view
+    report = ag.report_of(answer)
+    assert report is not None, f"{name}: no report on what the call path returned"
+    assert not report.repairs
+
+
+def test_no_cap_unless_configured() -> None:
+    """Without a configured cap no output limit is added; a configured one goes in the field
+    every model accepts (chat: max_completion_tokens, Responses: max_output_tokens)."""
+    side = Upstream(http, [Reply.text("a"), Reply.text("b"), Reply.text("c")])
+    capped = ag.GuardConfig.from_dict(
+        {"memory_pressure": {"enabled": False}, "token_budget": {"max_output_tokens": 100}},
+        env={},
+    )
+    ag.wrap(side.client(openai, asynchronous=False), CONFIG).chat.completions.create(
+        model="m", messages=MESSAGES
+    )
+    client = ag.wrap(side.client(openai, asynchronous=False), capped)
+    client.chat.completions.create(model="m", messages=MESSAGES)
+    client.responses.create(model="m", input="hi")
+    bodies = [json.loads(body) for _, _, body, _ in side.seen]
+    assert not {"max_tokens", "max_completion_tokens"} & set(bodies[0])
+    assert bodies[1]["max_completion_tokens"] == 100
+    assert "max_tokens" not in bodies[1]
+    assert bodies[2]["max_output_tokens"] == 100
