@@ -505,13 +505,14 @@ def test_ledger_outage_serves_locally_and_replays_commits_once() -> None:
     with capture_events() as events:
         ledger.commit(ledger.reserve("s", 5), 5, event_id="during")
         ledger.commit(ledger.reserve("s", 5), 5, event_id="during")  # a duplicate: not replayed
-        assert ledger.usage("s").session_tokens == 5  # local state: only the outage's usage
+        # local state starts from the last known state: never a fresh budget
+        assert ledger.usage("s").session_tokens == 15
     assert len(events.of_type(StoreFallback)) == 1
     assert ledger.degraded
     store.down = False
     clock.advance(4)
     assert ledger.degraded  # not retried before retry_seconds
-    assert ledger.usage("s").session_tokens == 5
+    assert ledger.usage("s").session_tokens == 15
     clock.advance(2)
     with capture_events() as events:
         assert ledger.usage("s").session_tokens == 15

@@ -47,6 +47,7 @@ __all__ = [
     "ToolCallSucceeded",
     "ToolDeadLettered",
     "ToolFallbackUsed",
+    "UsageCorrected",
     "add_hook",
     "default_hooks",
     "log_event",
@@ -359,6 +360,28 @@ class BudgetExhausted(Event):
     policy: str
     action: str
     resets_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageCorrected(Event):
+    """A token count the ledger was given could not be trusted and was replaced before counting.
+
+    An upstream's usage that is negative, not a whole number, not finite or absurdly large
+    (past :data:`agentguard.storage.MAX_TOKENS`) is never committed as given: the part is
+    replaced by the guard's own estimate, or clamped to the maximum.
+
+    Attributes:
+        field: which number (``"prompt_tokens"``, ``"completion_tokens"``, ``"usage"``).
+        reported: the number as given (its ``repr``, as it may not be a number at all).
+        counted: what was counted instead.
+    """
+
+    kind: ClassVar[str] = "usage_corrected"
+    level: ClassVar[int] = logging.WARNING
+
+    field: str
+    reported: str
+    counted: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

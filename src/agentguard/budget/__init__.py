@@ -8,12 +8,13 @@ from __future__ import annotations
 from agentguard._exports import publish
 
 from ._estimate import estimate_tokens, estimate_usage
-from ._ledger import TokenLedger, clamp_output_tokens
+from ._ledger import InvalidTokenCount, TokenLedger, clamp_output_tokens
 from ._pricing import Price, PriceTable
 from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
 __all__ = [
     "Decision",
+    "InvalidTokenCount",
     "Price",
     "PriceTable",
     "Quote",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -14,10 +15,12 @@ from agentguard.events import (
     BudgetWarning,
     Emitter,
     Hook,
+    UsageCorrected,
 )
-from agentguard.exceptions import BudgetExceeded
+from agentguard.exceptions import AgentGuardError, BudgetExceeded
 from agentguard.storage import FallbackStore, Store, store_from_config, with_fallback
 from agentguard.storage._base import (
+    MAX_TOKENS,
     NANOS,
     BudgetSpec,
     BudgetState,
@@ -28,14 +31,37 @@ from agentguard.storage._base import (
 from agentguard.transport import write_output_cap
 from agentguard.types import Clock, Usage
 
+from ._learned import OutputEstimate
 from ._pricing import PriceTable
 from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
-__all__ = ["TokenLedger", "clamp_output_tokens"]
+__all__ = ["InvalidTokenCount", "TokenLedger", "clamp_output_tokens"]
 
 _RANK = {"ok": 0, "warn": 1, "escalate": 2}
 _SPAN = 3600
 _OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+class InvalidTokenCount(AgentGuardError, ValueError):
+    """A token count passed to the ledger is not a whole number in ``[0, MAX_TOKENS]``.
+
+    Raised where the caller passed it (``reserve``, ``commit``, ``output_cap``); nothing is
+    held or counted. A ``ValueError`` too, for callers that catch that.
+    """
+
+
+def _whole(value: object) -> bool:
+    """A plain integer (``bool`` is not a token count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked(value: object, what: str) -> int:
+    """A caller's token count, or :class:`InvalidTokenCount`."""
+    if not _whole(value) or not 0 <= value <= MAX_TOKENS:  # type: ignore[operator]
+        raise InvalidTokenCount(
+            f"{what} must be a whole number from 0 to {MAX_TOKENS:,} (got {value!r})"
+        )
+    return value  # type: ignore[return-value]
 
 
 def clamp_output_tokens(
@@ -71,6 +97,15 @@ class TokenLedger:
     tasks, processes, hosts sharing the store) can never be admitted past a limit together.
     ``commit`` replaces the hold by the real usage, once per event id; ``release`` gives the hold
     back; a hold nobody settles returns by itself when its lease ends.
+
+    What a reservation holds for the output follows ``token_budget.reserve``: ``strict`` holds
+    the whole output cap; ``learned`` (the default) holds a running high percentile of the
+    outputs seen for the model and admits the call only when its worst case fits (see
+    ``docs/budgets.md`` for the overshoot bound). Every number is checked: a caller's token
+    count that is not a whole number in ``[0, MAX_TOKENS]`` raises :class:`InvalidTokenCount`;
+    an upstream's :class:`~agentguard.Usage` that is negative, fractional, not finite or past
+    ``MAX_TOKENS`` is replaced by the guard's own estimate (or clamped) and said
+    (:class:`~agentguard.events.UsageCorrected`), never counted as given.
 
     What happens when a budget runs out depends on the policy: ``warn_and_continue`` marks the
     reservation ``"warn"``, ``escalate`` marks it ``"escalate"`` (the pipeline moves the rest of
@@ -128,6 +163,9 @@ class TokenLedger:
             event_ttl=budget.idempotency_ttl_seconds,
         )
         self._cap = budget.max_output_tokens if budget.enabled else None
+        self._learned = (
+            OutputEstimate(budget.reserve_floor) if budget.reserve == "learned" else None
+        )
         # Usage below these (session, hour) needs no decision: under the warning line (a
         # warn_ratio of at most 1 puts it at or below the limit).
         ratio, spec = budget.warn_ratio, self._spec
@@ -161,8 +199,7 @@ class TokenLedger:
         cap = self._cap
         if requested is None:
             return cap
-        if requested < 0:
-            raise ValueError(f"max output tokens must not be negative (got {requested})")
+        requested = _checked(requested, "max output tokens")
         return requested if cap is None else min(requested, cap)
 
     def reserve(
@@ -175,8 +212,11 @@ class TokenLedger:
     ) -> Reservation:
         """Check the budgets and hold the tokens of one call, atomically.
 
-        Holds ``estimated_tokens`` (the prompt) plus the output cap: ``max_output_tokens``
-        lowered to the configured ``max_output_tokens`` (or the latter alone).
+        The output may use up to ``max_output_tokens`` lowered to the configured
+        ``max_output_tokens`` (or the latter alone): the reservation's ``output_tokens``.
+        Under ``reserve: strict`` all of it is held beside ``estimated_tokens`` (the prompt);
+        under ``reserve: learned`` only the learned estimate is held, but the call is admitted
+        only if the whole worst case fits.
 
         Args:
             session: the session to charge.
@@ -189,9 +229,10 @@ class TokenLedger:
 
         Raises:
             BudgetExceeded: under ``hard_stop``, when the tokens would pass a limit.
+            InvalidTokenCount: a token count is not a whole number in ``[0, MAX_TOKENS]``.
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
-        hold, now = self._hold(session, estimated_tokens, max_output_tokens)
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model)
         state = self._store.reserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
@@ -204,7 +245,7 @@ class TokenLedger:
         model: str | None = None,
     ) -> Reservation:
         """Async twin of :meth:`reserve`."""
-        hold, now = self._hold(session, estimated_tokens, max_output_tokens)
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model)
         state = await self._store.areserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
@@ -218,11 +259,15 @@ class TokenLedger:
 
         Args:
             reservation: what :meth:`reserve` returned.
-            usage: the call's :class:`~agentguard.Usage`, or its total tokens (split into
-                prompt and output as the reservation estimated, for pricing).
-            event_id: the idempotency key, e.g. the response id.
+            usage: the call's :class:`~agentguard.Usage` (as an upstream reported it: checked,
+                corrected if absurd), or its total tokens (split into prompt and output as the
+                reservation estimated, for pricing; past ``MAX_TOKENS``: clamped and said).
+            event_id: the idempotency key. Keep it unique per call: the default, the
+                reservation's own id, is; an upstream's response id is not (some servers
+                answer ``chatcmpl-123`` every time, and their calls would count once).
 
         Raises:
+            InvalidTokenCount: ``usage`` is a negative or non-integer count.
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
         charge, used, now = self._charge(reservation, usage, event_id)
@@ -291,25 +336,40 @@ class TokenLedger:
     # -- decisions (pure) -----------------------------------------------------------------
 
     def _hold(
-        self, session: str, estimated_tokens: int, max_output_tokens: int | None
+        self,
+        session: str,
+        estimated_tokens: int,
+        max_output_tokens: int | None,
+        model: str | None,
     ) -> tuple[Hold, float]:
-        if estimated_tokens < 0:
-            raise ValueError(f"estimated_tokens must not be negative (got {estimated_tokens})")
+        """The hold to place (the output beyond a learned estimate as headroom), and the time."""
+        if not _whole(estimated_tokens) or not 0 <= estimated_tokens <= MAX_TOKENS:
+            _checked(estimated_tokens, "estimated_tokens")
         if max_output_tokens is None:  # the common case, without a call
             output = self._cap or 0
         else:
             output = self.output_cap(max_output_tokens) or 0
+        held = output
+        learned = self._learned
+        if learned is not None and output:
+            held = learned.hold(model, output)
         now = self._clock()
         rid = f"{self._id_prefix}{next(self._ids)}"
-        return Hold(session, rid, estimated_tokens + output, now + self._lease), now
+        hold = Hold(session, rid, estimated_tokens + held, now + self._lease, output - held)
+        return hold, now
 
     def _admit(
-        self, hold: Hold, prompt: int, model: str | None, now: float, state: BudgetState
+        self,
+        hold: Hold,
+        prompt: int,
+        model: str | None,
+        now: float,
+        state: BudgetState,
     ) -> Reservation:
         spec = self._spec
         session, tokens = hold.session, hold.tokens
         if state.refused is not None:
-            self._refuse(session, tokens, now, state)
+            self._refuse(session, tokens + hold.headroom, now, state)
         session_used = state.session_tokens + state.session_held
         hour_used = state.hour_tokens + state.hour_held
         quiet_session, quiet_hour = self._quiet
@@ -325,7 +385,7 @@ class TokenLedger:
             session,
             tokens,
             prompt,
-            tokens - prompt,
+            tokens + hold.headroom - prompt,  # the output the call may use
             model,
             hold.expires_at,
             decision,
@@ -418,13 +478,19 @@ class TokenLedger:
         self, reservation: Reservation, usage: int | Usage, event_id: str | None
     ) -> tuple[Charge, Usage, float]:
         if isinstance(usage, Usage):
-            used = usage
+            used = self._trusted(reservation, usage)
         else:
-            if usage < 0:
-                raise ValueError(f"usage must not be negative (got {usage})")
+            if not _whole(usage) or usage < 0:
+                _checked(usage, "usage")
+            if usage > MAX_TOKENS:  # the call happened: count it, clamped, and say so
+                self._corrected(reservation, "usage", usage, MAX_TOKENS)
+                usage = MAX_TOKENS
             # a bare total is split as the reservation estimated it, so it is priced sensibly
             prompt = min(usage, reservation.prompt_tokens)
             used = Usage(prompt, usage - prompt)
+        learned = self._learned
+        if learned is not None:
+            learned.observe(reservation.model, used.completion_tokens)
         cost = self.prices.nanos(reservation.model, used.prompt_tokens, used.completion_tokens)
         charge = Charge(
             reservation.session,
@@ -434,6 +500,48 @@ class TokenLedger:
             cost,
         )
         return charge, used, self._clock()
+
+    def _trusted(self, reservation: Reservation, usage: Usage) -> Usage:
+        """An upstream's usage, each absurd part replaced by the reservation's estimate."""
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        if (
+            _whole(prompt)
+            and _whole(completion)
+            and 0 <= prompt <= MAX_TOKENS
+            and 0 <= completion <= MAX_TOKENS - prompt
+        ):
+            return usage  # the common case
+        fixed = []
+        for name, value, estimate in (
+            ("prompt_tokens", prompt, reservation.prompt_tokens),
+            ("completion_tokens", completion, reservation.tokens - reservation.prompt_tokens),
+        ):
+            if _whole(value) and 0 <= value <= MAX_TOKENS:
+                fixed.append(value)
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                big = value > MAX_TOKENS and (_whole(value) or math.isfinite(value))
+            else:
+                big = False
+            counted = MAX_TOKENS if big else estimate
+            self._corrected(reservation, name, value, counted)
+            fixed.append(counted)
+        prompt, completion = fixed
+        if prompt + completion > MAX_TOKENS:
+            completion = MAX_TOKENS - prompt
+        return Usage(prompt, completion, estimated=True)
+
+    def _corrected(
+        self, reservation: Reservation, field: str, reported: object, counted: int
+    ) -> None:
+        self._emitter.emit(
+            UsageCorrected(
+                session=reservation.session,
+                field=field,
+                reported=repr(reported)[:100],
+                counted=counted,
+            )
+        )
 
     def _settled(
         self, reservation: Reservation, charge: Charge, used: Usage, state: BudgetState

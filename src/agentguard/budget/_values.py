@@ -22,10 +22,13 @@ class Reservation:
     Attributes:
         id: unique id; also the default event id of its commit.
         session: the session charged.
-        tokens: tokens held: ``prompt_tokens + output_tokens``.
+        tokens: tokens held: ``prompt_tokens`` plus the output held — all of
+            ``output_tokens`` under ``reserve: strict``, a learned estimate of it (at most
+            ``output_tokens``) under ``reserve: learned``.
         prompt_tokens: the estimated prompt tokens reserved.
-        output_tokens: the output tokens reserved (the request's cap, lowered to the
-            configured one); ``0`` when no output limit was given.
+        output_tokens: the output tokens the call may use: its worst case, checked against the
+            budgets (the request's cap lowered to the configured one); ``0`` when no output
+            limit was given.
         model: the model the call is priced as, if given.
         expires_at: wall-clock end of the lease; after it the tokens return to the budget.
         decision: ``"ok"``, ``"warn"`` (a budget passed its warning ratio, or is exhausted

@@ -291,6 +291,18 @@ class TokenBudgetConfig(Section):
             "Responses: max_output_tokens) or lowering the caller's; null: none is sent."
         ),
     )
+    reserve: Literal["learned", "strict"] = Field(
+        "learned",
+        description="What a reservation holds for the output: 'learned' holds a running high "
+        "percentile of the outputs seen (at least reserve_floor, at most the cap) and admits a "
+        "call only if its worst case fits; 'strict' holds the whole output cap.",
+    )
+    reserve_floor: int = Field(
+        256,
+        ge=0,
+        le=1_000_000_000,
+        description="Least output a 'learned' reservation holds (tokens).",
+    )
     policy: Literal["warn_and_continue", "escalate", "hard_stop"] = Field(
         "warn_and_continue",
         description="When a budget runs out: warn and go on, move to a cheaper tier, or refuse.",

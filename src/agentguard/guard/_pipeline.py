@@ -21,6 +21,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import logging
 import random
 import sys
 import uuid
@@ -62,6 +63,8 @@ from ._report import GuardReport, ReportBuilder
 from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key
+
+logger = logging.getLogger("agentguard")
 
 __all__ = ["Pipeline"]
 
@@ -336,13 +339,17 @@ class Pipeline:
         ledger = self.ledger
         reservation: Reservation | None = None
         if ledger is not None:
-            max_output_tokens = ledger.output_cap(max_output_tokens)
+            # a limit that is no token count (-5, 1.5) is sent as it came, for the upstream to
+            # reject; the budget still applies, with the configured cap
+            requested = _token_count(max_output_tokens)
+            if requested is not None or max_output_tokens is None:
+                max_output_tokens = ledger.output_cap(requested)
             reservation = yield from perform(
                 ledger.reserve,
                 ledger.areserve,
                 b.session,
                 self._prompt_tokens(call),
-                max_output_tokens=max_output_tokens or UNCAPPED_OUTPUT,
+                max_output_tokens=_token_count(max_output_tokens) or UNCAPPED_OUTPUT,
                 model=tier.model,
             )
             if reservation.decision != "ok":
@@ -368,7 +375,7 @@ class Pipeline:
             return None
         try:
             if stream:
-                response = yield from self._stream_once(call, tier, request)
+                response = yield from self._stream_settled(call, tier, request, reservation)
             else:
                 response = yield Send(tier, request)
         except Exception as exc:
@@ -395,13 +402,44 @@ class Pipeline:
         usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
         cost = None
         if ledger is not None and reservation is not None:
-            settlement = yield from perform(
-                ledger.commit, ledger.acommit, reservation, usage, response.id or reservation.id
-            )
-            cost = settlement.cost
+            # keyed on the reservation (one per call), never on the upstream's response id:
+            # servers that answer "chatcmpl-123" every time would have their calls count once
+            settlement = yield from perform(ledger.commit, ledger.acommit, reservation, usage)
+            usage, cost = settlement.usage, settlement.cost  # checked: absurd numbers corrected
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _stream_settled(
+        self, call: _Call, tier: Tier, request: ModelRequest, reservation: Reservation | None
+    ) -> Plan[ModelResponse]:
+        """:meth:`_stream_once`, settling the reservation if the caller abandons the stream."""
+        try:
+            return (yield from self._stream_once(call, tier, request))
+        except GeneratorExit:  # the caller closed (or dropped) the stream mid-answer
+            self._settle_abandoned(call, reservation)
+            raise
+
+    def _settle_abandoned(self, call: _Call, reservation: Reservation | None) -> None:
+        """Count what an abandoned stream delivered and free the rest of its hold, right away.
+
+        Runs while the plan is being closed, where nothing can be yielded: the ledger's
+        blocking ``commit`` is called directly (also under the async driver: one store
+        operation). It never raises — a close must not fail — so a store that cannot settle
+        leaves the hold to its lease.
+        """
+        ledger = self.ledger
+        if ledger is None or reservation is None:
+            return
+        try:
+            streamed = call.streamed
+            usage = call.usage_chunk.usage if call.usage_chunk is not None else None
+            if usage is None:
+                message = streamed.response(cut=True).message if streamed is not None else None
+                usage = estimate_usage(call.messages, message, tools=call.tools)
+            ledger.commit(reservation, usage)
+        except Exception:  # see the docstring: the lease frees the hold
+            logger.debug("could not settle an abandoned stream", exc_info=True)
 
     def _release(self, reservation: Reservation | None) -> Plan[None]:
         """Give a failed call's reservation back to the ledger."""
@@ -417,7 +455,7 @@ class Pipeline:
         """
         yield Open(tier, request)
         call.usage_chunk = None
-        acc = Accumulator()
+        acc = call.streamed = Accumulator()
         live = not call.content_sent
         watch = DegenerationWatch(self.config) if live else None
         while True:
@@ -597,6 +635,7 @@ class _Call:
     content_sent: bool = False  # streaming: some text already reached the caller
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
+    streamed: Accumulator | None = None  # streaming: what the current attempt has delivered
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""
@@ -636,6 +675,13 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
         raise exhausted from error
     _record(call, error)
     raise error
+
+
+def _token_count(value: object) -> int | None:
+    """A request's output limit if it is a whole, non-negative number; else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _record(call: _Call, error: BaseException) -> None:

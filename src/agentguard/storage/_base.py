@@ -52,6 +52,8 @@ from ._breaker import (
 )
 
 __all__ = [
+    "MAX_COST",
+    "MAX_TOKENS",
     "NANOS",
     "BudgetSpec",
     "BudgetState",
@@ -59,12 +61,28 @@ __all__ = [
     "Hold",
     "Store",
     "SyncBackedStore",
+    "bounded",
     "refusal",
     "window_resets_at",
 ]
 
 #: Money is stored in integer units of ``1 / NANOS`` of the price table's currency.
 NANOS = 1_000_000_000
+
+#: The most tokens one reservation or one commit may count (a billion: far past any model's
+#: context). The ledger refuses a caller's larger number and clamps an upstream's to it; every
+#: store clamps again, so no counter can overflow SQLite's 64-bit integers, Redis's ``HINCRBY``
+#: or the exact range of the Lua scripts' numbers (2**53), however many commits add up.
+MAX_TOKENS = 1_000_000_000
+
+#: The most nano-units one commit may cost (10,000 units of the price table's currency).
+MAX_COST = 10_000 * NANOS
+
+
+def bounded(value: int, top: int) -> int:
+    """``value`` clamped to ``[0, top]``: what a store counts, whatever it was handed."""
+    return 0 if value < 0 else min(value, top)
+
 
 T = TypeVar("T")
 
@@ -122,12 +140,16 @@ class Hold:
         id: the reservation's id (placing the same id again replaces the earlier hold).
         tokens: tokens to hold.
         expires_at: wall-clock end of the lease.
+        headroom: tokens that must fit beside the hold for it to be granted, without being held
+            (the rest of the request's worst case when only a learned estimate is held): the
+            limit check counts ``tokens + headroom``.
     """
 
     session: str
     id: str
     tokens: int
     expires_at: float
+    headroom: int = 0
 
 
 @fast_init

@@ -10,11 +10,20 @@ here, in one place, rather than by each component:
   then say so (:class:`~agentguard.events.StoreRecovered`).
 - **closed**: raise :class:`~agentguard.StoreUnavailable`.
 
-Local state is a stand-in, not a copy: budgets served locally count only this process's usage
-since the outage began (nothing is reset in the shared store, and nothing counted locally is
-lost), breakers count only this process's calls, and an idempotency key claimed in the shared
-store before the outage is not seen. Reservations and breaker counts are not replayed: both are
-short-lived, and the shared store's own leases and windows take over again.
+An outage never hands out a fresh budget. While the shared store answers, the fallback keeps
+the *last known state* of every budget it has seen: each session's committed tokens and cost
+(the most recent :data:`KNOWN_SESSIONS` sessions), each scope's rolling-hour total, and the
+reservations this process holds. When the store becomes unreachable, the local stand-in starts
+from that state, so ``hard_stop`` keeps refusing a session (or an hour) that was spent, and
+keeps counting this process's in-flight calls. The documented bound: during an outage a budget
+can overshoot only by what *other* processes commit or hold in the meantime (they cannot be
+seen), and a session this process never saw starts from zero against its session limit (the
+hourly limit still starts from the last known hour). A single process sharing nothing is exact.
+
+Otherwise local state is a stand-in, not a copy: breakers count only this process's calls, and
+an idempotency key claimed in the shared store before the outage is not seen. Reservations and
+breaker counts are not replayed: both are short-lived, and the shared store's own leases and
+windows take over again. The seeded state is not replayed either (the shared store has it).
 
 Only :class:`~agentguard.StoreUnavailable` is an outage; other
 :class:`~agentguard.StoreError` faults pass through to the component.
@@ -22,6 +31,9 @@ Only :class:`~agentguard.StoreUnavailable` is an outage; other
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -35,7 +47,10 @@ from ._base import BudgetSpec, BudgetState, Charge, Hold, Store
 from ._breaker import BreakerOutcome, BreakerSpec, BreakerView
 from .memory import MemoryStore
 
-__all__ = ["FallbackStore", "with_fallback"]
+__all__ = ["KNOWN_SESSIONS", "FallbackStore", "with_fallback"]
+
+#: Sessions whose last known totals a fallback remembers per budget scope (least recent dropped).
+KNOWN_SESSIONS = 10_000
 
 T = TypeVar("T")
 
@@ -50,6 +65,10 @@ class _Op(Generic[T]):
 
     sync: Callable[[Store], T]
     async_: Callable[[Store], Awaitable[T]]
+    # what the shared store's answer teaches the fallback (the last known budget state)
+    seen: Callable[[FallbackStore, T], None] | None = None
+    # a reservation this operation settles, served locally: no longer held in the shared store
+    settles: str | None = None
 
 
 @dataclass
@@ -61,6 +80,62 @@ class _Outage:
     local: MemoryStore = field(default_factory=MemoryStore)
     # writes served locally, replayed into the shared store when it returns
     pending: list[_Op[Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Known:
+    """The last known state of one budget scope, as the shared store last reported it."""
+
+    spec: BudgetSpec
+    hour_tokens: int = 0
+    hour_cost: int = 0
+    bucket: int = 0  # the window bucket the hour's totals were last seen in
+    sessions: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
+    holds: dict[str, Hold] = field(default_factory=dict)  # this process's live reservations
+    prune_at: int = 1_024  # expired holds are dropped when there are more than this
+
+    def saw(self, session: str | None, state: BudgetState, now: float) -> None:
+        # Answers of concurrent operations may arrive out of order: committed totals only grow
+        # (a session's until it expires, the hour's within one bucket), so keep the larger.
+        bucket = self.spec.bucket(now)
+        if bucket == self.bucket:
+            self.hour_tokens = max(self.hour_tokens, state.hour_tokens)
+            self.hour_cost = max(self.hour_cost, state.hour_cost)
+        else:
+            self.bucket, self.hour_tokens, self.hour_cost = (
+                bucket,
+                state.hour_tokens,
+                state.hour_cost,
+            )
+        if session is not None:
+            sessions = self.sessions
+            seen = sessions.get(session)
+            if seen is None or state.session_tokens >= seen[0]:
+                sessions[session] = (state.session_tokens, state.session_cost)
+            sessions.move_to_end(session)
+            if len(sessions) > KNOWN_SESSIONS:
+                sessions.popitem(last=False)
+
+    def seed(self, local: MemoryStore, now: float) -> None:
+        """Start ``local`` from this state: committed totals, then this process's holds."""
+        spec = dataclasses.replace(self.spec, enforce=False)  # seeding never refuses
+        tokens = cost = 0
+        for session, (t, c) in self.sessions.items():
+            local.commit(spec, Charge(session, "", _SEED + session, t, c), now)
+            tokens, cost = tokens + t, cost + c
+        if self.hour_tokens > tokens or self.hour_cost > cost:  # other sessions' hour usage
+            rest = Charge(_SEED, "", _SEED, max(0, self.hour_tokens - tokens), 0)
+            local.commit(spec, dataclasses.replace(rest, cost=max(0, self.hour_cost - cost)), now)
+        for hold in self.holds.values():
+            if hold.expires_at > now:
+                local.reserve(spec, hold, now)
+
+
+# Holds remembered before the expired ones are looked for (doubled while they are all live).
+_PRUNE_AT = 1_024
+
+# The event id (and pseudo-session) of the state a local stand-in starts from: never a real one.
+_SEED = "\x00agentguard-seed:"
 
 
 def with_fallback(
@@ -107,6 +182,8 @@ class FallbackStore:
         self._emitter = Emitter(hooks)
         self._session = session
         self._outage: _Outage | None = None
+        self._known: dict[str, _Known] = {}
+        self._known_lock = threading.Lock()
 
     @property
     def degraded(self) -> bool:
@@ -127,6 +204,9 @@ class FallbackStore:
                     yield from perform(pending.sync, pending.async_, primary)
             result: T = yield from perform(op.sync, op.async_, primary)
         except StoreUnavailable as exc:
+            # re-read: a concurrent operation (another task, another thread) may have fallen
+            # back meanwhile, and its local state must be kept, not replaced by a second one
+            outage = self._outage
             if outage is None:
                 outage = self._fall_back(exc, now)
             else:
@@ -134,6 +214,8 @@ class FallbackStore:
             return self._local(outage, op, write)
         if outage is not None:
             self._recovered(outage, now)
+        if op.seen is not None:
+            op.seen(self, result)
         return result
 
     def _run(self, now: float, op: _Op[T], write: bool = False) -> T:
@@ -144,6 +226,8 @@ class FallbackStore:
 
     def _local(self, outage: _Outage, op: _Op[T], write: bool) -> T:
         result = op.sync(outage.local)
+        if op.settles is not None:
+            self._forget(op.settles)
         # a duplicate commit changed nothing here, so there is nothing to replay
         if write and not (isinstance(result, BudgetState) and not result.applied):
             outage.pending.append(op)
@@ -158,8 +242,48 @@ class FallbackStore:
                 session=self._session,
             )
         )
-        self._outage = _Outage(since=now, retry_at=now + self._retry)
-        return self._outage
+        outage = _Outage(since=now, retry_at=now + self._retry)
+        with self._known_lock:
+            for known in self._known.values():
+                known.seed(outage.local, now)
+        self._outage = outage
+        return outage
+
+    def _scope(self, spec: BudgetSpec) -> _Known:
+        known = self._known.get(spec.scope)
+        if known is None:
+            known = self._known[spec.scope] = _Known(spec)
+        known.spec = spec
+        return known
+
+    def _saw_reserve(self, spec: BudgetSpec, hold: Hold, state: BudgetState, now: float) -> None:
+        with self._known_lock:
+            known = self._scope(spec)
+            known.saw(hold.session, state, now)
+            if state.applied:
+                holds = known.holds
+                holds[hold.id] = hold
+                if len(holds) > known.prune_at:  # holds nobody settled: gone with their lease
+                    for rid in [r for r, h in holds.items() if h.expires_at <= now]:
+                        del holds[rid]
+                    known.prune_at = max(_PRUNE_AT, 2 * len(holds))
+
+    def _saw_commit(self, spec: BudgetSpec, charge: Charge, state: BudgetState, now: float) -> None:
+        with self._known_lock:
+            known = self._scope(spec)
+            known.saw(charge.session, state, now)
+            known.holds.pop(charge.reservation_id, None)
+
+    def _forget(self, reservation_id: str) -> None:
+        with self._known_lock:
+            for known in self._known.values():
+                known.holds.pop(reservation_id, None)
+
+    def _saw_snapshot(
+        self, spec: BudgetSpec, session: str | None, state: BudgetState, now: float
+    ) -> None:
+        with self._known_lock:
+            self._scope(spec).saw(session, state, now)
 
     def _recovered(self, outage: _Outage, now: float) -> None:
         self._outage = None
@@ -290,19 +414,37 @@ class FallbackStore:
 
 
 def _reserve(spec: BudgetSpec, hold: Hold, now: float) -> _Op[BudgetState]:
-    return _Op(lambda s: s.reserve(spec, hold, now), lambda s: s.areserve(spec, hold, now))
+    return _Op(
+        lambda s: s.reserve(spec, hold, now),
+        lambda s: s.areserve(spec, hold, now),
+        lambda f, state: f._saw_reserve(spec, hold, state, now),
+    )
 
 
 def _commit(spec: BudgetSpec, charge: Charge, now: float) -> _Op[BudgetState]:
-    return _Op(lambda s: s.commit(spec, charge, now), lambda s: s.acommit(spec, charge, now))
+    return _Op(
+        lambda s: s.commit(spec, charge, now),
+        lambda s: s.acommit(spec, charge, now),
+        lambda f, state: f._saw_commit(spec, charge, state, now),
+        charge.reservation_id,
+    )
 
 
 def _release(spec: BudgetSpec, rid: str, now: float) -> _Op[bool]:
-    return _Op(lambda s: s.release(spec, rid, now), lambda s: s.arelease(spec, rid, now))
+    return _Op(
+        lambda s: s.release(spec, rid, now),
+        lambda s: s.arelease(spec, rid, now),
+        lambda f, _: f._forget(rid),
+        rid,
+    )
 
 
 def _snapshot(spec: BudgetSpec, session: str | None, now: float) -> _Op[BudgetState]:
-    return _Op(lambda s: s.snapshot(spec, session, now), lambda s: s.asnapshot(spec, session, now))
+    return _Op(
+        lambda s: s.snapshot(spec, session, now),
+        lambda s: s.asnapshot(spec, session, now),
+        lambda f, state: f._saw_snapshot(spec, session, state, now),
+    )
 
 
 def _breaker_allow(spec: BreakerSpec, now: float) -> _Op[BreakerView]:

@@ -9,7 +9,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
-from ._base import BudgetSpec, BudgetState, Charge, Hold, SyncBackedStore, refusal
+from ._base import (
+    MAX_COST,
+    MAX_TOKENS,
+    BudgetSpec,
+    BudgetState,
+    Charge,
+    Hold,
+    SyncBackedStore,
+    bounded,
+    refusal,
+)
 from ._breaker import BreakerRecord, BreakerSpec
 
 T = TypeVar("T")
@@ -184,9 +194,14 @@ class MemoryStore(SyncBackedStore):
             if sess is None:
                 sess = scope.sessions[hold.session] = _Session(now)
             scope.release(hold.id)  # the same id placed again replaces, never holds twice
-            tokens = hold.tokens
+            tokens = bounded(hold.tokens, MAX_TOKENS)
             refused = (
-                refusal(spec, sess.tokens + sess.held, scope.hour_tokens + scope.held, tokens)
+                refusal(
+                    spec,
+                    sess.tokens + sess.held,
+                    scope.hour_tokens + scope.held,
+                    tokens + bounded(hold.headroom, MAX_TOKENS),
+                )
                 if spec.enforce
                 else None
             )
@@ -215,7 +230,7 @@ class MemoryStore(SyncBackedStore):
             expiry = now + spec.event_ttl
             scope.events[event_id] = expiry
             scope.event_queue.append((expiry, event_id))
-            tokens, cost = charge.tokens, charge.cost
+            tokens, cost = bounded(charge.tokens, MAX_TOKENS), bounded(charge.cost, MAX_COST)
             sess.tokens += tokens
             sess.cost += cost
             sess.seen = max(sess.seen, now)

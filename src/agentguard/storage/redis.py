@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentguard.exceptions import StoreError, StoreUnavailable
 
-from ._base import BudgetSpec, BudgetState, Charge, Hold
+from ._base import MAX_COST, MAX_TOKENS, BudgetSpec, BudgetState, Charge, Hold, bounded
 from ._breaker import BreakerOutcome, BreakerSpec, BreakerView
 
 if TYPE_CHECKING:
@@ -91,20 +91,21 @@ end
 """
 
 # ARGV: now, session, id, tokens, expires_at, session_limit, hour_limit, enforce, first,
-#       lease_ms
+#       lease_ms, headroom
 _RESERVE = (
     _PRELUDE
     + """
 local session, id, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local slimit, hlimit = tonumber(ARGV[6]), tonumber(ARGV[7])
 local first = tonumber(ARGV[9])
+local need = n + tonumber(ARGV[11])
 purge()
 drop(id)
 local st = state(session, first, false)
 local refused = ''
 if ARGV[8] == '1' then
-  if slimit >= 0 and st[1] + st[3] + n > slimit then refused = 'session'
-  elseif hlimit >= 0 and st[4] + st[6] + n > hlimit then refused = 'hour' end
+  if slimit >= 0 and st[1] + st[3] + need > slimit then refused = 'session'
+  elseif hlimit >= 0 and st[4] + st[6] + need > hlimit then refused = 'hour' end
 end
 if refused ~= '' then
   local _, buckets = state(session, first, refused == 'hour')
@@ -341,12 +342,19 @@ class RedisStore:
     :class:`~agentguard.StoreUnavailable` at once (no client-side retries: the ledger decides
     whether to fall back).
 
+    Concurrency is not an outage: the clients built from ``url`` draw from a *blocking*
+    connection pool of ``max_connections``, so the 101st concurrent operation waits (up to
+    ``pool_timeout`` seconds) for a connection to come back instead of failing with "Too many
+    connections". Only a wait past ``pool_timeout`` counts as the store being unreachable.
+
     Args:
         url: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path/to/socket``.
         key_prefix: prefix of every key.
         timeout: connect and command timeout in seconds.
         client: a ready sync client to use instead of building one from ``url``.
         async_client: a ready asyncio client to use instead of building one from ``url``.
+        max_connections: connections per pool (one pool for sync calls, one per event loop).
+        pool_timeout: seconds an operation waits for a free connection of the pool.
     """
 
     name = "redis"
@@ -359,6 +367,8 @@ class RedisStore:
         timeout: float = 2.0,
         client: redis_sync.Redis | None = None,
         async_client: redis_async.Redis | None = None,
+        max_connections: int = 100,
+        pool_timeout: float = 30.0,
     ) -> None:
         try:
             import redis  # noqa: PLC0415 - optional dependency, imported on use
@@ -373,14 +383,20 @@ class RedisStore:
         self.url = url
         self.key_prefix = key_prefix
         self._timeout = timeout
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
         self._client: redis_sync.Redis | None = client
+        self._client_owned = client is None and url is not None
         if self._client is None and url is not None:
-            self._client = redis.Redis.from_url(
+            pool = redis.BlockingConnectionPool.from_url(
                 url,
+                max_connections=max_connections,
+                timeout=pool_timeout,
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
                 retry=Retry(NoBackoff(), 0),
             )
+            self._client = redis.Redis(connection_pool=pool)
         self._given_async = async_client
         # asyncio clients are bound to the event loop that first used them: keep one per loop.
         self._async: dict[asyncio.AbstractEventLoop, redis_async.Redis] = {}
@@ -407,13 +423,14 @@ class RedisStore:
             repr(now),
             hold.session,
             hold.id,
-            hold.tokens,
+            bounded(hold.tokens, MAX_TOKENS),
             repr(hold.expires_at),
             -1 if spec.session_limit is None else spec.session_limit,
             -1 if spec.hour_limit is None else spec.hour_limit,
             1 if spec.enforce else 0,
             spec.first_live(now),
             _ms(hold.expires_at - now + spec.bucket_seconds),
+            bounded(hold.headroom, MAX_TOKENS),
         ]
         return _RESERVE, self._keys(spec, hold.session), args
 
@@ -424,8 +441,8 @@ class RedisStore:
             repr(now),
             charge.session,
             charge.reservation_id,
-            charge.tokens,
-            charge.cost,
+            bounded(charge.tokens, MAX_TOKENS),
+            bounded(charge.cost, MAX_COST),
             spec.bucket(now),
             spec.first_live(now),
             _ms(spec.event_ttl),
@@ -503,12 +520,15 @@ class RedisStore:
                 from redis.asyncio.retry import Retry as ARetry  # noqa: PLC0415
                 from redis.backoff import NoBackoff  # noqa: PLC0415
 
-                client = aredis.Redis.from_url(
+                pool = aredis.BlockingConnectionPool.from_url(
                     self.url,
+                    max_connections=self._max_connections,
+                    timeout=self._pool_timeout,
                     socket_timeout=self._timeout,
                     socket_connect_timeout=self._timeout,
                     retry=ARetry(NoBackoff(), 0),
                 )
+                client = aredis.Redis(connection_pool=pool)
             else:
                 raise StoreError("this RedisStore has only a sync client; use the sync methods")
             self._async[loop] = client
@@ -673,12 +693,14 @@ class RedisStore:
         """Close the sync client's connections (async clients close with their event loop)."""
         if self._client is not None:
             self._client.close()
+            if self._client_owned:  # built here: its pool's connections are ours to close
+                self._client.connection_pool.disconnect()
 
     async def aclose(self) -> None:
         """Close the asyncio client of the running event loop."""
         client = self._async.pop(asyncio.get_running_loop(), None)
         if client is not None:
-            await client.aclose()
+            await client.aclose(close_connection_pool=client is not self._given_async)
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.key_prefix!r})"

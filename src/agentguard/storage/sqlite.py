@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -12,9 +13,20 @@ from typing import TypeVar
 
 import anyio.to_thread
 
+from agentguard import _clock
 from agentguard.exceptions import StoreError, StoreUnavailable
 
-from ._base import BudgetSpec, BudgetState, Charge, Hold, SyncBackedStore, refusal
+from ._base import (
+    MAX_COST,
+    MAX_TOKENS,
+    BudgetSpec,
+    BudgetState,
+    Charge,
+    Hold,
+    SyncBackedStore,
+    bounded,
+    refusal,
+)
 from ._breaker import BreakerRecord, BreakerSpec
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -58,6 +70,10 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
+# First open: the backoff between tries for the file's lock (seconds, doubled each try).
+_FIRST_DELAY = 0.005
+_MAX_DELAY = 0.25
+
 _STATE = """
 SELECT
     COALESCE((SELECT tokens FROM sessions WHERE scope = :scope AND session = :session), 0),
@@ -84,24 +100,58 @@ class SQLiteStore(SyncBackedStore):
     Args:
         path: the database file (created if missing).
         busy_timeout: seconds to wait for another process's write lock before
-            :class:`~agentguard.StoreUnavailable`.
+            :class:`~agentguard.StoreUnavailable` (and, at first open, to keep retrying the
+            set-up before leaving it to the first operation).
+        sleep: how to wait between first-open tries (injected by tests).
     """
 
     name = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 5.0,
+        sleep: Callable[[float], None] = _clock.sleep,
+    ) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        self._ready = False
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {exc}") from exc
-        with self._transaction() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
+        # Many processes opening a new file at once race for the exclusive lock that switching
+        # to WAL and creating the schema need, and SQLite's busy handler does not cover every
+        # step of it. Retry with a jittered backoff for up to busy_timeout; if the file is
+        # still locked, the constructor does not fail: the first operation finishes the set-up
+        # (or raises StoreUnavailable, which the outage policy handles like any other).
+        delay, waited = _FIRST_DELAY, 0.0
+        while True:
+            try:
+                with self._lock:
+                    self._setup()
+                return
+            except StoreUnavailable:
+                if waited >= busy_timeout:
+                    return
+                pause = min(delay * random.uniform(0.5, 1.5), busy_timeout - waited)
+                sleep(pause)
+                waited += pause
+                delay = min(delay * 2, _MAX_DELAY)
+
+    def _setup(self) -> None:
+        """WAL mode and the schema, once per connection; the caller holds ``self._lock``."""
+        db = self._db
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        with self._locked_transaction() as tx:
+            version = tx.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"SQLite store {self.path!r} has schema version {version}, newer than this "
@@ -110,29 +160,42 @@ class SQLiteStore(SyncBackedStore):
             for step in range(version, SCHEMA_VERSION):
                 for statement in _MIGRATIONS[step].split(";"):
                     if statement.strip():
-                        db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                        tx.execute(statement)
+            if version != SCHEMA_VERSION:
+                tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._ready = True
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in text or "busy" in text or "unable to open" in text
+        ):
+            return StoreUnavailable(f"SQLite store {self.path!r}: {exc}")
+        return StoreError(f"SQLite store {self.path!r}: {exc}")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            db = self._db
+            if not self._ready:
+                self._setup()
+            with self._locked_transaction() as db:
+                yield db
+
+    @contextmanager
+    def _locked_transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
-                    raise StoreUnavailable(f"SQLite store {self.path!r}: {exc}") from exc
-                raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise self._error(exc) from exc
 
     @staticmethod
     def _expire(db: sqlite3.Connection, spec: BudgetSpec, now: float) -> None:
@@ -177,12 +240,14 @@ class SQLiteStore(SyncBackedStore):
             self._expire(db, spec, now)
             db.execute("DELETE FROM reservations WHERE scope = ? AND id = ?", (spec.scope, hold.id))
             state = self._state(db, spec, hold.session, now)
-            refused = refusal(spec, state.session_used, state.hour_used, hold.tokens)
+            tokens = bounded(hold.tokens, MAX_TOKENS)
+            needed = tokens + bounded(hold.headroom, MAX_TOKENS)
+            refused = refusal(spec, state.session_used, state.hour_used, needed)
             if refused is not None:
                 return self._state(db, spec, hold.session, now, refused=refused, applied=False)
             db.execute(
                 "INSERT INTO reservations VALUES (?, ?, ?, ?, ?)",
-                (spec.scope, hold.id, hold.session, hold.tokens, hold.expires_at),
+                (spec.scope, hold.id, hold.session, tokens, hold.expires_at),
             )
             db.execute(
                 "INSERT INTO sessions VALUES (?, ?, 0, 0, ?) "
@@ -204,18 +269,20 @@ class SQLiteStore(SyncBackedStore):
                 (spec.scope, charge.event_id, now + spec.event_ttl),
             ).rowcount
             if new:
+                tokens = bounded(charge.tokens, MAX_TOKENS)
+                cost = bounded(charge.cost, MAX_COST)
                 db.execute(
                     "INSERT INTO sessions VALUES (?, ?, ?, ?, ?) "
                     "ON CONFLICT (scope, session) DO UPDATE SET tokens = tokens + excluded.tokens, "
                     "cost = cost + excluded.cost, seen = MAX(seen, excluded.seen)",
-                    (spec.scope, charge.session, charge.tokens, charge.cost, now),
+                    (spec.scope, charge.session, tokens, cost, now),
                 )
                 # (a late re-sync may add a bucket already out of the window: the next
                 # operation's expiry drops it, exactly as if it had been counted in time)
                 db.execute(
                     "INSERT INTO buckets VALUES (?, ?, ?, ?) ON CONFLICT (scope, bucket) "
                     "DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
-                    (spec.scope, spec.bucket(now), charge.tokens, charge.cost),
+                    (spec.scope, spec.bucket(now), tokens, cost),
                 )
             return self._state(db, spec, charge.session, now, applied=bool(new))
 
