@@ -267,14 +267,7 @@ def test_a_reused_upstream_id_never_hides_usage() -> None:
 @pytest.mark.parametrize(
     "usage",
     [
-        pytest.param(
-            {"prompt_tokens": -500, "completion_tokens": -500, "total_tokens": -1000},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 15: untrusted numbers: an upstream's negative usage (-500/-500) is "
-                "committed and refunds the session budget (its total goes down, even below 0)",
-            ),
-        ),
+        {"prompt_tokens": -500, "completion_tokens": -500, "total_tokens": -1000},
         {"prompt_tokens": 10, "completion_tokens": -5, "total_tokens": 5},
         {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     ],

@@ -177,8 +177,18 @@ def _unguarded(
     with a :class:`~agentguard.GuardFailure` under ``fail_mode: closed``."""
     fault = UnreadableAnswer(f"messages is a {type(kwargs.get('messages')).__name__}, not a list")
     request = ModelRequest(model=str(kwargs.get("model")), messages=[])
-    guard._fail_open(request, None, fault, "openai")
-    return method(inner, **kwargs)
+    report = guard._fail_open(request, None, fault, "openai")
+    out = method(inner, **kwargs)
+    if inspect.isawaitable(out):
+        return _attached(out, report)
+    attach_report(out, report)
+    return out
+
+
+async def _attached(answer: Any, report: GuardReport) -> Any:
+    out = await answer
+    attach_report(out, report)
+    return out
 
 
 def _check_arguments(method: Any, kwargs: Mapping[str, Any]) -> None:
