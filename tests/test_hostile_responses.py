@@ -349,3 +349,32 @@ def test_the_async_client_fails_open_alike() -> None:
         report = ag.report_of(got.value)
         assert report is not None
         assert report.fail_open
+
+
+def _response_body(**fields: Any) -> bytes:
+    return json.dumps({"id": "resp_1", "object": "response", **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"null", id="null-body"),
+        pytest.param(b"[1]", id="array-body"),
+        pytest.param(_response_body(output={"a": 1}), id="output-an-object"),
+        pytest.param(_response_body(output=5), id="output-a-number"),
+        pytest.param(_response_body(output=[None]), id="output-[null]"),
+        pytest.param(_response_body(output=[], usage="lots"), id="usage-as-string"),
+        pytest.param(_response_body(output=[], usage={"input_tokens": -3}), id="usage-negative"),
+        pytest.param(_response_body(output=[], incomplete_details="x"), id="details-a-string"),
+    ],
+)
+def test_responses_api_shapes_the_sdk_accepts(body: bytes) -> None:
+    """``responses.create``: what the raw client returns, the guarded one returns too."""
+    raw_upstream = RawUpstream([(200, JSON, body)])
+    guarded_upstream = RawUpstream([(200, JSON, body)])
+    raw = outcome(lambda: raw_client(raw_upstream).responses.create(model="fast", input="hi"))
+    client = guarded_client(guarded_upstream)
+    guarded = outcome(lambda: client.responses.create(model="fast", input="hi"))
+    assert raw.error is None, raw
+    assert guarded.error is None, guarded
+    assert type(guarded.value) is type(raw.value)

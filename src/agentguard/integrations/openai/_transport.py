@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
@@ -18,7 +17,13 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from agentguard.types import Usage
 
-from ._responses import chunk_of_event, is_responses, response_from_responses, responses_body
+from ._responses import (
+    chunk_of_event,
+    is_responses,
+    read_usage,
+    response_from_responses,
+    responses_body,
+)
 
 __all__ = [
     "CALLER",
@@ -173,10 +178,10 @@ def _clean(text: str) -> str:
     return text
 
 
-def dump(obj: Any) -> Mapping[str, Any]:
+def dump(obj: Any) -> dict[str, Any]:
     """An SDK object as JSON-ready data (a field holding what its type does not describe, which
     the SDK accepts from lenient servers, is dumped as it is, without pydantic's warning)."""
-    data: Mapping[str, Any] = obj.model_dump(mode="json", warnings=False)
+    data: dict[str, Any] = obj.model_dump(mode="json", warnings=False)
     return data
 
 
@@ -236,7 +241,10 @@ async def _aunwrap(request: ModelRequest, result: Any) -> Any:
 
 def _response(request: ModelRequest, raw: Any) -> ModelResponse:
     if is_responses(request):
-        return response_from_responses(dump(raw), raw=raw)
+        # a body that is no object (null, an array) has nothing to read: an empty answer
+        if callable(getattr(raw, "model_dump", None)):
+            return response_from_responses(dump(raw), raw=raw)
+        return dataclasses.replace(response_from_responses({}), raw=raw)
     choice = choice_of(raw)
     message = sdk_message(getattr(choice, "message", None))
     return ModelResponse(
@@ -313,27 +321,14 @@ def _is_function_call(call: Any) -> bool:
     return bool(kind == "function")
 
 
-def _tokens(value: Any) -> int | None:
-    """A token count as reported, or ``None`` when it is not a finite non-negative number."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return int(value)
-
-
 def _usage(usage: Any) -> Usage | None:
     """The usage an SDK object reports; ``None`` (the guard estimates) when it is absent or
     not counts: a string, ``Infinity``, ``NaN``, a negative number."""
     if usage is None or isinstance(usage, (str, int, float, list, Mapping)):
         return None
-    prompt = _tokens(getattr(usage, "prompt_tokens", None))
-    completion = _tokens(getattr(usage, "completion_tokens", None))
-    if prompt is None or completion is None:
-        return None
-    return Usage(prompt, completion)
+    return read_usage(
+        getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    )
 
 
 def _chunk(raw: Any) -> StreamChunk:
