@@ -378,3 +378,17 @@ def test_responses_api_shapes_the_sdk_accepts(body: bytes) -> None:
     assert raw.error is None, raw
     assert guarded.error is None, guarded
     assert type(guarded.value) is type(raw.value)
+
+
+def test_an_answer_with_odd_field_types_comes_back_unchanged() -> None:
+    """A valid answer whose ``finish_reason``, ``id`` and ``model`` are not text: the guard
+    changes nothing, so the caller gets the SDK's own object (not a rebuilt one)."""
+    body = completion(content="fine", finish=5, rid=7)
+    body["model"] = ["x"]
+    raw, _ = _both(encode(body))
+    _upstream, guarded = _guarded(encode(body))
+    assert guarded.error is None, guarded
+    assert guarded.value.model_dump(warnings=False) == raw.value.model_dump(warnings=False)
+    report = ag.report_of(guarded.value)
+    assert report is not None
+    assert not report.fail_open

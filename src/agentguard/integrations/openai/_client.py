@@ -42,6 +42,7 @@ from ._transport import (
     RawCall,
     choice_of,
     dump,
+    finish_of,
     is_async_client,
     sdk_message,
 )
@@ -119,9 +120,7 @@ def _completion(
     original = sdk_message(getattr(choice, "message", None))
     if original is None:
         return _unread(raw, report, guard, request)
-    if _same_message(
-        original, response.message, getattr(choice, "finish_reason", None), response.finish_reason
-    ):
+    if _same_message(original, response.message, finish_of(choice), response.finish_reason):
         out = raw
     else:
         data = dict(dump(raw))

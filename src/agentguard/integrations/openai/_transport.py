@@ -34,6 +34,7 @@ __all__ = [
     "RawCall",
     "choice_of",
     "dump",
+    "finish_of",
     "is_async_client",
     "sdk_message",
 ]
@@ -251,7 +252,7 @@ def _response(request: ModelRequest, raw: Any) -> ModelResponse:
         # an answer the guard cannot read is judged as an empty one (the client hands it
         # back unchanged, the report marked fail_open): never a crash in the transport
         message=message or {"role": "assistant", "content": None},
-        finish_reason=_text(getattr(choice, "finish_reason", None)),
+        finish_reason=finish_of(choice),
         usage=_usage(getattr(raw, "usage", None)),
         model=_text(getattr(raw, "model", None)) or "",
         id=_text(getattr(raw, "id", None)),
@@ -268,6 +269,11 @@ def _response(request: ModelRequest, raw: Any) -> ModelResponse:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def finish_of(choice: Any) -> str | None:
+    """A choice's ``finish_reason`` as the guard reads it (``None`` when it is not text)."""
+    return _text(getattr(choice, "finish_reason", None))
 
 
 def choice_of(raw: Any) -> Any:
