@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from agentguard.config import GuardConfig
@@ -33,12 +34,15 @@ from ._responses import request_from_responses, response_from_responses, respons
 from ._stream import AsyncStream, Stream
 from ._structured import AsyncStreamManager, StreamManager, parsed, parsed_response
 from ._transport import (
+    CALLER,
     PARSE,
     RAW,
     AsyncOpenAITransport,
     OpenAITransport,
     RawCall,
+    choice_of,
     dump,
+    finish_of,
     is_async_client,
     sdk_message,
 )
@@ -72,11 +76,10 @@ def _request(
         model = params.pop("model")
         base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None
-    if extensions:
-        return dataclasses.replace(
-            base, headers=headers, timeout=seconds, extensions={**base.extensions, **extensions}
-        )
-    return dataclasses.replace(base, headers=headers, timeout=seconds)
+    # the caller's own messages, told from those the guard adds (see _transport._sanitised)
+    caller = frozenset(id(m) for m in base.messages)
+    extensions = {**base.extensions, **(extensions or {}), CALLER: caller}
+    return dataclasses.replace(base, headers=headers, timeout=seconds, extensions=extensions)
 
 
 def _rebuild(raw: Any, data: Mapping[str, Any]) -> Any:
@@ -104,33 +107,97 @@ def _responses_result(response: ModelResponse, report: GuardReport | None) -> An
     return out
 
 
-def _completion(response: ModelResponse, report: GuardReport | None) -> Any:
-    """The SDK object to hand back: the upstream one, rebuilt if the guard changed the message."""
+def _completion(
+    response: ModelResponse,
+    report: GuardReport | None,
+    guard: Guard | AsyncGuard,
+    request: ModelRequest,
+) -> Any:
+    """The SDK object to hand back: the upstream one, rebuilt if the guard changed the message;
+    unchanged (the report marked ``fail_open``) when the guard could not read its message."""
     raw = response.raw
-    if raw is None or not hasattr(raw, "choices"):
-        return raw
-    original = None
-    if raw.choices:
-        first = raw.choices[0].message
-        original = sdk_message(first) or first.model_dump(mode="json")
-    if original is not None and _same_message(
-        original, response.message, raw.choices[0].finish_reason, response.finish_reason
-    ):
+    choice = choice_of(raw)
+    original = sdk_message(getattr(choice, "message", None))
+    if original is None:
+        return _unread(raw, report, guard, request)
+    if _same_message(original, response.message, finish_of(choice), response.finish_reason):
         out = raw
     else:
-        data = raw.model_dump(mode="json")
+        data = dict(dump(raw))
+        first = data["choices"][0]
+        message = dict(response.message)
+        # tool calls the guard does not judge (``custom`` ...) stay in the answer
+        others = [
+            c
+            for c in (first.get("message") or {}).get("tool_calls") or ()
+            if isinstance(c, Mapping) and c.get("type") not in (None, "function")
+        ]
+        if others:
+            message["tool_calls"] = [*(message.get("tool_calls") or ()), *others]
         data["choices"] = [
-            {
-                **(data["choices"][0] if data["choices"] else {"index": 0}),
-                "message": dict(response.message),
-                "finish_reason": response.finish_reason,
-            },
-            *(data["choices"] or [])[1:],  # the other choices (n > 1) pass through unchanged
+            {**first, "message": message, "finish_reason": response.finish_reason},
+            *data["choices"][1:],  # the other choices (n > 1) pass through unchanged
         ]
         out = _rebuild(raw, data)
     if report is not None:
         attach_report(out, report)
     return out
+
+
+class UnreadableAnswer(Exception):
+    """What the guard could not read (an answer without a message object, a request whose
+    ``messages`` is no list): it judged nothing and let the call through (fail-open)."""
+
+
+def _unread(
+    raw: Any, report: GuardReport | None, guard: Guard | AsyncGuard, request: ModelRequest
+) -> Any:
+    """An answer whose message the guard could not read (a null or array body, ``choices`` an
+    object or ``[null]``, ``message: null`` ...): nothing was judged, so it fails open: the
+    SDK's own object, exactly as the raw client returns it, the report marked ``fail_open``
+    (under ``fail_mode: closed``, a :class:`~agentguard.GuardFailure`)."""
+    fault = UnreadableAnswer(f"the answer has no message the guard can read ({type(raw).__name__})")
+    opened = guard._fail_open(request, None, fault, "openai")
+    attach_report(raw, dataclasses.replace(report or opened, fail_open=True))
+    return raw
+
+
+def _readable(kwargs: Mapping[str, Any]) -> bool:
+    """Whether the guard can read a chat call's conversation (``messages`` a list of messages,
+    or another iterable of them: the SDK takes any); a string, an object, a number it cannot."""
+    messages = kwargs.get("messages")
+    return isinstance(messages, Iterable) and not isinstance(messages, (str, bytes, Mapping))
+
+
+def _unguarded(
+    method: Any, inner: Any, guard: Guard | AsyncGuard, kwargs: Mapping[str, Any]
+) -> Any:
+    """A call the guard cannot read, made as the raw client makes it (fail-open), or refused
+    with a :class:`~agentguard.GuardFailure` under ``fail_mode: closed``."""
+    fault = UnreadableAnswer(f"messages is a {type(kwargs.get('messages')).__name__}, not a list")
+    request = ModelRequest(model=str(kwargs.get("model")), messages=[])
+    report = guard._fail_open(request, None, fault, "openai")
+    out = method(inner, **kwargs)
+    if inspect.isawaitable(out):
+        return _attached(out, report)
+    attach_report(out, report)
+    return out
+
+
+async def _attached(answer: Any, report: GuardReport) -> Any:
+    out = await answer
+    attach_report(out, report)
+    return out
+
+
+def _check_arguments(method: Any, kwargs: Mapping[str, Any]) -> None:
+    """Raise the SDK's own ``TypeError`` for a call its signature refuses (no ``model`` or no
+    ``messages``), before the guard reads the call."""
+    if "model" in kwargs and "messages" in kwargs:
+        return
+    inspect.signature(method).bind(None, **kwargs)  # the SDK's TypeError, in its words
+    missing = [k for k in ("messages", "model") if k not in kwargs]
+    raise TypeError(f"Missing required arguments: {', '.join(map(repr, missing))}")
 
 
 def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) -> bool:
@@ -204,6 +271,9 @@ class _Completions(_Resource):
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
+        _check_arguments(type(self._inner).create, kwargs)
+        if not _readable(kwargs):
+            return _unguarded(type(self._inner).create, self._inner, self._guard, kwargs)
         mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
             stream = Stream(self._guard.stream(request), request.model, raw)
@@ -211,13 +281,18 @@ class _Completions(_Resource):
                 stream.prime()  # the raw response's headers exist once the upstream answered
             return _served(mode, raw, stream, changed=True, asynchronous=False)
         response, report = _guarded(self._guard, request)
-        out = _completion(response, report)
+        out = _completion(response, report, self._guard, request)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
     def parse(self, **kwargs: Any) -> Any:
+        _check_arguments(type(self._inner).parse, kwargs)
+        if not _readable(kwargs):
+            return _unguarded(type(self._inner).parse, self._inner, self._guard, kwargs)
         mode, raw, request = _call(kwargs, parse=True)
         response, report = _guarded(self._guard, request)
-        out = parsed(_completion(response, report), kwargs, report, self._guard.config)
+        out = parsed(
+            _completion(response, report, self._guard, request), kwargs, report, self._guard.config
+        )
         return _served(mode, raw, out, changed=True, asynchronous=False)
 
     def stream(self, **kwargs: Any) -> Any:
@@ -232,6 +307,9 @@ class _AsyncCompletions(_Resource):
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
+        _check_arguments(type(self._inner).create, kwargs)
+        if not _readable(kwargs):
+            return await _unguarded(type(self._inner).create, self._inner, self._guard, kwargs)
         mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
             stream = AsyncStream(self._guard.astream(request), request.model, raw)
@@ -239,13 +317,18 @@ class _AsyncCompletions(_Resource):
                 await stream.prime()
             return _served(mode, raw, stream, changed=True, asynchronous=True)
         response, report = await _aguarded(self._guard, request)
-        out = _completion(response, report)
+        out = _completion(response, report, self._guard, request)
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
 
     async def parse(self, **kwargs: Any) -> Any:
+        _check_arguments(type(self._inner).parse, kwargs)
+        if not _readable(kwargs):
+            return await _unguarded(type(self._inner).parse, self._inner, self._guard, kwargs)
         mode, raw, request = _call(kwargs, parse=True)
         response, report = await _aguarded(self._guard, request)
-        out = parsed(_completion(response, report), kwargs, report, self._guard.config)
+        out = parsed(
+            _completion(response, report, self._guard, request), kwargs, report, self._guard.config
+        )
         return _served(mode, raw, out, changed=True, asynchronous=True)
 
     def stream(self, **kwargs: Any) -> Any:

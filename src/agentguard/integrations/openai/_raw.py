@@ -44,7 +44,7 @@ def raw_mode(headers: Any) -> str | None:
 
 
 def _chunk_line(chunk: Any) -> str:
-    return f"data: {chunk.model_dump_json(exclude_unset=True)}\n\n"
+    return f"data: {chunk.model_dump_json(exclude_unset=True, warnings=False)}\n\n"
 
 
 class _Upstream:
@@ -83,7 +83,9 @@ class _Upstream:
         upstream = self._call.response
         if upstream is not None and not self._changed:
             return bytes(upstream.http_response.content)
-        return json.dumps(self._answer.model_dump(mode="json", exclude_unset=True)).encode()
+        return json.dumps(
+            self._answer.model_dump(mode="json", exclude_unset=True, warnings=False)
+        ).encode()
 
 
 class RawResponse(_Upstream):

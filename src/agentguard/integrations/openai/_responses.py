@@ -14,11 +14,13 @@ text, and ``function_call`` items as ``tool_calls``.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, StreamChunk, usage_from_body
+from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, StreamChunk
+from agentguard.types import Usage
 
 __all__ = [
     "ENDS",
@@ -29,6 +31,7 @@ __all__ = [
     "chunk_of_event",
     "is_responses",
     "messages_to_items",
+    "read_usage",
     "request_from_responses",
     "response_from_responses",
     "responses_body",
@@ -222,7 +225,8 @@ def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> Mode
     """One Responses API ``response`` object as a neutral answer."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for item in body.get("output") or ():
+    output = body.get("output")
+    for item in output if isinstance(output, list) else ():
         if not isinstance(item, Mapping):
             continue
         if item.get("type") == "message":
@@ -243,7 +247,8 @@ def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> Mode
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
-    details = body.get("incomplete_details") or {}
+    details = body.get("incomplete_details")
+    details = details if isinstance(details, Mapping) else {}
     if calls:
         finish = "tool_calls"
     elif body.get("status") == "incomplete" and details.get("reason") == "max_output_tokens":
@@ -253,11 +258,42 @@ def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> Mode
     return ModelResponse(
         message=message,
         finish_reason=finish,
-        usage=usage_from_body(body.get("usage")),
+        usage=_body_usage(body.get("usage")),
         model=str(body.get("model", "")),
         id=body.get("id"),
         raw=body if raw is None else raw,
     )
+
+
+def _body_usage(usage: Any) -> Usage | None:
+    """A Responses (or chat) ``usage`` object, as JSON data, read as :func:`read_usage` does."""
+    if not isinstance(usage, Mapping):
+        return None
+    prompt = usage.get("input_tokens", usage.get("prompt_tokens"))
+    completion = usage.get("output_tokens", usage.get("completion_tokens"))
+    if prompt is None and completion is None:
+        return None
+    return read_usage(prompt, completion)
+
+
+def read_usage(prompt: Any, completion: Any) -> Usage | None:
+    """Usage from the two counts an upstream reported (a missing one counts 0), or ``None`` (the
+    guard estimates) when either is not a finite non-negative number: a string, ``Infinity``,
+    ``NaN``, a negative number is no count the guard can trust."""
+    counts = [_tokens(prompt), _tokens(completion)]
+    if counts[0] is None or counts[1] is None:
+        return None
+    return Usage(counts[0], counts[1])
+
+
+def _tokens(value: Any) -> int | None:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
 
 
 def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -328,6 +364,6 @@ def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
         delta = {"index": calls[event.output_index], "function": {"arguments": event.delta}}
         return StreamChunk(tool_calls=(delta,), raw=event)
     if kind in ENDS:
-        answer = response_from_responses(event.response.model_dump(mode="json"))
+        answer = response_from_responses(event.response.model_dump(mode="json", warnings=False))
         return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
     return StreamChunk(raw=event)

@@ -37,7 +37,14 @@ class _ChunkMaker:
         upstream = self._raw.chunk if self._raw is not None else None
         if upstream is None:
             return self._default
-        return {k: v for k in _HEAD if (v := getattr(upstream, k, None)) is not None}
+        # the upstream's values where they are what the SDK's type says (a lenient server's
+        # chunk may lack them, or be no object at all: the defaults stand in)
+        found = {
+            k: v
+            for k in _HEAD
+            if isinstance(v := getattr(upstream, k, None), int if k == "created" else str)
+        }
+        return {**self._default, **found}
 
     def __call__(self, chunk: StreamChunk) -> Any:
         raw = chunk.raw

@@ -23,6 +23,8 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import attach_report
 from agentguard.validation import ToolCallValidator
 
+from ._transport import dump
+
 __all__ = ["AsyncStreamManager", "StreamManager", "parsed", "parsed_response"]
 
 _CALL_ID = "agentguard-structured"
@@ -76,7 +78,7 @@ def parsed(
         content = completion.choices[0].message.content
         repaired = repair_content(content, *wanted, config) if isinstance(content, str) else None
         if repaired is not None:
-            data = completion.model_dump(mode="json")
+            data = dump(completion)
             data["choices"][0]["message"]["content"] = repaired[0]
             completion = type(completion).construct(**data)
             report = _with_repairs(report, repaired[1])
@@ -117,7 +119,7 @@ def parsed_response(
         wanted = (str(param.get("name") or "response"), param.get("schema") or {})
     repairs: list[str] = []
     if wanted is not None:
-        data = response.model_dump(mode="json")
+        data = dump(response)
         for item in data.get("output") or ():
             for part in item.get("content") or () if item.get("type") == "message" else ():
                 text = part.get("text") if part.get("type") == "output_text" else None

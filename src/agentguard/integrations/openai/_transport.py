@@ -8,6 +8,7 @@ Upstream errors are the SDK's own exceptions, passed through untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
@@ -16,15 +17,24 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 from agentguard.types import Usage
 
-from ._responses import chunk_of_event, is_responses, response_from_responses, responses_body
+from ._responses import (
+    chunk_of_event,
+    is_responses,
+    read_usage,
+    response_from_responses,
+    responses_body,
+)
 
 __all__ = [
+    "CALLER",
     "PARSE",
     "RAW",
     "AsyncOpenAITransport",
     "OpenAITransport",
     "RawCall",
+    "choice_of",
     "dump",
+    "finish_of",
     "is_async_client",
     "sdk_message",
 ]
@@ -34,6 +44,9 @@ __all__ = [
 RAW = "agentguard.openai.raw"
 #: The ``ModelRequest.extensions`` key of a ``parse`` call (chat completions or Responses).
 PARSE = "agentguard.openai.parse"
+#: The ``ModelRequest.extensions`` key of the ids of the caller's own messages: the others are
+#: the guard's (corrections), whose text it took from an answer and sanitises before re-sending.
+CALLER = "agentguard.openai.caller"
 
 
 class RawCall:
@@ -87,6 +100,7 @@ def is_async_client(client: Any) -> bool:
 
 def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dict[str, Any]]:
     """The endpoint to call for ``request``, and its keyword arguments (the wire form)."""
+    request = _sanitised(request)
     if is_responses(request):
         endpoint, kwargs = client.responses, responses_body(request, stream=stream)
         if PARSE in request.extensions:
@@ -102,9 +116,73 @@ def _call(client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dic
     return endpoint, kwargs
 
 
-def dump(obj: Any) -> Mapping[str, Any]:
-    """An SDK object as JSON-ready data."""
-    data: Mapping[str, Any] = obj.model_dump(mode="json")
+def _sanitised(request: ModelRequest) -> ModelRequest:
+    """``request`` with lone surrogates replaced in the messages the guard added.
+
+    A correction re-sends text the upstream answered with (a tool name, content); JSON lets an
+    answer carry a lone surrogate the SDK decodes but cannot encode again, so the guard's own
+    messages are made encodable. The caller's messages go out as given (what the raw client
+    cannot send, the guarded one does not send either).
+    """
+    caller = request.extensions.get(CALLER)
+    if not isinstance(caller, frozenset):
+        return request
+    messages = request.messages
+    out = [m if id(m) in caller else _encodable(m) for m in messages]
+    if all(a is b for a, b in zip(out, messages, strict=True)):
+        return request
+    return dataclasses.replace(request, messages=out)
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` (JSON-like data) with every lone surrogate in its strings replaced by U+FFFD;
+    ``value`` itself when it has none. Iterative: a deep value costs no recursion."""
+    if isinstance(value, str):
+        return _clean(value)
+    if not isinstance(value, (dict, list)):
+        return value
+    # (container, copy) pairs: copies are made first, filled in as the walk reaches them
+    root: Any = _shallow(value)
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    changed = False
+    while stack:
+        source, copy = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            new_key = _clean(key) if isinstance(key, str) else key
+            if new_key is not key:
+                changed = True
+                if isinstance(copy, dict):
+                    del copy[key]
+            if isinstance(item, str):
+                new: Any = _clean(item)
+                changed = changed or new is not item
+            elif isinstance(item, (dict, list)):
+                new = _shallow(item)
+                stack.append((item, new))
+            else:
+                new = item
+            copy[new_key] = new
+    return root if changed else value
+
+
+def _shallow(value: dict[Any, Any] | list[Any]) -> dict[Any, Any] | list[Any]:
+    return dict(value) if isinstance(value, dict) else list(value)
+
+
+def _clean(text: str) -> str:
+    """``text`` with lone surrogates replaced (``text`` itself when it has none)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def dump(obj: Any) -> dict[str, Any]:
+    """An SDK object as JSON-ready data (a field holding what its type does not describe, which
+    the SDK accepts from lenient servers, is dumped as it is, without pydantic's warning)."""
+    data: dict[str, Any] = obj.model_dump(mode="json", warnings=False)
     return data
 
 
@@ -128,9 +206,13 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
 
     def chunk(raw: Any) -> StreamChunk:
         holder.chunk = raw
-        if holder.opening is None and raw.choices:
-            delta = raw.choices[0].delta
-            if delta.role and not delta.content and not delta.tool_calls:
+        if holder.opening is None:
+            delta = getattr(choice_of(raw), "delta", None)
+            if (
+                getattr(delta, "role", None)
+                and not getattr(delta, "content", None)
+                and not getattr(delta, "tool_calls", None)
+            ):
                 holder.opening = raw
         return _chunk(raw)
 
@@ -160,79 +242,134 @@ async def _aunwrap(request: ModelRequest, result: Any) -> Any:
 
 def _response(request: ModelRequest, raw: Any) -> ModelResponse:
     if is_responses(request):
-        return response_from_responses(dump(raw), raw=raw)
-    choices: Any = getattr(raw, "choices", None)
-    message = sdk_message(choices[0].message) if choices else None
-    if message is None:  # something unusual: the SDK's own full dump
-        return ModelResponse.from_body(dump(raw), raw=raw)
+        # a body that is no object (null, an array) has nothing to read: an empty answer
+        if callable(getattr(raw, "model_dump", None)):
+            return response_from_responses(dump(raw), raw=raw)
+        return dataclasses.replace(response_from_responses({}), raw=raw)
+    choice = choice_of(raw)
+    message = sdk_message(getattr(choice, "message", None))
     return ModelResponse(
-        message=message,
-        finish_reason=choices[0].finish_reason,
-        usage=_usage(raw.usage),
-        model=str(raw.model or ""),
-        id=raw.id,
+        # an answer the guard cannot read is judged as an empty one (the client hands it
+        # back unchanged, the report marked fail_open): never a crash in the transport
+        message=message or {"role": "assistant", "content": None},
+        finish_reason=finish_of(choice),
+        usage=_usage(getattr(raw, "usage", None)),
+        model=_text(getattr(raw, "model", None)) or "",
+        id=_text(getattr(raw, "id", None)),
         raw=raw,
     )
 
 
-# Reading the SDK objects' few fields the pipeline needs is several times cheaper than
-# model_dump(), which serialises every field of every nested model on every call and chunk.
+# Everything below reads the SDK's objects as the lenient servers make them: the SDK builds
+# its models without validation (a field may hold a string, a dict, None, a list ...), so
+# every field is read with getattr and checked, never trusted. Reading the few fields the
+# pipeline needs is also several times cheaper than model_dump(), which serialises every
+# field of every nested model on every call and chunk.
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def finish_of(choice: Any) -> str | None:
+    """A choice's ``finish_reason`` as the guard reads it (``None`` when it is not text)."""
+    return _text(getattr(choice, "finish_reason", None))
+
+
+def choice_of(raw: Any) -> Any:
+    """The first choice of an SDK completion (or chunk), or ``None`` when ``choices`` is not a
+    list (a null or array body, ``choices`` an object) or its first item is ``None``."""
+    choices = getattr(raw, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    return choices[0]
 
 
 def sdk_message(msg: Any) -> dict[str, Any] | None:
-    """An SDK assistant message as the pipeline's dict, or ``None`` when it holds more than
-    text and function calls (custom tool calls ...) and needs the full dump."""
-    message: dict[str, Any] = {"role": msg.role or "assistant", "content": msg.content}
-    calls = msg.tool_calls
+    """An SDK assistant message as the pipeline's dict (its function calls only: a ``custom``
+    tool call is not the guard's to judge and passes through), or ``None`` when there is no
+    message object to read (``message: null``, a string ...)."""
+    if msg is None or isinstance(msg, (str, int, float, list, Mapping)):
+        return None
+    role = getattr(msg, "role", None)
+    message: dict[str, Any] = {
+        "role": role if isinstance(role, str) and role else "assistant",
+        "content": getattr(msg, "content", None),
+    }
+    calls = getattr(msg, "tool_calls", None)
     if calls:
-        out = []
-        for call in calls:
+        out: list[Any] = []
+        for call in calls if isinstance(calls, list) else [calls]:
+            if not _is_function_call(call):
+                continue
             fn = getattr(call, "function", None)
-            if fn is None:
-                return None
             out.append(
                 {
-                    "id": call.id,
+                    "id": getattr(call, "id", None),
                     "type": "function",
-                    "function": {"name": fn.name, "arguments": fn.arguments},
+                    "function": {
+                        "name": getattr(fn, "name", None),
+                        "arguments": getattr(fn, "arguments", None),
+                    },
                 }
             )
-        message["tool_calls"] = out
+        if out:
+            message["tool_calls"] = out
     return message
 
 
+def _is_function_call(call: Any) -> bool:
+    """Whether an SDK tool call is a function call (``custom`` and other types are not; a call
+    without a type is taken for one when it carries a function, as the SDK reads it)."""
+    kind = getattr(call, "type", None)
+    if kind is None:
+        return getattr(call, "function", None) is not None
+    return bool(kind == "function")
+
+
 def _usage(usage: Any) -> Usage | None:
-    if usage is None:
+    """The usage an SDK object reports; ``None`` (the guard estimates) when it is absent or
+    not counts: a string, ``Infinity``, ``NaN``, a negative number."""
+    if usage is None or isinstance(usage, (str, int, float, list, Mapping)):
         return None
-    return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+    return read_usage(
+        getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    )
 
 
 def _chunk(raw: Any) -> StreamChunk:
     """An SDK ``ChatCompletionChunk`` as a neutral chunk (its raw object kept)."""
     usage = _usage(getattr(raw, "usage", None))
-    if not raw.choices:
+    choice = choice_of(raw)
+    if choice is None:
         return StreamChunk(usage=usage, raw=raw)
-    choice = raw.choices[0]
-    delta = choice.delta
+    delta = getattr(choice, "delta", None)
     calls: tuple[Mapping[str, Any], ...] = ()
-    if delta.tool_calls:
-        calls = tuple(_call_delta(c) for c in delta.tool_calls)
+    deltas = getattr(delta, "tool_calls", None)
+    if deltas:
+        calls = tuple(
+            _call_delta(c) for c in (deltas if isinstance(deltas, list) else [deltas]) if c
+        )
     return StreamChunk(
-        content=delta.content,
+        content=getattr(delta, "content", None),
         tool_calls=calls,
-        finish_reason=choice.finish_reason,
+        finish_reason=getattr(choice, "finish_reason", None),
         usage=usage,
         raw=raw,
     )
 
 
 def _call_delta(call: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": call.index}
-    if call.id:
-        out["id"] = call.id
-    fn = call.function
+    out: dict[str, Any] = {"index": getattr(call, "index", None)}
+    call_id = getattr(call, "id", None)
+    if call_id:
+        out["id"] = call_id
+    fn = getattr(call, "function", None)
     if fn is not None:
-        out["function"] = {"name": fn.name, "arguments": fn.arguments}
+        out["function"] = {
+            "name": getattr(fn, "name", None),
+            "arguments": getattr(fn, "arguments", None),
+        }
     return out
 
 
