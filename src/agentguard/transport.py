@@ -41,6 +41,7 @@ __all__ = [
     "Transport",
     "attach_report",
     "caller_scope",
+    "message_from_items",
     "register_secret",
     "report_of",
     "split_session_header",
@@ -62,6 +63,46 @@ SCOPE = "agentguard.scope"
 #: argument decoder the guard itself uses. Raises ``ValueError`` for text that is not JSON and
 #: ``TypeError`` for JSON that is not an object.
 tool_arguments = arguments_object
+
+
+def message_from_items(items: Any) -> dict[str, Any]:
+    """Responses API output items (JSON data or SDK objects) as one chat-format assistant
+    message: the text parts of its ``message`` items as ``content``, its ``function_call`` items
+    as ``tool_calls``. Other items (reasoning ...) are not part of it; an item that cannot be read
+    is left out."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in items if isinstance(items, (list, tuple)) else ():
+        data = _item_data(item)
+        if data.get("type") == "function_call":
+            calls.append(
+                {
+                    "id": data.get("call_id") or data.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": data.get("name", ""),
+                        "arguments": data.get("arguments", ""),
+                    },
+                }
+            )
+        elif data.get("type") == "message":
+            parts = data.get("content")
+            for part in parts if isinstance(parts, (list, tuple)) else ():
+                text = _item_data(part).get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _item_data(item: Any) -> Mapping[str, Any]:
+    if isinstance(item, Mapping):
+        return item
+    dump = getattr(item, "model_dump", None)
+    data = dump(warnings=False) if callable(dump) else None
+    return data if isinstance(data, Mapping) else {}
 
 
 def caller_scope(*identity: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import json_repair
@@ -34,6 +34,7 @@ from agentguard._fingerprint import (
 )
 from agentguard.config import GuardConfig, ToolValidationConfig
 from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
+from agentguard.transport import message_from_items
 from agentguard.types import ToolCall
 
 from ._extract import extract_calls
@@ -67,32 +68,6 @@ def _as_message(message: Any) -> dict[str, Any]:
         if isinstance(data, Mapping):
             return dict(data)
     raise TypeError(f"cannot read an assistant message from {type(message).__name__}")
-
-
-def _from_responses_items(items: Sequence[Any]) -> dict[str, Any]:
-    """Responses API output items as one chat-format assistant message."""
-    calls, texts = [], []
-    for item in items:
-        data = _as_message(item)
-        if data.get("type") == "function_call":
-            calls.append(
-                {
-                    "id": data.get("call_id") or data.get("id"),
-                    "type": "function",
-                    "function": {
-                        "name": data.get("name", ""),
-                        "arguments": data.get("arguments", ""),
-                    },
-                }
-            )
-        elif data.get("type") == "message":
-            for part in data.get("content") or []:
-                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        message["tool_calls"] = calls
-    return message
 
 
 class ToolCallValidator:
@@ -144,7 +119,7 @@ class ToolCallValidator:
                 off, and cut-off arguments are reported, never completed.
         """
         if isinstance(message, (list, tuple)):
-            msg = _from_responses_items(message)
+            msg = message_from_items(message)
         else:
             msg = _as_message(message)
         cfg = self.config

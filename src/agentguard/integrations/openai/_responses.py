@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard.transport import ORIGINAL, ModelRequest, ModelResponse, StreamChunk
+from agentguard.transport import (
+    ORIGINAL,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    message_from_items,
+)
 from agentguard.types import Usage
 
 __all__ = [
@@ -223,30 +229,9 @@ def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, 
 
 def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> ModelResponse:
     """One Responses API ``response`` object as a neutral answer."""
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
     output = body.get("output")
-    for item in output if isinstance(output, list) else ():
-        if not isinstance(item, Mapping):
-            continue
-        if item.get("type") == "message":
-            text = _text_of(item.get("content"))
-            if isinstance(text, str):
-                texts.append(text)
-        elif item.get("type") == "function_call":
-            calls.append(
-                {
-                    "id": item.get("call_id") or item.get("id"),
-                    "type": "function",
-                    "function": {
-                        "name": item.get("name", ""),
-                        "arguments": item.get("arguments", ""),
-                    },
-                }
-            )
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        message["tool_calls"] = calls
+    message = message_from_items(output if isinstance(output, list) else [])
+    calls = message.get("tool_calls")
     details = body.get("incomplete_details")
     details = details if isinstance(details, Mapping) else {}
     if calls:
