@@ -24,8 +24,8 @@ def call(det: LoopDetector, name: str, args: Any, result: Any, *, error: bool = 
 
 
 def generic_repeat(det: LoopDetector) -> None:
-    for i in range(det.config.warn_at):  # results change: only the count of calls is a loop
-        call(det, "search", {"q": "x"}, f"page {i}")
+    for i in range(det.config.warn_at):  # results flip-flop: nothing new, only the count
+        call(det, "search", {"q": "x"}, f"page {i % 2}")
 
 
 def poll_no_progress(det: LoopDetector) -> None:

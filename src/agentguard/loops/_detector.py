@@ -47,6 +47,9 @@ from ._identity import (
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
 
+#: Distinct results remembered per call identity: a result among them is not new (A-B-A-B).
+_RECENT_RESULTS = 4
+
 _Quiet = Callable[[ToolEvent], bool]
 _Check = Callable[[ToolEvent], Verdict]
 
@@ -175,6 +178,10 @@ class LoopDetector:
         else:
             state.errors = 0
             rfp = result_key(result, policy)
+        recent = state.recent
+        state.novel = rfp not in recent
+        if state.novel:
+            state.recent = (*recent[1 - _RECENT_RESULTS :], rfp)
         if state.last_result is None or state.last_result != rfp:
             state.changed = state.last_result is not None
             state.progressed = state.progressed or state.changed

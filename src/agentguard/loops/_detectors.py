@@ -89,8 +89,8 @@ class CallState:
     """Counters for one call identity while it occurs in the tool window."""
 
     __slots__ = (
-        "calls", "changed", "errors", "in_window", "last_result", "level", "name", "pending",
-        "progressed", "same",
+        "calls", "changed", "errors", "in_window", "last_result", "level", "name", "novel",
+        "pending", "progressed", "recent", "same",
     )  # fmt: skip
 
     def __init__(self, name: str) -> None:
@@ -103,6 +103,8 @@ class CallState:
         self.changed = False  # the latest result differed from the one before
         self.progressed = False  # results changed at least once during the streak
         self.errors = 0  # consecutive failures
+        self.recent: tuple[str, ...] = ()  # the last few distinct results, newest last
+        self.novel = False  # the latest result differs from every recent one: progress
         self.level: Verdict = OK  # sticky: never drops until progress
 
 
@@ -266,6 +268,11 @@ class ErrorRepeat(Detector):
         cfg = self.config
         count = event.state.errors + event.ahead
         sev = ladder(count, cfg.error_warn_at, cfg.error_critical_at, cfg.error_break_at)
+        if sev is Severity.WARNING and event.ahead:
+            # A retry after a transient failure is normal (two failures, then success, is
+            # healthy): the hint waits for the failure itself. Only a refusal or a critical
+            # verdict is worth giving before the call runs.
+            return OK
         return self.verdict(sev, count, event.name)
 
 
@@ -515,7 +522,8 @@ class NearDuplicate(Detector):
 
 
 class GenericRepeat(Detector):
-    """The same call, whatever its results (capped at a hint once results have changed)."""
+    """The same call again and again without a new result (capped at a hint once results have
+    changed; silent while each result is new, as a poll that advances)."""
 
     name = "generic_repeat"
     consumes = frozenset({"call", "result"})
@@ -532,6 +540,8 @@ class GenericRepeat(Detector):
             return OK  # a polling tool is judged by its results only
         cfg = self.config
         state = event.state
+        if state.novel:
+            return OK  # the latest result is new (a poll that advances): progress, no hint
         sev = ladder(state.calls, cfg.warn_at, cfg.critical_at, cfg.break_at)
         if state.progressed:
             sev = min(sev, Severity.WARNING)  # results keep changing: progress, at most a hint
