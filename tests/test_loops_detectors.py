@@ -66,6 +66,11 @@ def near_duplicate(det: LoopDetector) -> None:
         call(det, "search", {"q": q}, LONG)
 
 
+def same_result(det: LoopDetector) -> None:
+    for nonce in range(det.config.no_progress_warn_at):  # only a noise argument changes
+        call(det, "get_order", {"order_id": "A-1", "nonce": nonce}, "[]")
+
+
 def response_repeat(det: LoopDetector) -> None:
     for _ in range(det.config.duplicate_threshold):
         det.check_text("I could not find the file.")
@@ -86,6 +91,7 @@ SCENARIOS: dict[str, Callable[[LoopDetector], None]] = {
         error_repeat,
         unknown_tool_repeat,
         near_duplicate,
+        same_result,
         response_repeat,
         degenerate_text,
     )

@@ -275,6 +275,9 @@ class LoopDetector:
                     self._pending_calls[_text_of(call_id)] = (name, arguments)
                     if len(self._pending_calls) > self.config.tool_window:
                         self._pending_calls.popitem(last=False)
+        elif role == "user":
+            for detector in self._detectors:
+                detector.news()
         elif role == "tool":
             pending = self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
             if pending is None:
