@@ -114,3 +114,20 @@ def test_healthy_classes_next_to_same_result_stay_quiet(cls: str) -> None:
     for episode_id, episode in _all().items():
         if episode["class"] == cls:
             assert_quiet(episode_id)
+
+
+@pytest.mark.parametrize(
+    "episode_id",
+    [*(f"syn-h-structured-0{i}" for i in range(10)), "tau-airline-30-t0", "tau-airline-03-t1"],
+)
+def test_long_structured_answers_are_not_degenerate(episode_id: str) -> None:
+    """Several itineraries or reservations in one layout: a shared template is content."""
+    assert_quiet(episode_id)
+
+
+@pytest.mark.parametrize("cls", ["degenerate_text", "text_repeat"])
+def test_degenerate_and_repeated_text_are_still_flagged_on_time(cls: str) -> None:
+    """The template rule keeps every real degeneration: copies with nothing new between."""
+    for episode_id, episode in _all().items():
+        if episode["class"] == cls:
+            assert_flagged_on_time(episode_id)
