@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from itertools import pairwise
 
 from rapidfuzz import fuzz
 
@@ -59,7 +60,7 @@ def _looping(units: list[str]) -> int:
         if n <= best:
             break  # most_common is ordered: no later unit can do better
         at = [i for i, u in enumerate(units) if u == unit]
-        gaps = Counter(tuple(units[p + 1 : q]) for p, q in zip(at, at[1:], strict=False))
+        gaps = Counter(tuple(units[p + 1 : q]) for p, q in pairwise(at))
         best = max(best, 1 + max(gaps.values(), default=0))
     return best
 
