@@ -131,3 +131,17 @@ def test_degenerate_and_repeated_text_are_still_flagged_on_time(cls: str) -> Non
     for episode_id, episode in _all().items():
         if episode["class"] == cls:
             assert_flagged_on_time(episode_id)
+
+
+@pytest.mark.parametrize("episode_id", [f"syn-reasoning-{i:02d}" for i in range(12)])
+def test_reasoning_that_goes_nowhere_is_flagged(episode_id: str) -> None:
+    """``reasoning_content`` repeating a thought inside one answer, or turn after turn."""
+    assert_flagged_on_time(episode_id)
+
+
+def test_reasoning_field_is_judged_like_reasoning_content() -> None:
+    """``reasoning`` (OpenRouter, Ollama) is watched as ``reasoning_content`` is."""
+    det = LoopDetector()
+    thought = "Wait, let me reconsider the first config. " * 40
+    verdicts = det.observe({"role": "assistant", "content": "Done.", "reasoning": thought})
+    assert verdicts[0].detector == "degenerate_text"

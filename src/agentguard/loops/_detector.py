@@ -242,6 +242,9 @@ class LoopDetector:
     def observe(self, message: Message) -> list[Verdict]:
         """Judge one OpenAI-format message: assistant text and ``tool_calls``, ``tool`` results.
 
+        An assistant's ``reasoning_content`` (or ``reasoning``) is judged as text too, before its
+        content: a thought repeated inside one answer or turn after turn is a loop.
+
         Feeding a transcript message by message gives the same verdicts as the explicit calls.
         Returns one verdict per judged part (text first, then each tool call), OK ones included
         (an OK verdict about a tool carries its ``tool`` name).
@@ -259,6 +262,11 @@ class LoopDetector:
             calls = message.get("tool_calls") or ()
             if not isinstance(calls, (list, tuple)):
                 calls = ()
+            # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
+            # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
+            reasoning = content_text(message.get("reasoning_content") or message.get("reasoning"))
+            if reasoning:
+                out.append(self.check_text(reasoning, narration=bool(calls)))
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
