@@ -145,3 +145,41 @@ def test_reasoning_field_is_judged_like_reasoning_content() -> None:
     thought = "Wait, let me reconsider the first config. " * 40
     verdicts = det.observe({"role": "assistant", "content": "Done.", "reasoning": thought})
     assert verdicts[0].detector == "degenerate_text"
+
+
+def _scan_findings(episode_id: str) -> list[tuple[str, str | None]]:
+    """The WARNING-or-worse findings of ``agentguard scan``'s audit of one episode."""
+    from agentguard import GuardConfig
+    from agentguard.cli._audit import SessionAudit
+
+    episode = _all()[episode_id]
+    audit = SessionAudit(episode_id, GuardConfig.from_dict({}, env={}))
+    if episode.get("tools"):
+        audit.declare(episode["tools"])
+    for message in episode["messages"]:
+        audit.feed(message)
+    audit.finish()
+    return [(i.detector, i.tool) for i in audit.issues if i.severity >= Severity.WARNING]
+
+
+@pytest.mark.parametrize(
+    "episode_id",
+    [
+        "tau-airline-13-t1",  # business errors, no tool list declared
+        "tau-airline-15-t2",
+        "tau-airline-15-t0",
+        "swe-agent-swe-agent--test-repo-i1-f88b3b",  # ends on `submit`, which has no result
+        "swe-agent-flash-95dab4",
+    ],
+)
+def test_scan_does_not_call_real_tools_hallucinated(episode_id: str) -> None:
+    """Without a tool list, a tool whose calls returned errors is still a real tool."""
+    assert _scan_findings(episode_id) == []
+
+
+def test_scan_is_quiet_on_every_healthy_episode() -> None:
+    """The audit of every must-not-flag episode has no finding of WARNING or worse."""
+    noisy = {
+        i: f for i, e in _all().items() if e["label"] == "healthy" and (f := _scan_findings(i))
+    }
+    assert noisy == {}

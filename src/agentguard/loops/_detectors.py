@@ -29,7 +29,7 @@ from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
-from ._identity import ToolLoopPolicy, decoded, result_key
+from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool
 from ._text import ResponseWindow, degenerate_repeats
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
@@ -279,13 +279,6 @@ class ErrorRepeat(Detector):
         return self.verdict(sev, count, event.name)
 
 
-_UNKNOWN_TOOL = re.compile(
-    r"(unknown|invalid|unrecognized|undefined|unsupported|no such)\s+(tool|function)"
-    r"|(tool|function)\s+\S+\s+(not found|does not exist|is not available|is not defined)",
-    re.I,
-)
-
-
 class UnknownToolRepeat(Detector):
     """Calls to a name that is not a tool: not declared, or an error result said so."""
 
@@ -309,7 +302,7 @@ class UnknownToolRepeat(Detector):
     @staticmethod
     def _says_unknown(event: ToolEvent) -> bool:
         result = event.result
-        return event.error and isinstance(result, str) and bool(_UNKNOWN_TOOL.search(result))
+        return event.error and isinstance(result, str) and says_unknown_tool(result)
 
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
