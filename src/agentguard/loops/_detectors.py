@@ -550,8 +550,11 @@ def _rewording(a: Any, b: Any) -> bool:
 
 
 def same_question(first: Any, later: Any) -> bool:
-    """Do two calls' arguments ask the same thing (equal, reworded, or differing by noise only)?"""
-    a, b = decoded(first), decoded(later)
+    """Do two calls' arguments ask the same thing (equal, reworded, or differing by noise only)?
+
+    ``first`` is decoded already (a run keeps its first call's arguments decoded).
+    """
+    a, b = first, decoded(later)
     if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
         return a == b or _rewording(a, b)
     return all(
@@ -563,13 +566,16 @@ def same_question(first: Any, later: Any) -> bool:
 class _Run:
     """The current run of one tool's results that were all the same."""
 
-    __slots__ = ("arguments", "count", "epoch", "key")
+    __slots__ = ("arguments", "count", "epoch", "fps", "key")
 
-    def __init__(self, key: str, epoch: int, arguments: Any) -> None:
+    def __init__(self, key: str, epoch: int, event: ToolEvent) -> None:
         self.key = key
         self.count = 1
         self.epoch = epoch
-        self.arguments = dict(arguments) if isinstance(arguments, Mapping) else arguments
+        self.fps = {event.fp}  # call identities in the run: a repeat of one needs no comparing
+        self.arguments = decoded(event.arguments)
+        if isinstance(self.arguments, Mapping):  # a caller reusing its dict changes nothing here
+            self.arguments = dict(self.arguments)
 
 
 class SameResult(Detector):
@@ -609,11 +615,13 @@ class SameResult(Detector):
             run is not None
             and run.key == key
             and run.epoch == self.epoch
-            and same_question(run.arguments, event.arguments)
+            and (event.fp in run.fps or same_question(run.arguments, event.arguments))
         ):
             run.count += 1
+            if len(run.fps) < self.config.tool_window:
+                run.fps.add(event.fp)
         else:
-            run = runs[name] = _Run(key, self.epoch, event.arguments)
+            run = runs[name] = _Run(key, self.epoch, event)
             if len(runs) > self.config.tool_window:
                 runs.popitem(last=False)
         if news:
