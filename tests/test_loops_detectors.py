@@ -154,3 +154,24 @@ def test_detector_units_declare_their_shape() -> None:
         assert unit.consumes
         assert unit.consumes <= {"call", "result", "text"}
         assert "{count}" in unit.hint
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "same"),
+    [
+        ({"q": "cheap flights Oslo to Rome"}, '{"q": "low-cost flights from Oslo to Rome"}', True),
+        ({"id": "A-1", "nonce": "c3891ea4"}, {"id": "A-1", "nonce": "ecf0743c"}, True),
+        ({"id": "A-1", "page_size": 10}, {"id": "A-1", "pageSize": 20}, True),
+        ({"origin": "EWR", "destination": "SFO"}, {"origin": "EWR", "destination": "SEA"}, False),
+        ({"q": "flights Oslo Rome 2024-05-20"}, {"q": "flights Oslo Rome 2024-05-21"}, False),
+        ({"path": "src/app/main.py"}, {"path": "src/app/utils.py"}, False),
+    ],
+)
+def test_same_question_tells_rewording_and_noise_from_another_question(
+    first: Any, later: Any, same: bool
+) -> None:
+    """``same_result`` continues a run only for calls that ask the same thing."""
+    from agentguard.loops._detectors import same_question
+    from agentguard.loops._identity import decoded
+
+    assert same_question(decoded(first), later) is same
