@@ -343,14 +343,46 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     ],
 )
 def test_scan_judges_failed_results_as_the_live_guard_does(content: Any, failed: bool) -> None:
-    """A tool whose only result failed is suspect (no tools declared), by the guard's rule."""
+    """A result the guard judges failed does not prove the tool works, by the guard's rule;
+    nor does it make the name a hallucination (issue 16: a business error says the tool ran)."""
     audit = SessionAudit("s", GuardConfig())
     audit.feed(tool_call(0, "lookup", {"q": "x"}))
     audit.feed({"role": "tool", "tool_call_id": "c0", "content": content})
+    audit.feed({"role": "assistant", "content": "Done."})
     audit.finish()
-    suspect = [(i.detector, i.tool) for i in audit.issues] == [("unknown_tool", "lookup")]
-    assert suspect is failed
+    assert ("lookup" in audit._working) is not failed
+    assert audit.issues == []
     assert is_error_result(content) is failed
+
+
+@pytest.mark.parametrize(
+    ("content", "suspect"),
+    [
+        ("Error: unknown tool lookup", True),  # the result says the name is no tool
+        ("Error: FunctionCallNotExistsError: Tool lookup is not registered.", True),
+        ("Error: seat 12A is taken", False),  # a business error: the tool ran
+        ("Error: flight HAT030 not available on date 2024-05-13", False),
+    ],
+)
+def test_without_a_tool_list_only_a_refused_name_is_hallucinated(
+    content: str, suspect: bool
+) -> None:
+    """No tools declared: business errors never make a real tool a hallucinated name."""
+    audit = SessionAudit("s", GuardConfig())
+    for i in range(3):
+        audit.feed(tool_call(i, "lookup", {"q": i}))
+        audit.feed({"role": "tool", "tool_call_id": f"c{i}", "content": content})
+    audit.finish()
+    found = [(i.detector, i.tool) for i in audit.issues if i.category == "tool_call"]
+    assert (found == [("unknown_tool", "lookup")]) is suspect
+
+
+def test_a_call_in_the_last_turn_without_a_result_is_not_suspect() -> None:
+    """A trace that ends on a call (SWE-agent's ``submit``) has no result for it: no evidence."""
+    audit = SessionAudit("s", GuardConfig())
+    audit.feed(tool_call(0, "submit", {}))
+    audit.finish()
+    assert audit.issues == []
 
 
 def test_scan_decodes_arguments_as_the_guard_does() -> None:

@@ -24,8 +24,8 @@ def call(det: LoopDetector, name: str, args: Any, result: Any, *, error: bool = 
 
 
 def generic_repeat(det: LoopDetector) -> None:
-    for i in range(det.config.warn_at):  # results change: only the count of calls is a loop
-        call(det, "search", {"q": "x"}, f"page {i}")
+    for i in range(det.config.warn_at):  # results flip-flop: nothing new, only the count
+        call(det, "search", {"q": "x"}, f"page {i % 2}")
 
 
 def poll_no_progress(det: LoopDetector) -> None:
@@ -66,6 +66,11 @@ def near_duplicate(det: LoopDetector) -> None:
         call(det, "search", {"q": q}, LONG)
 
 
+def same_result(det: LoopDetector) -> None:
+    for nonce in range(det.config.no_progress_warn_at):  # only a noise argument changes
+        call(det, "get_order", {"order_id": "A-1", "nonce": nonce}, "[]")
+
+
 def response_repeat(det: LoopDetector) -> None:
     for _ in range(det.config.duplicate_threshold):
         det.check_text("I could not find the file.")
@@ -86,6 +91,7 @@ SCENARIOS: dict[str, Callable[[LoopDetector], None]] = {
         error_repeat,
         unknown_tool_repeat,
         near_duplicate,
+        same_result,
         response_repeat,
         degenerate_text,
     )
@@ -148,3 +154,24 @@ def test_detector_units_declare_their_shape() -> None:
         assert unit.consumes
         assert unit.consumes <= {"call", "result", "text"}
         assert "{count}" in unit.hint
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "same"),
+    [
+        ({"q": "cheap flights Oslo to Rome"}, '{"q": "low-cost flights from Oslo to Rome"}', True),
+        ({"id": "A-1", "nonce": "c3891ea4"}, {"id": "A-1", "nonce": "ecf0743c"}, True),
+        ({"id": "A-1", "page_size": 10}, {"id": "A-1", "pageSize": 20}, True),
+        ({"origin": "EWR", "destination": "SFO"}, {"origin": "EWR", "destination": "SEA"}, False),
+        ({"q": "flights Oslo Rome 2024-05-20"}, {"q": "flights Oslo Rome 2024-05-21"}, False),
+        ({"path": "src/app/main.py"}, {"path": "src/app/utils.py"}, False),
+    ],
+)
+def test_same_question_tells_rewording_and_noise_from_another_question(
+    first: Any, later: Any, same: bool
+) -> None:
+    """``same_result`` continues a run only for calls that ask the same thing."""
+    from agentguard.loops._detectors import same_question
+    from agentguard.loops._identity import decoded
+
+    assert same_question(decoded(first), later) is same

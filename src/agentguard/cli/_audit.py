@@ -21,6 +21,7 @@ from typing import Any
 from agentguard._fingerprint import decode_arguments
 from agentguard.config import GuardConfig
 from agentguard.loops import TranscriptScanner, is_error_result
+from agentguard.loops._identity import says_unknown_tool
 from agentguard.types import Severity
 from agentguard.validation import extract_calls
 
@@ -95,6 +96,9 @@ class SessionAudit:
         self._turn_in_loop = False
         self._pending: OrderedDict[str, str] = OrderedDict()  # tool_call_id -> tool name
         self._working: set[str] = set()
+        self._answered: set[str] = set()  # names some result answered (an error included)
+        self._refuted: set[str] = set()  # names a result said are no tool
+        self._last_calls = -1  # index of the latest assistant message with tool calls
         self._unconfirmed: dict[str, int] = {}  # undeclared names: first message index
 
     @property
@@ -140,6 +144,8 @@ class SessionAudit:
             calls = message.get("tool_calls")
             code = ROLE_CALL if calls else ROLE_TEXT
             checked = len(issues)
+            if calls:
+                self._last_calls = index
             size += self._check_calls(index, calls, content)
             if len(issues) > checked:
                 self.retry_tokens += tokens  # an invalid call: the turn must be redone
@@ -157,9 +163,16 @@ class SessionAudit:
             self.timeline.append(code | (severity << 2) | flag)
 
     def finish(self) -> None:
-        """End of the trace: names that never worked are hallucinated tools."""
+        """End of the trace: names that never worked are hallucinated tools.
+
+        A name whose calls came back with business errors ("seat taken", "no such file") ran:
+        without a tool list, only a name no result answered, or one a result said is no tool,
+        is suspect (a call of the trace's last turn may have no result: the trace ended).
+        """
         for name, index in self._unconfirmed.items():
-            if name not in self._working:
+            # a call in the trace's last turn has no result because the trace ends there
+            unanswered = name not in self._answered and index != self._last_calls
+            if name not in self._working and (name in self._refuted or unanswered):
                 self.issues.append(
                     Issue(
                         index,
@@ -241,8 +254,15 @@ class SessionAudit:
 
     def _result(self, message: Mapping[str, Any]) -> None:
         name = self._pending.pop(str(message.get("tool_call_id")), None) or message.get("name")
-        if isinstance(name, str) and name and not is_error_result(message.get("content")):
+        if not (isinstance(name, str) and name):
+            return
+        content = message.get("content")
+        if not is_error_result(content):
             self._working.add(name)
+        elif says_unknown_tool(content):
+            self._refuted.add(name)
+        if len(self._answered) < 4096:  # bounded: a name past the bound stays suspect
+            self._answered.add(name)
 
     def _issue(self, index: int, severity: Severity, kind: str, tool: str, text: str) -> None:
         self.issues.append(Issue(index, severity, "tool_call", kind, tool, 1, text))

@@ -47,6 +47,9 @@ from ._identity import (
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
 
+#: Distinct results remembered per call identity: a result among them is not new (A-B-A-B).
+_RECENT_RESULTS = 4
+
 _Quiet = Callable[[ToolEvent], bool]
 _Check = Callable[[ToolEvent], Verdict]
 
@@ -175,6 +178,10 @@ class LoopDetector:
         else:
             state.errors = 0
             rfp = result_key(result, policy)
+        recent = state.recent
+        state.novel = rfp not in recent
+        if state.novel:
+            state.recent = (*recent[1 - _RECENT_RESULTS :], rfp)
         if state.last_result is None or state.last_result != rfp:
             state.changed = state.last_result is not None
             state.progressed = state.progressed or state.changed
@@ -235,6 +242,9 @@ class LoopDetector:
     def observe(self, message: Message) -> list[Verdict]:
         """Judge one OpenAI-format message: assistant text and ``tool_calls``, ``tool`` results.
 
+        An assistant's ``reasoning_content`` (or ``reasoning``) is judged as text too, before its
+        content: a thought repeated inside one answer or turn after turn is a loop.
+
         Feeding a transcript message by message gives the same verdicts as the explicit calls.
         Returns one verdict per judged part (text first, then each tool call), OK ones included
         (an OK verdict about a tool carries its ``tool`` name).
@@ -252,6 +262,11 @@ class LoopDetector:
             calls = message.get("tool_calls") or ()
             if not isinstance(calls, (list, tuple)):
                 calls = ()
+            # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
+            # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
+            reasoning = content_text(message.get("reasoning_content") or message.get("reasoning"))
+            if reasoning:
+                out.append(self.check_text(reasoning, narration=bool(calls)))
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
@@ -268,6 +283,9 @@ class LoopDetector:
                     self._pending_calls[_text_of(call_id)] = (name, arguments)
                     if len(self._pending_calls) > self.config.tool_window:
                         self._pending_calls.popitem(last=False)
+        elif role == "user":
+            for detector in self._detectors:
+                detector.news()
         elif role == "tool":
             pending = self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
             if pending is None:

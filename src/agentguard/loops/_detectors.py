@@ -29,7 +29,7 @@ from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
-from ._identity import ToolLoopPolicy, decoded
+from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool
 from ._text import ResponseWindow, degenerate_repeats
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
@@ -89,8 +89,8 @@ class CallState:
     """Counters for one call identity while it occurs in the tool window."""
 
     __slots__ = (
-        "calls", "changed", "errors", "in_window", "last_result", "level", "name", "pending",
-        "progressed", "same",
+        "calls", "changed", "errors", "in_window", "last_result", "level", "name", "novel",
+        "pending", "progressed", "recent", "same",
     )  # fmt: skip
 
     def __init__(self, name: str) -> None:
@@ -103,6 +103,8 @@ class CallState:
         self.changed = False  # the latest result differed from the one before
         self.progressed = False  # results changed at least once during the streak
         self.errors = 0  # consecutive failures
+        self.recent: tuple[str, ...] = ()  # the last few distinct results, newest last
+        self.novel = False  # the latest result differs from every recent one: progress
         self.level: Verdict = OK  # sticky: never drops until progress
 
 
@@ -221,6 +223,9 @@ class Detector:
         """
         return False
 
+    def news(self) -> None:
+        """A new user message arrived (new information: progress for detectors that care)."""
+
     def verdict(self, severity: Severity, count: int, tool: str | None) -> Verdict:
         """The verdict at ``severity``, with this detector's hint (``OK`` when nothing)."""
         if severity is Severity.OK:
@@ -266,14 +271,12 @@ class ErrorRepeat(Detector):
         cfg = self.config
         count = event.state.errors + event.ahead
         sev = ladder(count, cfg.error_warn_at, cfg.error_critical_at, cfg.error_break_at)
+        if sev is Severity.WARNING and event.ahead:
+            # A retry after a transient failure is normal (two failures, then success, is
+            # healthy): the hint waits for the failure itself. Only a refusal or a critical
+            # verdict is worth giving before the call runs.
+            return OK
         return self.verdict(sev, count, event.name)
-
-
-_UNKNOWN_TOOL = re.compile(
-    r"(unknown|invalid|unrecognized|undefined|unsupported|no such)\s+(tool|function)"
-    r"|(tool|function)\s+\S+\s+(not found|does not exist|is not available|is not defined)",
-    re.I,
-)
 
 
 class UnknownToolRepeat(Detector):
@@ -299,7 +302,7 @@ class UnknownToolRepeat(Detector):
     @staticmethod
     def _says_unknown(event: ToolEvent) -> bool:
         result = event.result
-        return event.error and isinstance(result, str) and bool(_UNKNOWN_TOOL.search(result))
+        return event.error and isinstance(result, str) and says_unknown_tool(result)
 
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
@@ -514,8 +517,130 @@ class NearDuplicate(Detector):
         return best
 
 
+#: Argument fields that change between calls without changing the question (compared case- and
+#: separator-insensitively, as the volatile result fields are).
+NOISE_ARGUMENTS: frozenset[str] = frozenset(
+    {
+        "requestid", "nonce", "timestamp", "ts", "time", "timeout", "timeoutms", "timeoutseconds",
+        "pagesize", "perpage", "limit", "seed", "traceid", "idempotencykey", "cachebuster",
+        "retry", "attempt", "attempts",
+    }
+)  # fmt: skip
+_WORD = re.compile(r"[^\W_]+")
+_QUERY_CHARS = 200  # longer texts are content, not queries to reword
+
+
+def _noise_field(name: Any) -> bool:
+    return str(name).replace("_", "").replace("-", "").lower() in NOISE_ARGUMENTS
+
+
+def _rewording(a: Any, b: Any) -> bool:
+    """Two short free texts (queries) asking one thing in other words: they share a word, and
+    every word that differs is a plain word (a changed number, date, code or id is another
+    question). A path or a name (no space) is an identifier, never a rewording; so is a long
+    text (a file's content is not a query)."""
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    if not (" " in a.strip() and " " in b.strip()) or max(len(a), len(b)) > _QUERY_CHARS:
+        return False
+    wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    if len(wa) < 2 or len(wb) < 2 or not wa & wb:
+        return False
+    return all(w.isalpha() for w in wa ^ wb)
+
+
+def same_question(first: Any, later: Any) -> bool:
+    """Do two calls' arguments ask the same thing (equal, reworded, or differing by noise only)?
+
+    ``first`` is decoded already (a run keeps its first call's arguments decoded).
+    """
+    a, b = first, decoded(later)
+    if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+        return a == b or _rewording(a, b)
+    return all(
+        a.get(k) == b.get(k) or _noise_field(k) or _rewording(a.get(k), b.get(k))
+        for k in a.keys() | b.keys()
+    )
+
+
+class _Run:
+    """The current run of one tool's results that were all the same."""
+
+    __slots__ = ("arguments", "count", "epoch", "fps", "key")
+
+    def __init__(self, key: str, epoch: int, event: ToolEvent) -> None:
+        self.key = key
+        self.count = 1
+        self.epoch = epoch
+        self.fps = {event.fp}  # call identities in the run: a repeat of one needs no comparing
+        self.arguments = decoded(event.arguments)
+        if isinstance(self.arguments, Mapping):  # a caller reusing its dict changes nothing here
+            self.arguments = dict(self.arguments)
+
+
+class SameResult(Detector):
+    """One tool returning the same result call after call, whatever the arguments.
+
+    No progress is a property of the results: rewordings of one query that all find nothing,
+    or a call whose only changing argument is noise (a nonce, a timeout, a page size), are as
+    stuck as the identical call. A run is broken by a different result of that tool, or by news
+    from any tool in between (a result not seen recently: a patch between two reads, a search
+    that found something), or by a call asking another question (another route, another date:
+    exploring, not repeating), so pagination, refinement and change-then-look stay quiet.
+    """
+
+    name = "same_result"
+    consumes = frozenset({"result"})
+    hint = (
+        "The last {count} calls of `{tool}` all returned the same result, whatever the arguments; "
+        "calling it again differently will not help."
+    )
+    sticky = frozenset()  # about a tool's run of results, not one call identity
+    __slots__ = ("epoch", "runs", "seen")
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        super().__init__(config, known)
+        self.runs: OrderedDict[str, _Run] = OrderedDict()  # tool -> its current run
+        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()  # recent (tool, result)
+        self.epoch = 0  # bumped on every result that is news
+
+    def check(self, event: ToolEvent) -> Verdict:
+        name = event.name
+        # a failure's text matters here: different business errors are different answers
+        key = result_key(event.result, event.policy) if event.error else event.rfp
+        seen, runs = self.seen, self.runs
+        news = (name, key) not in seen
+        run = runs.get(name)
+        if (
+            run is not None
+            and run.key == key
+            and run.epoch == self.epoch
+            and (event.fp in run.fps or same_question(run.arguments, event.arguments))
+        ):
+            run.count += 1
+            if len(run.fps) < self.config.tool_window:
+                run.fps.add(event.fp)
+        else:
+            run = runs[name] = _Run(key, self.epoch, event)
+            if len(runs) > self.config.tool_window:
+                runs.popitem(last=False)
+        if news:
+            self.epoch += 1
+            run.epoch = self.epoch  # its own news does not break the run it starts
+            seen[(name, key)] = None
+            if len(seen) > self.config.tool_window:
+                seen.popitem(last=False)
+        if run.count < self.config.no_progress_warn_at:
+            return OK
+        return self.verdict(no_progress_ladder(run.count, self.config), run.count, name)
+
+    def news(self) -> None:
+        self.epoch += 1  # a user message with new information: every run starts again
+
+
 class GenericRepeat(Detector):
-    """The same call, whatever its results (capped at a hint once results have changed)."""
+    """The same call again and again without a new result (capped at a hint once results have
+    changed; silent while each result is new, as a poll that advances)."""
 
     name = "generic_repeat"
     consumes = frozenset({"call", "result"})
@@ -532,6 +657,8 @@ class GenericRepeat(Detector):
             return OK  # a polling tool is judged by its results only
         cfg = self.config
         state = event.state
+        if state.novel:
+            return OK  # the latest result is new (a poll that advances): progress, no hint
         sev = ladder(state.calls, cfg.warn_at, cfg.critical_at, cfg.break_at)
         if state.progressed:
             sev = min(sev, Severity.WARNING)  # results keep changing: progress, at most a hint
@@ -612,6 +739,7 @@ REGISTRY: tuple[type[Detector], ...] = (
     Cycle,
     PollNoProgress,
     NearDuplicate,
+    SameResult,
     GenericRepeat,
     GlobalBreaker,
     ResponseRepeat,

@@ -27,6 +27,7 @@ __all__ = [
     "is_error_result",
     "result_fingerprint",
     "result_key",
+    "says_unknown_tool",
 ]
 
 #: Result fields that change on every call without meaning progress (compared case- and
@@ -245,3 +246,18 @@ def is_error_result(content: Any) -> bool:
                 return True
             return data.get("ok") is False or data.get("success") is False
     return False
+
+
+_UNKNOWN_TOOL = re.compile(
+    r"(unknown|invalid|unrecognized|undefined|unsupported|no such)\s+(tool|function)"
+    r"|(tool|function)\s+\S+\s+(not found|does not exist|is not available|is not defined"
+    r"|is not registered)"
+    r"|FunctionCallNotExists",
+    re.I,
+)
+
+
+def says_unknown_tool(content: Any) -> bool:
+    """Does a tool result say the called name is no tool ("unknown tool", "Tool x is not
+    registered")? A business error ("seat taken", "no such file") says the tool ran."""
+    return bool(_UNKNOWN_TOOL.search(content_text(content)))

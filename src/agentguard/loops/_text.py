@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from itertools import pairwise
 
 from rapidfuzz import fuzz
 
@@ -21,6 +22,8 @@ _RUN = re.compile(r"(.{2,80}?)(?:\s*\1){7,}", re.S)
 _COMPARE_CHARS = 2000
 #: Degeneration is searched in at most this many trailing characters of one output.
 _SCAN_CHARS = 20_000
+#: The most repeated units whose copies are compared (each costs one pass over the lines).
+_CANDIDATES = 8
 
 
 def normalise_text(text: str) -> str:
@@ -44,6 +47,24 @@ def _prose_lines(text: str) -> list[str]:
     return out
 
 
+def _looping(units: list[str]) -> int:
+    """How often the most repeated unit comes back *with the same text between its copies*.
+
+    A list of records in one layout ("- **Price:** ..." under every option) repeats its labels
+    with different values between them: content, not degeneration. A loop repeats the unit with
+    nothing new in between, so only copies separated by identical stretches count.
+    """
+    counts = Counter(u for u in units if len(u) >= 3)
+    best = 0
+    for unit, n in counts.most_common(_CANDIDATES):
+        if n <= best:
+            break  # most_common is ordered: no later unit can do better
+        at = [i for i, u in enumerate(units) if u == unit]
+        gaps = Counter(tuple(units[p + 1 : q]) for p, q in pairwise(at))
+        best = max(best, 1 + max(gaps.values(), default=0))
+    return best
+
+
 def degenerate_repeats(text: str) -> int:
     """How often the most repeated line, sentence or chunk occurs inside ``text``.
 
@@ -56,7 +77,7 @@ def degenerate_repeats(text: str) -> int:
     if not lines:
         return 0
     units = lines if len(lines) > 1 else _SENTENCE.split(lines[0])
-    best = max(Counter(u for u in units if len(u) >= 3).values(), default=0)
+    best = _looping(units)
     prose = "\n".join(lines)
     words = prose.split()
     # Cheap gate for the back-to-back run search (the regex is O(len * 80)): a run of 8+ copies
