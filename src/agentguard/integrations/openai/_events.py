@@ -22,7 +22,7 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import StreamChunk, attach_report
 
 from ._responses import ENDS, response_from_responses, responses_output
-from ._stream import _Response
+from ._stream import AsyncIterating, _Response
 from ._transport import RawCall, dump
 
 __all__ = ["AsyncResponsesStream", "ResponsesStream"]
@@ -210,7 +210,7 @@ class ResponsesStream:
         self.close()
 
 
-class AsyncResponsesStream:
+class AsyncResponsesStream(AsyncIterating):
     """What a guarded ``responses.create(stream=True)`` returns on an async client."""
 
     def __init__(self, inner: AsyncGuardedStream, raw: RawCall) -> None:
@@ -243,19 +243,3 @@ class AsyncResponsesStream:
         for event in self._events.end():
             yield event
         self._events.done(self, self._inner.report)
-
-    async def __anext__(self) -> Any:
-        return await anext(self._iterator)
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in self._iterator:
-            yield event
-
-    async def close(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> AsyncResponsesStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -158,7 +158,31 @@ class Stream(_Base):
         self.close()
 
 
-class AsyncStream(_Base):
+class AsyncIterating:
+    """The async stream protocol of the SDK's streams, over ``self._iterator`` (what the
+    stream yields) and ``self._inner`` (the guarded stream it reads)."""
+
+    _iterator: AsyncIterator[Any]
+    _inner: AsyncGuardedStream
+
+    async def __anext__(self) -> Any:
+        return await anext(self._iterator)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for item in self._iterator:
+            yield item
+
+    async def close(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncStream(AsyncIterating, _Base):
     """What a guarded ``create(stream=True)`` returns on an async client."""
 
     def __init__(self, inner: AsyncGuardedStream, model: str, raw: RawCall | None = None) -> None:
@@ -181,19 +205,3 @@ class AsyncStream(_Base):
             for out in self._first(self._make(chunk)):
                 yield out
         self._done(self._inner.report)
-
-    async def __anext__(self) -> Any:
-        return await anext(self._iterator)
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for chunk in self._iterator:
-            yield chunk
-
-    async def close(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> AsyncStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
