@@ -130,3 +130,10 @@ def test_report_of_reads_the_attached_report_or_the_neutral_field() -> None:
     assert report_of(obj) is report
     assert report_of(ModelResponse({}, report=report)) is report
     assert report_of(ModelResponse({})) is None
+
+
+def test_a_request_repr_never_shows_its_headers() -> None:
+    """Request headers may carry credentials: a traceback or a log of the request never shows
+    them."""
+    request = ModelRequest(model="m", messages=[], headers={"api-key": "sk-canary-0123456789"})
+    assert "sk-canary" not in repr(request)

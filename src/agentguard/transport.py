@@ -146,7 +146,7 @@ class ModelRequest:
     model: str
     messages: Sequence[Message]
     params: Mapping[str, Any] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     timeout: float | None = None
     tools: Sequence[Mapping[str, Any]] = ()
     max_output_tokens: int | None = None

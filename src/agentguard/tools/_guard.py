@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from agentguard import _clock, _engine
+from agentguard._redact import redact
 from agentguard.config import GuardConfig, ToolBreakerConfig, ToolRetryConfig, ToolsConfig
 from agentguard.events import Emitter, Event, Hook, StoreFallback
 from agentguard.exceptions import StoreError, StoreUnavailable
@@ -433,7 +434,7 @@ class ToolGuard:
             StoreFallback(
                 store=self.store.name,
                 error_type=type(exc).__name__,
-                message=str(exc)[:200],
+                message=redact(str(exc))[:200],  # redacted whole, then cut
                 session=self.session,
             )
         )
