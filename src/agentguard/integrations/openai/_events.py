@@ -22,7 +22,7 @@ from agentguard.integrations._lazy import require
 from agentguard.transport import StreamChunk, attach_report
 
 from ._responses import ENDS, response_from_responses, responses_output
-from ._stream import AsyncIterating, _Response
+from ._stream import AsyncIterating, Iterating, _Response
 from ._transport import RawCall, dump
 
 __all__ = ["AsyncResponsesStream", "ResponsesStream"]
@@ -163,7 +163,7 @@ class _Events:
                 attach_report(owner, report)
 
 
-class ResponsesStream:
+class ResponsesStream(Iterating):
     """What a guarded ``responses.create(stream=True)`` returns on a sync client."""
 
     def __init__(self, inner: GuardedStream, raw: RawCall) -> None:
@@ -193,21 +193,6 @@ class ResponsesStream:
             yield from self._events.of(chunk)
         yield from self._events.end()
         self._events.done(self, self._inner.report)
-
-    def __next__(self) -> Any:
-        return next(self._iterator)
-
-    def __iter__(self) -> Iterator[Any]:
-        yield from self._iterator
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> ResponsesStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class AsyncResponsesStream(AsyncIterating):

@@ -119,7 +119,30 @@ class _Base:
                 attach_report(owner, report)
 
 
-class Stream(_Base):
+class Iterating:
+    """The sync stream protocol of the SDK's streams, over ``self._iterator`` (what the stream
+    yields) and ``self._inner`` (the guarded stream it reads)."""
+
+    _iterator: Iterator[Any]
+    _inner: GuardedStream
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._iterator
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Stream(Iterating, _Base):
     """What a guarded ``create(stream=True)`` returns on a sync client."""
 
     def __init__(self, inner: GuardedStream, model: str, raw: RawCall | None = None) -> None:
@@ -141,21 +164,6 @@ class Stream(_Base):
         for chunk in self._inner:
             yield from self._first(self._make(chunk))
         self._done(self._inner.report)
-
-    def __next__(self) -> Any:
-        return next(self._iterator)
-
-    def __iter__(self) -> Iterator[Any]:
-        yield from self._iterator
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class AsyncIterating:
