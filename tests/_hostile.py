@@ -928,3 +928,20 @@ class Scratch:
         if self._path is not None:
             shutil.rmtree(self._path, ignore_errors=True)
             self._path = None
+
+
+#: A guard with a small hard_stop session budget and an output cap, for abandoned-stream tests.
+STREAM_CONFIG = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}},
+        "escalation": {"chain": ["fast"]},
+        "memory_pressure": {"enabled": False},
+        "token_budget": {
+            "per_session": 1_000,
+            "per_hour": None,
+            "policy": "hard_stop",
+            "max_output_tokens": 300,
+        },
+    },
+    env={},
+)

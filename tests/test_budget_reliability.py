@@ -25,7 +25,17 @@ import pytest
 from hypothesis import given
 
 import agentguard as ag
-from _hostile import MESSAGES, RawUpstream, bulk, cases, chunk, guarded_client, seeds, sse
+from _hostile import (
+    MESSAGES,
+    STREAM_CONFIG,
+    RawUpstream,
+    bulk,
+    cases,
+    chunk,
+    guarded_client,
+    seeds,
+    sse,
+)
 from _stores import SRC, RedisServer
 from agentguard.budget import InvalidTokenCount
 from agentguard.config import GuardConfig, StorageConfig, TokenBudgetConfig
@@ -437,23 +447,7 @@ def test_stores_clamp_what_they_count(kind: str, tmp_path: Path, request: Any) -
     store.close()
 
 
-# -- abandoned async streams --------------------------------------------------------------------------
-
-
-STREAM_CONFIG = ag.GuardConfig.from_dict(
-    {
-        "tiers": {"fast": {"model": "small"}},
-        "escalation": {"chain": ["fast"]},
-        "memory_pressure": {"enabled": False},
-        "token_budget": {
-            "per_session": 1_000,
-            "per_hour": None,
-            "policy": "hard_stop",
-            "max_output_tokens": 300,
-        },
-    },
-    env={},
-)
+# -- abandoned async streams (the configuration of the sync twins in test_hostile_budget) ------------
 
 
 @pytest.mark.parametrize("how", ["aclose", "break"])

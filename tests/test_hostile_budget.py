@@ -21,6 +21,7 @@ from hypothesis import given
 import agentguard as ag
 from _hostile import (
     MESSAGES,
+    STREAM_CONFIG,
     RawUpstream,
     Scratch,
     assert_only,
@@ -366,21 +367,6 @@ def test_the_race_is_a_real_race() -> None:
 
 
 # -- abandoned streams and outages ----------------------------------------------------------------
-
-STREAM_CONFIG = ag.GuardConfig.from_dict(
-    {
-        "tiers": {"fast": {"model": "small"}},
-        "escalation": {"chain": ["fast"]},
-        "memory_pressure": {"enabled": False},
-        "token_budget": {
-            "per_session": 1_000,
-            "per_hour": None,
-            "policy": "hard_stop",
-            "max_output_tokens": 300,
-        },
-    },
-    env={},
-)
 
 
 @pytest.mark.parametrize("how", ["close", "garbage-collect"])
