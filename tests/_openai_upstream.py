@@ -141,3 +141,27 @@ class Upstream:
             base_url="http://upstream.invalid/v1",
             http_client=self.http.Client(transport=self.transport),
         )
+
+
+def wrapped_client(model: ScriptedModel, config: Any, *, asynchronous: bool = False) -> Any:
+    """The real openai client (sync or async) over ``model``'s HTTP mock, wrapped with
+    ``config`` on a fake clock (both openai majors: httpx2 for 3.x, httpx for 2.x)."""
+    import random
+    from importlib import import_module
+
+    import openai
+
+    import agentguard as ag
+    from agentguard.testing import FakeClock
+
+    http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+    clock = FakeClock()
+    opts: dict[str, Any] = {"clock": clock, "rng": random.Random(0)}
+    base = {"api_key": "sk-test", "base_url": "http://scripted.invalid/v1"}
+    if asynchronous:
+        client: Any = openai.AsyncOpenAI(
+            **base, http_client=http.AsyncClient(transport=model.mock_transport(http))
+        )
+        return ag.wrap(client, config, sleep=clock.asleep, **opts)
+    client = openai.OpenAI(**base, http_client=http.Client(transport=model.mock_transport(http)))
+    return ag.wrap(client, config, sleep=clock.sleep, **opts)

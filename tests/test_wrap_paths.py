@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import inspect
 import json
-import random
-from importlib import import_module
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 import agentguard as ag
-from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
+from _openai_upstream import wrapped_client
+from agentguard.testing import Fault, Reply, ScriptedModel
 
 openai = pytest.importorskip("openai")
-http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
 CONFIG = ag.GuardConfig.from_dict(
     {"memory_pressure": {"enabled": False}, "escalation": {"max_retries_before_escalate": 2}},
     env={},
@@ -59,21 +57,7 @@ class Weather(BaseModel):
 
 
 def _client(model: ScriptedModel, *, asynchronous: bool) -> Any:
-    clock = FakeClock()
-    kw: dict[str, Any] = {"clock": clock, "rng": random.Random(0)}
-    if asynchronous:
-        client: Any = openai.AsyncOpenAI(
-            api_key="sk-test",
-            base_url="http://scripted.invalid/v1",
-            http_client=http.AsyncClient(transport=model.mock_transport(http)),
-        )
-        return ag.wrap(client, CONFIG, sleep=clock.asleep, **kw)
-    client = openai.OpenAI(
-        api_key="sk-test",
-        base_url="http://scripted.invalid/v1",
-        http_client=http.Client(transport=model.mock_transport(http)),
-    )
-    return ag.wrap(client, CONFIG, sleep=clock.sleep, **kw)
+    return wrapped_client(model, CONFIG, asynchronous=asynchronous)
 
 
 async def _maybe(value: Any) -> Any:

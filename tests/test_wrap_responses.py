@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import random
 from importlib import import_module
 from typing import Any
 
 import pytest
 
 import agentguard as ag
-from _openai_upstream import Upstream
+from _openai_upstream import Upstream, wrapped_client
 from agentguard.integrations.openai._responses import (
     ITEM,
     messages_to_items,
@@ -19,7 +18,7 @@ from agentguard.integrations.openai._responses import (
     response_from_responses,
     responses_output,
 )
-from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+from agentguard.testing import Fault, Reply, ScriptedModel, capture_events
 
 openai = pytest.importorskip("openai")
 http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
@@ -52,21 +51,7 @@ async def _maybe(value: Any) -> Any:
 
 
 def _client(model: ScriptedModel, *, asynchronous: bool = False) -> Any:
-    clock = FakeClock()
-    opts: dict[str, Any] = {"clock": clock, "rng": random.Random(0)}
-    if asynchronous:
-        client: Any = openai.AsyncOpenAI(
-            api_key="sk-test",
-            base_url="http://scripted.invalid/v1",
-            http_client=http.AsyncClient(transport=model.mock_transport(http)),
-        )
-        return ag.wrap(client, CONFIG, sleep=clock.asleep, **opts)
-    client = openai.OpenAI(
-        api_key="sk-test",
-        base_url="http://scripted.invalid/v1",
-        http_client=http.Client(transport=model.mock_transport(http)),
-    )
-    return ag.wrap(client, CONFIG, sleep=clock.sleep, **opts)
+    return wrapped_client(model, CONFIG, asynchronous=asynchronous)
 
 
 def test_responses_create_returns_a_response_with_a_report() -> None:
