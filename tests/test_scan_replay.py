@@ -119,21 +119,9 @@ def scanned(episode: dict[str, Any]) -> tuple[Judged, int | None, SessionAudit]:
     return judged, first_break, audit
 
 
-#: Known divergence, in the live guard: a request whose history ends with the previous answer
-#: (two answers in a row: sub-agents reporting back) is not located as the run's continuation;
-#: ``Runs.locate`` starts a fresh run whose detector judges the whole history again, so the
-#: guard flags at that step what it had already flagged. The scan reads each message once. The
-#: episodes where this changes what is flagged (in the others the re-read flags nothing new):
-_REREADS = {f"syn-subagents-0{n}" for n in (0, 1, 3, 4, 6, 7)}
-_REREAD = pytest.mark.xfail(
-    reason="the live guard re-judges the whole history after two answers in a row",
-    strict=True,
-)
-
-
 @pytest.mark.parametrize(
     "episode",
-    [pytest.param(e, marks=_REREAD) if e["id"] in _REREADS else e for e in episodes()],
+    episodes(),
     ids=lambda e: e["id"],
 )
 def test_scan_and_live_guard_flag_the_same_loops_at_the_same_steps(

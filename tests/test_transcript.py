@@ -150,6 +150,42 @@ def test_the_same_request_in_flight_twice_is_two_runs() -> None:
     assert second.session != first.report.session
 
 
+def test_going_on_after_the_guards_own_answer_continues_the_run() -> None:
+    """A request that ends with the answer the guard returned (two answers in a row: sub-agents
+    reporting back in turn, a "go on") continues the run: nothing is judged twice, and the
+    second answer is the run's next step. A second such request before its answer is a fork."""
+    reports = (
+        "The build passes on Linux.",
+        "Docs: two broken links, fixed in the index page.",
+        "Benchmarks ran; no regression over last week's numbers.",
+        "All four checks are done.",
+        "Done: the release can go out.",
+    )
+    model = ScriptedModel([Reply.text(text) for text in reports])
+    guard = Guard(model, _config())
+    messages: list[dict[str, Any]] = [SYSTEM, QUESTION]
+    sessions = set()
+    for _ in range(3):
+        response = guard.complete(ModelRequest(model="m", messages=list(messages)))
+        report = ag.report_of(response)
+        assert report is not None
+        sessions.add(report.session)
+        messages.append(dict(response.message))
+    assert len(sessions) == 1
+    (run,) = guard.pipeline._runs
+    assert run.last is not None
+    assert run.last[0] == len(messages) - 1  # the latest answer, judged once
+    ask = ModelRequest(model="m", messages=list(messages))
+    first = guard.stream(ask)
+    next(iter(first))  # in flight: the run was continued from its answer
+    second = ag.report_of(guard.complete(ask))
+    list(first)
+    assert second is not None
+    assert first.report is not None
+    assert first.report.session in sessions
+    assert second.session != first.report.session
+
+
 def test_callers_are_told_apart_by_user_and_scope() -> None:
     """The same conversation from two `user`s, or two scopes an adapter set, is two runs."""
     model = ScriptedModel([CALL], cycle=True)

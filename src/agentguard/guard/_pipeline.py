@@ -889,7 +889,7 @@ class Pipeline:
         """Remember and judge the answer, which the next request will carry after the history."""
         index, tokens = call.history
         tokens += estimate_tokens([message]) - REPLY_PRIMING
-        self._runs.remember(call.state, message_key(message), index, tokens)
+        self._runs.remember(call.state, message_key(message), index, tokens, answer=True)
         return _worst(call.state.detector.observe(message))
 
 

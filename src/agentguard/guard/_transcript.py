@@ -7,7 +7,8 @@ request, the run it continues:
 - a request whose history carries a run's latest message (the answer the guard returned) after
   which it only adds messages continues that run: only the added messages are new, so the loop
   check and the prompt estimate cost O(new messages) (also when the history was trimmed or
-  edited before that point: older messages are taken as seen, never judged twice);
+  edited before that point: older messages are taken as seen, never judged twice); so does a
+  request that ends with the run's latest answer and adds nothing (two answers in a row);
 - a request that ends at a point some run has already passed — the same history re-sent (a
   retry, a regeneration, another sample) or a history edited back to an earlier turn — is a
   *fork*: a new run judged from its own transcript, so nothing that was not executed counts as
@@ -49,9 +50,12 @@ class Run:
         rung: the loop recovery rung its current loop reached (an index into
             ``loop_detection.recovery.rungs``; -1 while it is not looping).
         last: its latest message: (index, key, tokens of the conversation up to it).
+        answered: its latest message is the answer the guard returned, and no request has yet
+            asked to go on from it (see :meth:`Runs.locate`).
     """
 
     __slots__ = (
+        "answered",
         "before",
         "detector",
         "forced_tier",
@@ -76,6 +80,7 @@ class Run:
         self.last: tuple[int, str, int] | None = None
         #: the key of the message just before its latest one
         self.before: str | None = None
+        self.answered = False
 
 
 #: A message not seen before: its index, key, the history's tokens up to it, the message.
@@ -176,12 +181,18 @@ class Runs:
             new.append((index, message_key(message), tokens, message))
         return new
 
-    def remember(self, run: Run, key: str, index: int, tokens: int) -> None:
-        """``run`` has seen the message ``key`` at ``index``; it is now its latest."""
+    def remember(
+        self, run: Run, key: str, index: int, tokens: int, *, answer: bool = False
+    ) -> None:
+        """``run`` has seen the message ``key`` at ``index``; it is now its latest.
+
+        ``answer``: the message is the answer the guard returned (not one of a request's).
+        """
         namespace = run.namespace
         self._untip(run)
         run.before = run.last[1] if run.last is not None else None
         run.last = (index, key, tokens)
+        run.answered = answer
         self._tips.setdefault((namespace, key), []).append(run)
         run.marks[key] = (index, tokens)
         run.marks.move_to_end(key)
@@ -218,15 +229,23 @@ class Runs:
 def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
     """Which of the runs whose latest message sits at ``index`` of a request it continues.
 
-    A request that adds nothing after that message continues nothing. A run whose latest
-    message is at the same index continues (the usual, append-only case); a
-    run that had it further on continues too when the history was trimmed before it — unless the
-    request ends exactly where that run's latest answer would follow: then it is that run's
-    previous request again (a retry, a regeneration, another sample), a fork.
+    A request that adds nothing after that message continues a run only when the message is
+    the answer the guard returned that run: the agent asks the model to go on after its own
+    answer (two answers in a row, as sub-agents reporting back in turn do), and only the first
+    such request continues (a second one before its answer is another sample, a fork).
+    Otherwise a request that adds nothing is the same request again (a concurrent or a repeated
+    one), never a continuation. A run whose latest message is at the same index continues (the
+    usual, append-only case); a run that had it further on continues too when the history was
+    trimmed before it — unless the request ends exactly where that run's latest answer would
+    follow: then it is that run's previous request again (a retry, a regeneration, another
+    sample), a fork.
     """
     if index == len(messages) - 1:
-        # the request adds nothing after the run's latest message: the same request again (a
-        # concurrent or a repeated one, before or after its answer), never a continuation
+        for run in waiting:
+            last = run.last
+            if run.answered and last is not None and last[0] == index:
+                run.answered = False
+                return run
         return None
     later: Run | None = None
     for run in waiting:
