@@ -403,6 +403,21 @@ def test_tool_sources() -> None:
     ]
 
 
+def test_responses_and_anthropic_tool_definitions_are_read() -> None:
+    """The Responses API's flat function tools and Anthropic's ``input_schema`` definitions give
+    the same specs as the chat format."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    flat = {"type": "function", "name": "get_weather", "parameters": schema}
+    anthropic = {"name": "get_time", "description": "Now.", "input_schema": schema}
+    validator = ToolCallValidator([flat, anthropic])
+    assert validator.specs["get_weather"].parameters == schema
+    assert validator.specs["get_time"].parameters == schema
+    assert validator.validate(Reply.call("get_weather", {"city": "Oslo"}).message()).ok
+    assert _kinds(validator.validate(Reply.call("get_time", {}).message())) == ["missing_required"]
+    with pytest.raises(ToolSchemaError, match="must be an object"):
+        ToolCallValidator([{"type": "function", "function": "get_weather"}])
+
+
 @pytest.mark.parametrize(
     ("tool", "problem"),
     [

@@ -159,13 +159,16 @@ def _spec(entry: Any) -> ToolSpec:
         return _from_function(entry)
     if not isinstance(entry, Mapping):
         raise ToolSchemaError(None, f"unsupported tool definition of type {type(entry).__name__}")
-    fn = entry.get("function") if entry.get("type") == "function" or "function" in entry else entry
+    # chat format nests the function; the Responses API's flat form ({"type": "function",
+    # "name": ...}) and a bare spec carry it on the entry itself
+    fn = entry.get("function") if "function" in entry else entry
     if not isinstance(fn, Mapping):
         raise ToolSchemaError(None, "'function' must be an object")
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise ToolSchemaError(None, "a tool needs a non-empty string 'name'")
-    params = fn.get("parameters", {"type": "object", "properties": {}})
+    # Anthropic's definitions name the schema input_schema
+    params = fn.get("parameters", fn.get("input_schema", {"type": "object", "properties": {}}))
     if params is None:
         params = {"type": "object", "properties": {}}
     if not isinstance(params, Mapping):
