@@ -74,8 +74,7 @@ class CallChecks:
                     names.add(name)
         if self.declared is None or names != self.declared:
             try:
-                specs = [_chat_tool(t) for t in tools]
-                self._validator = ToolCallValidator(specs, self.config, hooks=())
+                self._validator = ToolCallValidator(tools, self.config, hooks=())
             except Exception:  # a definition the guard could not use: names are still checked
                 self._validator = None
         self.declared = frozenset(names)
@@ -222,21 +221,6 @@ _REPAIRED = {
     "double_encoded": "invalid_json",
     "tool_name": "unknown_tool",
 }
-
-
-def _chat_tool(tool: Any) -> Any:
-    """A tool definition in the chat ``tools`` shape: the Responses API's flat one
-    (``{"type": "function", "name", "parameters"}``) and Anthropic's (``input_schema``) moved
-    under ``function``."""
-    if not isinstance(tool, dict) or isinstance(tool.get("function"), dict):
-        return tool
-    if "name" not in tool:
-        return tool
-    parameters = tool.get("parameters", tool.get("input_schema", {"type": "object"}))
-    fn = {"name": tool["name"], "parameters": parameters}
-    if isinstance(tool.get("description"), str):
-        fn["description"] = tool["description"]
-    return {"type": "function", "function": fn}
 
 
 def _name(calls: list[Any], call_id: str | None) -> str:
