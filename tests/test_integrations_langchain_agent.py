@@ -129,6 +129,29 @@ def test_healthy_traffic_is_unchanged() -> None:
     assert [r.attempts[0].outcome for r in middleware.reports] == ["ok", "ok"]
 
 
+def test_the_chat_spans_name_the_models_provider() -> None:
+    """Telemetry names the provider as LangChain's chat model does for tracing."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentguard import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.configure(tracer_provider=provider)
+    script = [Reply.call("read_file", {"path": "a.txt"}, id="c1"), Reply.text("It says alpha.")]
+    try:
+        messages = run(chat(ScriptedModel(script)), [read_file], [guard()])
+    finally:
+        telemetry.configure()
+    assert messages[-1].content == "It says alpha."
+    chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert len(chats) == 2
+    assert {s.attributes["gen_ai.provider.name"] for s in chats} == {"openai"}
+
+
 def test_a_hallucinated_tool_name_is_corrected() -> None:
     """A near-miss tool name runs the real tool; alone, the agent gets an error instead."""
     script = [Reply.call("readFile", {"path": "b.txt"}, id="c1"), Reply.text("done")]

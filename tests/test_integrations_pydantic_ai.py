@@ -143,6 +143,29 @@ async def test_healthy_run_sends_upstream_exactly_what_the_agent_sends(stream: b
     assert [(p, b) for _, p, b, _ in guarded.seen] == [(p, b) for _, p, b, _ in raw.seen]
 
 
+async def test_the_chat_spans_name_the_models_provider() -> None:
+    """Telemetry names the provider as Pydantic AI's model does (``Model.system``)."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentguard import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.configure(tracer_provider=provider)
+    script = [Reply.call("get_weather", {"city": "Paris"}, id="c1"), Reply.text("Sunny.")]
+    try:
+        result = await weather_agent(openai_model(Upstream(http, script)), [guard()]).run("Paris?")
+    finally:
+        telemetry.configure()
+    assert result.output == "Sunny."
+    chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert len(chats) == 2
+    assert {s.attributes["gen_ai.provider.name"] for s in chats} == {"openai"}
+
+
 async def test_healthy_function_model_run_is_unchanged_and_reported() -> None:
     """The scripted model sees the same messages; the answer carries the guard's report."""
     answers = (call("get_weather", {"city": "Rome"}), text("Warm."))

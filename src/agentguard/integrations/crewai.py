@@ -118,9 +118,7 @@ class CrewAITransport:
     def otel_attributes(self, request: ModelRequest) -> dict[str, Any]:
         """The LLM's provider, for telemetry (``gen_ai.provider.name``)."""
         provider = getattr(self.llm, "provider", None)
-        return {
-            "gen_ai.provider.name": provider_name(provider if isinstance(provider, str) else None)
-        }
+        return {"gen_ai.provider.name": provider_name(provider)}
 
 
 class _TierTransport:

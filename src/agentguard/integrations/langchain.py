@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from agentguard.config import GuardConfig
+from agentguard.telemetry import provider_name
 from agentguard.tools import ToolGuard, ToolOutcome
 from agentguard.transport import (
     ModelRequest,
@@ -152,6 +153,13 @@ class _Transport:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         call: _ModelCall = request.extensions[_CALL]
         return _neutral(await call.handler(call.lc_request(request, self._model)))
+
+    def otel_attributes(self, request: ModelRequest) -> dict[str, Any]:
+        """The chat model's provider as LangChain names it for tracing (``ls_provider``)."""
+        call: _ModelCall = request.extensions[_CALL]
+        model = call.request.model if self._model is None else self._model
+        provider = model._get_ls_params().get("ls_provider")  # what LangSmith traces show
+        return {"gen_ai.provider.name": provider_name(provider)}
 
 
 def _answer(response: ModelResponse, structured: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 
 from agentguard.config import GuardConfig
 from agentguard.guard import AsyncGuard, GuardReport
+from agentguard.telemetry import provider_name
 from agentguard.tools import ToolGuard
 from agentguard.transport import ModelRequest, ModelResponse, attach_report
 from agentguard.types import Tier, Usage
@@ -174,7 +175,7 @@ class _Transport:
             projected = run.usage + call.usage
             projected.requests += call.sent
             limits.check_before_request(projected)
-        model: Any = call.model.tiers.get(self._tier.name) or call.model.wrapped
+        model = self._model(call)
         settings = dict(call.settings or {})
         choice = request.params.get("tool_choice")  # the guard forces an answer, or one tool
         if isinstance(choice, str):
@@ -202,6 +203,15 @@ class _Transport:
 
     def astream(self, request: ModelRequest) -> AsyncIterator[Any]:
         raise NotImplementedError("the guard judges Pydantic AI answers whole (see asend)")
+
+    def otel_attributes(self, request: ModelRequest) -> dict[str, Any]:
+        """The model's provider as Pydantic AI names it (``Model.system``), for telemetry."""
+        system = getattr(self._model(request.extensions[_CALL]), "system", None)
+        return {"gen_ai.provider.name": provider_name(system)}
+
+    def _model(self, call: _Call) -> Any:
+        """The tier's own model, else the one the agent wrapped."""
+        return call.model.tiers.get(self._tier.name) or call.model.wrapped
 
 
 async def _send(model: Any, messages: list[Any], settings: Any, call: _Call) -> Any:

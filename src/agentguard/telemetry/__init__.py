@@ -44,17 +44,25 @@ _PROVIDERS = {
     "xai": "x_ai",
     "watsonx": "ibm.watsonx.ai",
     "moonshot": "moonshot_ai",
+    # Pydantic AI's Model.system and LangChain's ls_provider, where they differ from the above
+    "google-gla": "gcp.gemini",
+    "google_genai": "gcp.gemini",
+    "google-vertex": "gcp.vertex_ai",
+    "google_vertexai": "gcp.vertex_ai",
+    "azure_openai": "azure.ai.openai",
+    "amazon_bedrock": "aws.bedrock",
 }
 
 
-def provider_name(name: str | None) -> str:
-    """The ``gen_ai.provider.name`` of a provider as litellm, CrewAI and OpenHands name it
+def provider_name(name: object) -> str:
+    """The ``gen_ai.provider.name`` of a provider as litellm, CrewAI, OpenHands, Pydantic AI
+    (``Model.system``) and LangChain (``ls_provider``) name it
     (``bedrock`` -> ``aws.bedrock``, ``gemini`` -> ``gcp.gemini`` ...); ``unknown`` for none.
 
     For adapters: a transport that knows its provider reports it from an
     ``otel_attributes(request)`` method (see ``docs/telemetry.md``).
     """
-    if not name:
+    if not isinstance(name, str) or not name:  # none, or not a name at all
         return "unknown"
     return _PROVIDERS.get(name, name)
 
