@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 import agentguard as ag
 from _openai_upstream import Upstream
+from _otel import recorded_spans
 from agentguard.testing import FakeClock, Reply, ScriptedModel
 
 openai = pytest.importorskip("openai")
@@ -131,21 +132,9 @@ def test_healthy_traffic_is_unchanged() -> None:
 
 def test_the_chat_spans_name_the_models_provider() -> None:
     """Telemetry names the provider as LangChain's chat model does for tracing."""
-    sdk = pytest.importorskip("opentelemetry.sdk.trace")
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from agentguard import telemetry
-
-    exporter = InMemorySpanExporter()
-    provider = sdk.TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.configure(tracer_provider=provider)
     script = [Reply.call("read_file", {"path": "a.txt"}, id="c1"), Reply.text("It says alpha.")]
-    try:
+    with recorded_spans() as exporter:
         messages = run(chat(ScriptedModel(script)), [read_file], [guard()])
-    finally:
-        telemetry.configure()
     assert messages[-1].content == "It says alpha."
     chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
     assert len(chats) == 2

@@ -41,6 +41,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 import agentguard as ag
 from _frameworks import FAULTS, recovery_results, run_docs_example
 from _openai_upstream import Upstream
+from _otel import recorded_spans
 from agentguard.integrations.pydantic_ai import AgentGuard, GuardedModel
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 
@@ -145,21 +146,9 @@ async def test_healthy_run_sends_upstream_exactly_what_the_agent_sends(stream: b
 
 async def test_the_chat_spans_name_the_models_provider() -> None:
     """Telemetry names the provider as Pydantic AI's model does (``Model.system``)."""
-    sdk = pytest.importorskip("opentelemetry.sdk.trace")
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from agentguard import telemetry
-
-    exporter = InMemorySpanExporter()
-    provider = sdk.TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.configure(tracer_provider=provider)
     script = [Reply.call("get_weather", {"city": "Paris"}, id="c1"), Reply.text("Sunny.")]
-    try:
+    with recorded_spans() as exporter:
         result = await weather_agent(openai_model(Upstream(http, script)), [guard()]).run("Paris?")
-    finally:
-        telemetry.configure()
     assert result.output == "Sunny."
     chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
     assert len(chats) == 2
