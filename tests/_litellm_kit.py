@@ -107,15 +107,26 @@ class Upstream:
 
 @contextlib.contextmanager
 def litellm_proxy(
-    litellm_cli: str, tmp: Path, guard: Mapping[str, Any], *, prefix: Sequence[str] = ()
+    litellm_cli: str,
+    tmp: Path,
+    guard: Mapping[str, Any],
+    *,
+    prefix: Sequence[str] = (),
+    callbacks: Sequence[str] = (),
 ) -> Iterator[tuple[str, str]]:
     """Run ``litellm --config`` (:data:`PROXY_CONFIG`, the guard configured by ``guard``) on
     loopback until the block ends; yields its base URL and master key. ``prefix``: arguments
-    before litellm's own (for a launcher standing in for the ``litellm`` executable)."""
+    before litellm's own (for a launcher standing in for the ``litellm`` executable);
+    ``callbacks``: litellm callbacks to run besides the guard's (``otel`` ...)."""
     import yaml
 
     (tmp / "agentguard.yaml").write_text(yaml.safe_dump({"reliability": dict(guard)}))
-    (tmp / "config.yaml").write_text(yaml.safe_dump(PROXY_CONFIG))
+    config = PROXY_CONFIG
+    if callbacks:
+        settings = dict(config["litellm_settings"])
+        settings["callbacks"] = [settings["callbacks"], *callbacks]
+        config = {**config, "litellm_settings": settings}
+    (tmp / "config.yaml").write_text(yaml.safe_dump(config))
     master_key = "sk-" + secrets.token_hex(24)
     env = process_env(
         {

@@ -388,3 +388,40 @@ def test_the_guard_records_its_spans_inside_the_proxy(
     assert second["gen_ai.usage.output_tokens"] > 0
     events = [e["attributes"] for e in call["events"] if e["name"] == "gen_ai.guardrail.result"]
     assert any(e["gen_ai.guardrail.policy.id"] == "escalation" for e in events)
+
+
+def test_the_guards_spans_join_the_proxys_trace(
+    upstream: tuple[Upstream, str], tmp_path: Path
+) -> None:
+    """With litellm's own OpenTelemetry callback on, a request that carries the client's
+    ``traceparent`` is one trace: the proxy's request span continues the client's, and the
+    guarded call's span sits under it, beside litellm's own spans."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    up, url = upstream
+    spans_file = tmp_path / "spans.jsonl"
+    launcher = tmp_path / "traced-litellm"
+    launcher.write_text(_TRACED_PROXY.format(python=sys.executable))
+    launcher.chmod(0o755)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{trace_id}-00f067aa0ba902b7-01"
+    with litellm_proxy(
+        str(launcher), tmp_path, guard_config(url), prefix=[str(spans_file)], callbacks=["otel"]
+    ) as (base, key):
+        client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
+        up.script(fast_model=[Reply.text("found it")])
+        answer = client.chat.completions.create(
+            model="agent",
+            messages=[{"role": "user", "content": "find it"}],
+            extra_headers={"traceparent": traceparent},
+        )
+        client.close()
+    assert answer.choices[0].message.content == "found it"
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines() if line.strip()]
+    (proxy,) = [s for s in spans if s["name"] == "Received Proxy Server Request"]
+    (call,) = [s for s in spans if s["name"] == "agentguard chat fast"]
+    (logged,) = [s for s in spans if s["name"] == "litellm_request"]
+    assert proxy["context"]["trace_id"] == f"0x{trace_id}"  # the client's trace
+    assert call["context"]["trace_id"] == logged["context"]["trace_id"] == f"0x{trace_id}"
+    assert call["parent_id"] == logged["parent_id"] == proxy["context"]["span_id"]
+    (attempt,) = [s for s in spans if s["parent_id"] == call["context"]["span_id"]]
+    assert attempt["name"] == "chat openai/fast-model"

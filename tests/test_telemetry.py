@@ -40,7 +40,7 @@ from agentguard.guard import AsyncGuard, Guard
 from agentguard.telemetry import _semconv
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 from agentguard.tools import ToolGuard
-from agentguard.transport import ModelRequest, report_of
+from agentguard.transport import TRACE_PARENT, ModelRequest, report_of
 
 # The gen_ai.* attributes the conventions define that agentguard may record (registry names).
 CONVENTION_ATTRIBUTES = {
@@ -213,6 +213,58 @@ def test_a_call_is_a_parent_span_with_one_chat_client_span_per_attempt(otel: Rec
     assert parent["agentguard.attempts"] == 1
     assert "gen_ai.operation.name" not in parent  # not an inference span: tokens count once
     assert call.status.status_code is StatusCode.UNSET
+
+
+_TRACE = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+_CALLER_SPAN = 0x00F067AA0BA902B7
+_TRACEPARENT = f"00-{_TRACE:032x}-{_CALLER_SPAN:016x}-01"
+
+
+@pytest.mark.parametrize(
+    ("given", "joins"),
+    [
+        ({"traceparent": _TRACEPARENT}, True),
+        ({"Traceparent": _TRACEPARENT, "tracestate": "vendor=1"}, True),
+        ({"traceparent": "00-damaged"}, False),
+        ({}, False),
+        (42, False),
+    ],
+)
+def test_the_callers_trace_context_parents_the_call(
+    otel: Recorded, given: Any, joins: bool
+) -> None:
+    """A request whose adapter set :data:`TRACE_PARENT` to the caller's trace-context headers
+    is recorded in the caller's trace; headers that name no trace (damaged, none, not headers)
+    leave the call a root of its own, and never fail it."""
+    guard = _guard(ScriptedModel([Reply.text("hello")]))
+    guard.complete(_request(extensions={TRACE_PARENT: given}))
+    call = otel.one("agentguard chat")
+    assert (call.context.trace_id == _TRACE) is joins
+    if joins:
+        assert call.parent is not None
+        assert call.parent.span_id == _CALLER_SPAN
+    else:
+        assert call.parent is None
+
+
+def test_a_current_span_wins_over_the_callers_headers_and_a_given_span_over_both(
+    otel: Recorded,
+) -> None:
+    """Under an instrumented server the current span has continued the caller's trace: the
+    headers are not read again. A span the adapter names (a proxy's own request span) is the
+    parent whatever is current."""
+    tracer = otel.tracer_provider.get_tracer("app")
+    guard = _guard(ScriptedModel([Reply.text("one"), Reply.text("two")]))
+    proxy = tracer.start_span("proxy request")
+    with tracer.start_as_current_span("server") as server:
+        guard.complete(_request(extensions={TRACE_PARENT: {"traceparent": _TRACEPARENT}}))
+        guard.complete(_request(extensions={TRACE_PARENT: proxy}))
+    proxy.end()
+    first, second = otel.named("agentguard chat")
+    assert first.parent is not None
+    assert first.parent.span_id == server.get_span_context().span_id
+    assert second.parent is not None
+    assert second.parent.span_id == proxy.get_span_context().span_id
 
 
 def test_failed_attempts_and_an_escalation_are_recorded(otel: Recorded) -> None:

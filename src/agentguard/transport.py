@@ -34,6 +34,7 @@ __all__ = [
     "ORIGINAL",
     "SCOPE",
     "SESSION_HEADER",
+    "TRACE_PARENT",
     "AsyncTransport",
     "ModelRequest",
     "ModelResponse",
@@ -58,6 +59,12 @@ SESSION_HEADER = "x-agentguard-session"
 #: of the API key a proxy was called with): conversations found without a named session are
 #: never matched across scopes.
 SCOPE = "agentguard.scope"
+
+#: The :attr:`ModelRequest.extensions` key an adapter sets to where the guarded call's span
+#: belongs when that is not the current OpenTelemetry context: a span (a proxy's own request
+#: span), a context, or the W3C trace-context headers the caller sent (``traceparent``,
+#: ``tracestate``). Only telemetry reads it; nothing of it goes upstream.
+TRACE_PARENT = "agentguard.trace_parent"
 
 
 #: Tool-call arguments (JSON text, UTF-8 bytes, a mapping, or nothing) as a ``dict``: the one

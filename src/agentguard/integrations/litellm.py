@@ -42,6 +42,7 @@ from agentguard.telemetry import provider_name
 from agentguard.transport import (
     SCOPE,
     SESSION_HEADER,
+    TRACE_PARENT,
     ModelRequest,
     ModelResponse,
     StreamChunk,
@@ -167,6 +168,10 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
         register_secret(kwargs["api_key"])
     timeout = kwargs.get("timeout")
     caller = _caller(litellm_params, client_headers)
+    extensions: dict[str, Any] = {SCOPE: caller} if caller else {}
+    parent = _trace_parent(litellm_params, client_headers)
+    if parent is not None:
+        extensions[TRACE_PARENT] = parent
     return (
         ModelRequest(
             model=str(kwargs["model"]),
@@ -174,10 +179,22 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
             params=params,
             headers=headers,
             timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
-            extensions={SCOPE: caller} if caller else {},
+            extensions=extensions,
         ),
         str(session) if session else None,
     )
+
+
+def _trace_parent(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> Any:
+    """Where the guarded call's spans belong in the proxy (see ``TRACE_PARENT``): under the
+    proxy's own request span when its OpenTelemetry callback made one (litellm parents its
+    spans there too), else in the client's trace when it sent ``traceparent``."""
+    for name in ("metadata", "litellm_metadata"):
+        metadata = litellm_params.get(name)
+        if isinstance(metadata, Mapping) and metadata.get("litellm_parent_otel_span") is not None:
+            return metadata["litellm_parent_otel_span"]
+    carrier = {str(k).lower(): v for k, v in client_headers.items()}
+    return {k: carrier[k] for k in ("traceparent", "tracestate") if k in carrier} or None
 
 
 def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> str | None:

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
+from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import _internal as _metrics_state
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentguard import _clock
 from agentguard._redact import redact, redact_data
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
+from agentguard.transport import TRACE_PARENT, ModelRequest, ModelResponse, StreamChunk
 
 from . import _semconv as sc
 
@@ -96,7 +96,8 @@ class Bridge:
             attrs[sc.STREAM] = True
         if session:
             attrs[sc.CONVERSATION] = session
-        return _Call(self, f"agentguard chat {request.model}".rstrip(), attrs)
+        name = f"agentguard chat {request.model}".rstrip()
+        return _Call(self, name, attrs, _parent(request.extensions.get(TRACE_PARENT)))
 
     def tool(self, name: str) -> _ToolCall:
         """The span of one guarded tool call (its attempts are children)."""
@@ -174,18 +175,46 @@ class _Active:
             self._token = None
 
 
+def _parent(given: Any) -> Any:
+    """The context a guarded call's span starts in, from what an adapter set as its
+    :data:`~agentguard.transport.TRACE_PARENT`: ``None`` for the current context (nothing set,
+    or nothing usable: a damaged header is no parent). A span or a context is taken as given;
+    the caller's trace-context headers only when no span is current (an instrumented server
+    has continued the caller's trace already, in a span of its own)."""
+    if given is None:
+        return None
+    try:
+        if isinstance(given, trace.Span):
+            return trace.set_span_in_context(given)
+        if isinstance(given, Mapping):
+            if trace.get_current_span().get_span_context().is_valid:
+                return None
+            carrier = {str(k).lower(): str(v) for k, v in given.items()}
+            found = propagate.extract(carrier)
+            valid = trace.get_current_span(found).get_span_context().is_valid
+            return found if valid else None
+        if isinstance(given, otel_context.Context):
+            return given
+    except Exception:
+        _quietly("trace parent")
+    return None
+
+
 class _Call:
     """A guarded model call being recorded (see :func:`agentguard.telemetry._gate.observe_call`)."""
 
     __slots__ = ("_active", "_attempts", "_attrs", "_b", "_ended", "_name", "_parent", "_span",
                  "_started")  # fmt: skip
 
-    def __init__(self, bridge: Bridge, name: str, attrs: dict[str, Any]) -> None:
+    def __init__(
+        self, bridge: Bridge, name: str, attrs: dict[str, Any], parent: Any = None
+    ) -> None:
         self._b = bridge
         self._name, self._attrs = name, attrs
         # the span starts with the call's first step (a stream never read records nothing),
-        # as a child of what was current when the call was made
-        self._parent = otel_context.get_current()
+        # as a child of the parent the adapter named, else of what was current when the call
+        # was made
+        self._parent = otel_context.get_current() if parent is None else parent
         self._span: Any = None
         self._started = False
         self._active: _Active | None = None
