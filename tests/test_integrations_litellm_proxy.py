@@ -355,20 +355,26 @@ sys.exit(run_server())
 """
 
 
+def _traced_launcher(tmp_path: Path) -> tuple[str, Path]:
+    """A launcher standing in for ``litellm`` with a global tracer provider, and the file its
+    spans go to (the test is skipped without the OpenTelemetry SDK)."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    launcher = tmp_path / "traced-litellm"
+    launcher.write_text(_TRACED_PROXY.format(python=sys.executable))
+    launcher.chmod(0o755)
+    return str(launcher), tmp_path / "spans.jsonl"
+
+
 def test_the_guard_records_its_spans_inside_the_proxy(
     upstream: tuple[Upstream, str], tmp_path: Path
 ) -> None:
     """A proxy process with a global tracer provider: each guarded request is an ``agentguard
     chat`` span with one ``chat`` CLIENT span per upstream attempt (a 500, then the strong
     tier), the session as ``gen_ai.conversation.id``, the provider as litellm routes it."""
-    pytest.importorskip("opentelemetry.sdk.trace")
     up, url = upstream
-    spans_file = tmp_path / "spans.jsonl"
-    launcher = tmp_path / "traced-litellm"
-    launcher.write_text(_TRACED_PROXY.format(python=sys.executable))
-    launcher.chmod(0o755)
+    launcher, spans_file = _traced_launcher(tmp_path)
     guard = guard_config(url)
-    with litellm_proxy(str(launcher), tmp_path, guard, prefix=[str(spans_file)]) as (base, key):
+    with litellm_proxy(launcher, tmp_path, guard, prefix=[str(spans_file)]) as (base, key):
         client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
         up.script(fast_model=[Fault.server_error(500)], strong_model=[Reply.text("found it")])
         raw = _ask(client, "otel-run")
@@ -396,16 +402,12 @@ def test_the_guards_spans_join_the_proxys_trace(
     """With litellm's own OpenTelemetry callback on, a request that carries the client's
     ``traceparent`` is one trace: the proxy's request span continues the client's, and the
     guarded call's span sits under it, beside litellm's own spans."""
-    pytest.importorskip("opentelemetry.sdk.trace")
     up, url = upstream
-    spans_file = tmp_path / "spans.jsonl"
-    launcher = tmp_path / "traced-litellm"
-    launcher.write_text(_TRACED_PROXY.format(python=sys.executable))
-    launcher.chmod(0o755)
+    launcher, spans_file = _traced_launcher(tmp_path)
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     traceparent = f"00-{trace_id}-00f067aa0ba902b7-01"
     with litellm_proxy(
-        str(launcher), tmp_path, guard_config(url), prefix=[str(spans_file)], callbacks=["otel"]
+        launcher, tmp_path, guard_config(url), prefix=[str(spans_file)], callbacks=["otel"]
     ) as (base, key):
         client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
         up.script(fast_model=[Reply.text("found it")])
