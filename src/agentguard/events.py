@@ -185,6 +185,11 @@ class Emitter:
         """The instance's own hooks."""
         return self._hooks
 
+    @property
+    def active(self) -> bool:
+        """Whether an emitted event reaches any hook (an event nobody hears need not be built)."""
+        return bool(self._hooks) or (self._use_defaults and bool(_defaults))
+
     def emit(self, event: Event) -> None:
         """Hand ``event`` to every hook; a hook that raises is logged and skipped."""
         hooks = self._hooks + _defaults if self._use_defaults else self._hooks

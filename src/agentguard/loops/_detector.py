@@ -399,7 +399,11 @@ class LoopDetector:
         return found
 
     def _emit(self, verdict: Verdict) -> Verdict:
-        if verdict.severity is not Severity.OK and verdict.detector is not None:
+        if (
+            verdict.severity is not Severity.OK
+            and verdict.detector is not None
+            and self._emitter.active
+        ):
             self._emitter.emit(
                 LoopFlagged(
                     session=self.session,

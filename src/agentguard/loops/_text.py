@@ -54,6 +54,8 @@ def _looping(units: list[str]) -> int:
     with different values between them: content, not degeneration. A loop repeats the unit with
     nothing new in between, so only copies separated by identical stretches count.
     """
+    if len(set(units)) == len(units):  # the usual case: no unit comes back at all
+        return 1 if any(len(u) >= 3 for u in units) else 0
     counts = Counter(u for u in units if len(u) >= 3)
     best = 0
     for unit, n in counts.most_common(_CANDIDATES):
@@ -103,8 +105,11 @@ def degenerate_repeats(text: str) -> int:
     prose = "\n".join(lines)
     words = prose.split()
     # Cheap gate for the back-to-back run search (the regex is O(len * 80)): a run of 8+ copies
-    # repeats some word 8+ times, or sits inside one long unbroken token ("abcabcabc...").
-    if max(Counter(words).values(), default=0) < 8 and all(len(w) < 16 for w in words):
+    # repeats some word 8+ times, or sits inside one long unbroken token ("abcabcabc..."). A
+    # word 8 times makes at least 7 repeated words: the set tells most texts apart at once.
+    if max(map(len, words), default=0) < 16 and (
+        len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
+    ):
         return best
     if not _periodic("".join(words)):
         return best
