@@ -17,7 +17,14 @@ import collections
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
@@ -447,7 +455,7 @@ def _whole(chunk: StreamChunk) -> bool:
         return False
     if raw.name is not None:  # a Responses event: the guard passes its text on unchanged
         return True
-    mine = StreamChunk.from_body(raw)
+    mine = raw.chunk or StreamChunk.from_body(raw)  # the chunk as the transport read it
     return (
         mine.content == chunk.content
         and tuple(mine.tool_calls) == tuple(chunk.tool_calls)
@@ -470,7 +478,7 @@ def _chat_event(chunk: StreamChunk, forward: Forward) -> bytes:
         finish is not None
         and not chunk.content
         and not chunk.tool_calls
-        and chunk.finish_reason == StreamChunk.from_body(finish).finish_reason
+        and chunk.finish_reason == (finish.chunk or StreamChunk.from_body(finish)).finish_reason
     ):
         return _sse(finish.data)
     last: Mapping[str, Any] = forward.last or {}
@@ -524,11 +532,46 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         raise
     headers = _upstream_headers(forward.headers)
     headers.pop("content-type", None)
-    return StreamingResponse(
-        _events(server, stream, first, forward),
-        headers=headers,
-        media_type="text/event-stream",
-    )
+    events = _events(server, stream, first, forward)
+    try:
+        opening = await anext(events)  # the stream's head, up to its first chunk
+    except BaseException:
+        await events.aclose()  # settles the stream
+        raise
+    return _EventStream(opening, events, headers=headers)
+
+
+class _EventStream(StreamingResponse):
+    """A stream of server-sent events whose head (the headers and the events up to the first
+    chunk) goes out from the request's own task, as soon as the first chunk is there.
+
+    Starlette's ``StreamingResponse`` sends everything from a task of its own, which starts on
+    the event loop's next turn: on a busy server a turn is milliseconds, all of them added to
+    the caller's time to first token.
+    """
+
+    def __init__(
+        self, opening: bytes, events: AsyncGenerator[bytes, None], headers: Mapping[str, str]
+    ) -> None:
+        super().__init__(events, headers=headers, media_type="text/event-stream")
+        self._opening = opening
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": self._opening, "more_body": True})
+        except BaseException:
+            await self._events.aclose()  # settles the stream: the caller is gone
+            raise
+        await super().__call__(scope, receive, send)
+
+    async def stream_response(self, send: Send) -> None:
+        """The rest of the events (the head went out already)."""
+        async for chunk in self._events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _settle(server: GuardServer, stream: AsyncGuardedStream) -> None:
@@ -541,18 +584,21 @@ async def _settle(server: GuardServer, stream: AsyncGuardedStream) -> None:
 
 async def _events(
     server: GuardServer, stream: AsyncGuardedStream, first: StreamChunk | None, forward: Forward
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
+    """The stream's events as they go out; the first piece is its head (the upstream's opening
+    event and the first chunk), the last the report and ``[DONE]``."""
     replay = _Replay(forward) if forward.path == "/responses" else None
     try:
-        if forward.opening is not None:
-            yield _sse(forward.opening.data)
+        pending = _sse(forward.opening.data) if forward.opening is not None else b""
         try:
             if first is not None:
-                yield replay.out(first) if replay is not None else _chat_event(first, forward)
+                pending += replay.out(first) if replay is not None else _chat_event(first, forward)
+            head, pending = pending, b""
+            yield head
             async for chunk in stream:
                 yield replay.out(chunk) if replay is not None else _chat_event(chunk, forward)
         except Exception as exc:  # the answer has begun: the error can only be an event
-            yield _error_event(exc)
+            yield pending + _error_event(exc)
             return
         if replay is not None:
             yield replay.end()

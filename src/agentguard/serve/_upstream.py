@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 
 from agentguard.exceptions import ModelError, ModelTimeout
@@ -77,6 +78,9 @@ class Event(dict[str, Any]):
         super().__init__(body)
         self.data = data
         self.name = name
+        #: the chunk the transport read from this event (a guard that passes the chunk on
+        #: unchanged passes on this very object)
+        self.chunk: StreamChunk | None = None
 
 
 @dataclass(slots=True)
@@ -331,7 +335,8 @@ def _note(forward: Forward, event: Event, chunk: StreamChunk) -> None:
 
 
 def _chat_chunk(event: Event) -> StreamChunk:
-    return StreamChunk.from_body(event, raw=event)
+    event.chunk = StreamChunk.from_body(event, raw=event)
+    return event.chunk
 
 
 def _responses_answer(answer: Answer) -> ModelResponse:
@@ -372,6 +377,14 @@ def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
 
 _DONE = Event({}, "[DONE]", None)
 
+# After ``[DONE]`` the upstream's body normally ends at once (the chunked encoding's last,
+# empty chunk). It is read before the stream ends, so that the connection goes back to the pool:
+# a response closed before its body's end closes its connection, and every stream would then
+# pay a new connection (a TLS handshake with a remote upstream). Bounded for an upstream that
+# keeps the stream open after ``[DONE]``: that connection is closed, as before.
+_DRAIN_SECONDS = 0.25
+_DRAIN_BYTES = 65_536
+
 
 def _event(data: list[str], name: str | None) -> Event | None:
     """The event of some ``data:`` lines: :data:`_DONE` for ``[DONE]``, ``None`` when it holds
@@ -394,7 +407,8 @@ async def _events(response: httpx.Response) -> AsyncIterator[Event]:
     """
     name: str | None = None
     data: list[str] = []
-    async for line in response.aiter_lines():
+    lines = response.aiter_lines()
+    async for line in lines:
         if line:
             key, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
@@ -406,9 +420,20 @@ async def _events(response: httpx.Response) -> AsyncIterator[Event]:
         event = _event(data, name) if data else None
         data, name = [], None
         if event is _DONE:
+            await _drain(lines)
             return
         if event is not None:
             yield event
     event = _event(data, name) if data else None  # a last event without its blank line
     if event is not None and event is not _DONE:
         yield event
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what is left of a stream's body after ``[DONE]`` (see :data:`_DRAIN_SECONDS`)."""
+    left = _DRAIN_BYTES
+    with anyio.move_on_after(_DRAIN_SECONDS):
+        async for line in lines:
+            left -= len(line) + 1
+            if left < 0:
+                return

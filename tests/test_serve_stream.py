@@ -1,0 +1,216 @@
+"""``agentguard serve``: how a guarded stream moves (the ASGI app called directly, so that what
+goes out to the caller is seen message by message; the upstream an httpx mock transport whose
+body is a generator).
+
+The first content goes out before the upstream's next chunk is read; the response's head goes
+out from the request's own task; the upstream's body is read to its end after ``[DONE]``, so
+that its connection goes back to the pool; a caller gone before the head went out leaves no
+stream open.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason='needs the serve extra: pip install "agentguard[serve]"')
+
+import agentguard as ag
+from agentguard.serve import GuardServer, create_app
+from agentguard.serve import _upstream as upstream_module
+
+pytestmark = pytest.mark.anyio
+
+HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {**HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+OPENING = _event({"role": "assistant", "content": ""})
+WORDS = [_event({"content": "The docs "}), _event({"content": "are at /docs."})]
+FINISH = _event({}, "stop")
+DONE = b"data: [DONE]\n\n"
+
+
+class Body(httpx.AsyncByteStream):
+    """An upstream's streamed body: ``parts`` one by one, each after ``before(i)`` ran; notes
+    whether it was read to its end and whether it was closed."""
+
+    def __init__(
+        self, parts: list[bytes], before: Callable[[int], Any] | None = None, tail: Any = None
+    ) -> None:
+        self.parts = parts
+        self.before = before
+        self.tail = tail  # awaited after the last part (an upstream that keeps the body open)
+        self.ended = False
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for i, part in enumerate(self.parts):
+            if self.before is not None:
+                self.before(i)
+            yield part
+        if self.tail is not None:
+            await self.tail()
+        self.ended = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _server(body: Body) -> GuardServer:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+    return GuardServer(
+        ag.GuardConfig.from_dict({}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer),
+    )
+
+
+async def _call(
+    server: GuardServer, send: Callable[[dict[str, Any]], Any] | None = None
+) -> list[dict[str, Any]]:
+    """One streamed chat request through the app; the ASGI messages sent back."""
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "docs?"}], "stream": True}
+    ).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"authorization", b"Bearer sk-1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    asked = False
+    out: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        import anyio
+
+        await anyio.Event().wait()  # the caller stays until the answer ends
+        raise AssertionError("unreachable")
+
+    async def record(message: dict[str, Any]) -> None:
+        out.append(message)
+        if send is not None:
+            await send(message)
+
+    await create_app(server)(scope, receive, record)
+    return out
+
+
+def _sent(messages: list[dict[str, Any]]) -> bytes:
+    return b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+
+
+async def test_the_first_content_goes_out_before_the_next_chunk_is_read() -> None:
+    """The caller has the first words (and the response's head) before the server asks the
+    upstream for its next chunk: nothing is held back to look ahead."""
+    out: list[dict[str, Any]] = []
+    seen_when_asked: list[bytes] = []
+
+    def before(i: int) -> None:
+        if i == 2:  # the upstream is asked for the chunk after the first words
+            seen_when_asked.append(_sent(out))
+            assert any(m["type"] == "http.response.start" for m in out)
+
+    body = Body([OPENING, WORDS[0], WORDS[1], FINISH, DONE], before)
+    server = _server(body)
+
+    async def send(message: dict[str, Any]) -> None:
+        out.append(message)
+
+    messages = await _call(server, send)
+    assert seen_when_asked == [OPENING + WORDS[0]]
+    # and the caller got exactly what the upstream sent, then the guard's report and [DONE]
+    events = _sent(messages)
+    assert events.startswith(OPENING + WORDS[0] + WORDS[1] + FINISH)
+    assert events.endswith(DONE)
+    assert messages[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    assert server.open_streams == 0
+
+
+async def test_the_head_goes_out_in_one_message_after_the_start() -> None:
+    """The response start, then one body message with the opening event and the first words
+    (one write to the caller, not two)."""
+    server = _server(Body([OPENING, WORDS[0], WORDS[1], FINISH, DONE]))
+    messages = await _call(server)
+    assert messages[0]["type"] == "http.response.start"
+    assert messages[0]["status"] == 200
+    assert messages[1]["body"] == OPENING + WORDS[0]
+
+
+async def test_the_upstream_body_is_read_to_its_end_after_done() -> None:
+    """After ``[DONE]`` the rest of the upstream's body is read before it is closed: a body
+    closed before its end closes its connection, and the next stream would need a new one."""
+    body = Body([OPENING, WORDS[0], FINISH, DONE, b"\n"])
+    server = _server(body)
+    await _call(server)
+    assert body.ended
+    assert body.closed
+
+
+async def test_an_upstream_that_keeps_the_body_open_after_done_is_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read after ``[DONE]`` is bounded: a body that never ends is closed (its connection
+    with it) and the caller's stream ends all the same."""
+    import anyio
+
+    monkeypatch.setattr(upstream_module, "_DRAIN_SECONDS", 0)
+    body = Body([OPENING, WORDS[0], FINISH, DONE], tail=anyio.Event().wait)
+    server = _server(body)
+    messages = await _call(server)
+    assert _sent(messages).endswith(DONE)
+    assert not body.ended
+    assert body.closed
+
+
+async def test_an_upstream_that_streams_on_after_done_is_read_only_so_far(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read after ``[DONE]`` stops after a bounded number of bytes."""
+    monkeypatch.setattr(upstream_module, "_DRAIN_BYTES", 100)
+    more = [b": keep-alive\n\n"] * 50
+    body = Body([OPENING, WORDS[0], FINISH, DONE, *more])
+    server = _server(body)
+    messages = await _call(server)
+    assert _sent(messages).endswith(DONE)
+    assert not body.ended
+    assert body.closed
+
+
+async def test_a_caller_gone_before_the_head_went_out_leaves_no_stream_open() -> None:
+    """The head is sent from the request's task: if the caller is gone by then, the stream is
+    settled there (nothing is left open, the upstream body is closed)."""
+    body = Body([OPENING, WORDS[0], WORDS[1], FINISH, DONE])
+    server = _server(body)
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the caller is gone")
+
+    with pytest.raises(OSError, match="gone"):
+        await _call(server, send)
+    assert server.open_streams == 0
+    assert body.closed
