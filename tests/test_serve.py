@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 import agentguard as ag
 from _openai_upstream import Upstream
+from _otel import recorded_spans
 from agentguard.serve import ROUTES, GuardServer, add_route, create_app
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 
@@ -222,6 +223,25 @@ async def test_session_header_names_the_session_and_never_goes_upstream(
     (_, _, _, headers) = server.upstream.seen[0]
     assert "x-agentguard-session" not in headers
     assert headers["authorization"] == f"Bearer {KEY_A}"  # the caller's key goes upstream
+
+
+async def test_the_guards_spans_continue_the_callers_trace(
+    served: Callable[..., Served],
+) -> None:
+    """A caller's ``traceparent`` makes the guarded call a span of the caller's trace, and goes
+    upstream as sent."""
+    server = served([Reply.text("ok")])
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with recorded_spans() as exporter:
+        await server.client().chat.completions.create(
+            model="m", messages=ASK, extra_headers={"traceparent": traceparent}
+        )
+    (call,) = [s for s in exporter.get_finished_spans() if s.name.startswith("agentguard chat")]
+    assert call.context.trace_id == 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    assert call.parent is not None
+    assert call.parent.span_id == 0x00F067AA0BA902B7
+    (_, _, _, headers) = server.upstream.seen[0]
+    assert headers["traceparent"] == traceparent
 
 
 def _looping(n: int) -> list[Any]:

@@ -49,6 +49,7 @@ from agentguard.resilience import CircuitBreaker
 from agentguard.storage import Store, store_from_config
 from agentguard.transport import (
     SCOPE,
+    TRACE_PARENT,
     ModelRequest,
     ModelResponse,
     StreamChunk,
@@ -397,6 +398,11 @@ def _build(
     extensions = {**neutral.extensions, FORWARD: Forward(path, body, content)}
     if caller:
         extensions[SCOPE] = caller
+    # the caller's trace context: the guard's spans join the caller's trace (they go upstream
+    # as sent, with the rest of the headers)
+    carrier = {k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers}
+    if carrier:
+        extensions[TRACE_PARENT] = carrier
     neutral = ModelRequest(
         model=neutral.model,
         messages=neutral.messages,
