@@ -54,8 +54,6 @@ _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
 
-_Quiet = Callable[[ToolEvent], bool]
-_Check = Callable[[ToolEvent], Verdict]
 
 
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
@@ -101,17 +99,12 @@ class LoopDetector:
         self.session = session
         # one instance of every registered detector, in priority order
         self._detectors: tuple[Detector, ...] = tuple(d(cfg, self._known) for d in REGISTRY)
-        # per tool event kind: (quiet, check) of the sticky detectors, check of the others
-        self._runs_on: dict[str, tuple[tuple[tuple[_Quiet, _Check], ...], tuple[_Check, ...]]] = {
+        # per tool event kind: the sticky detectors, then the others (detectors, not their bound
+        # methods: a session's state stays a few dozen objects for the garbage collector to walk)
+        self._runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]] = {
             kind: (
-                tuple(
-                    (d.quiet, d.check)
-                    for d in self._detectors
-                    if kind in d.consumes and kind in d.sticky
-                ),
-                tuple(
-                    d.check for d in self._detectors if kind in d.consumes and kind not in d.sticky
-                ),
+                tuple(d for d in self._detectors if kind in d.consumes and kind in d.sticky),
+                tuple(d for d in self._detectors if kind in d.consumes and kind not in d.sticky),
             )
             for kind in ("call", "result")
         }
@@ -217,13 +210,13 @@ class LoopDetector:
         """
         sticky, loose = self._runs_on[event.kind]
         state = event.state
-        found = [check(event) for quiet, check in sticky if not quiet(event)]
+        found = [d.check(event) for d in sticky if not d.quiet(event)]
         verdict = pick(found) if found else OK
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
-        for check in loose:
-            extra = check(event)
+        for d in loose:
+            extra = d.check(event)
             if extra is not OK:
                 verdict = pick((verdict, extra))
         return verdict if verdict is OK else self._emit(verdict)
