@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from typing import Any
 
@@ -62,6 +63,9 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         upstream = sorted(u for u in urls if u)[0]
     app = create_app(GuardServer(config, upstream, timeout=args.timeout))
+    # A long-lived server: what start-up built (the imported modules, the app) is never garbage,
+    # so full collections, which stop the event loop, need not walk it again and again.
+    gc.freeze()
     uvicorn.run(
         app,
         host=args.host,
