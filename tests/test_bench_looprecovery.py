@@ -163,7 +163,6 @@ def test_the_guarded_agent_reports_the_rungs_and_survives_the_stop() -> None:
     assert run.tokens > 0
 
 
-@pytest.mark.skipif(not RECORDED.exists(), reason="the recorded run is not committed yet")
 def test_the_tables_read_a_recorded_run() -> None:
     """The recorded real run (SmolLM2-135M-Instruct, function-calling format) makes the tables,
     and each recorded raw run's accounting is what replaying its answers gives."""
