@@ -68,8 +68,9 @@ from bench_agenttasks import (
     _config,
     _message,
     _pct,
-    _usage_of,  # the same requirements: a model to ask
+    _usage_of,
 )
+from bench_agenttasks import available as _model_available
 
 TITLE = "Loop recovery on a real small model: raw vs guarded"
 SEED = 7
@@ -363,6 +364,11 @@ def _saved(now: int, before: int) -> str:
     if now > before:
         return f"{now - before:,} more, {_change(now, before)}"
     return f"{before - now:,} saved, {_pct(before - now, before)}"
+
+
+def available() -> bool:
+    """Whether a model can be served here or one is named (as for ``bench_agenttasks``)."""
+    return _model_available()
 
 
 def run(quick: bool) -> list[Table]:

@@ -191,3 +191,17 @@ def _reply(answer: dict[str, object]) -> Reply:
     if calls and isinstance(content, str) and text_call(content) is not None:
         calls = ()  # a text call the agent structured itself: replay the text
     return Reply(content or None, tuple(calls))  # type: ignore[arg-type]
+
+
+def test_without_a_model_it_reports_one_row_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opt-in: no llama.cpp or no model here, no endpoint named: one 'not run here' row, a
+    placeholder (run.py then keeps the section measured where the model was)."""
+    import bench_realmodel
+
+    for name in ("AGENTTASKS_BASE_URL", "LOOPRECOVERY_SAVED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(bench_realmodel, "available", lambda: False)
+    assert not bench_looprecovery.available()
+    (table,) = bench_looprecovery.run(quick=True)
+    assert table.placeholder
+    assert "not run here" in str(table.rows[0][0])
