@@ -265,6 +265,7 @@ def realmodel(session: nox.Session) -> None:
         "realmodel",
         "--only",
         "agenttasks",
+        "--only=looprecovery",
         *session.posargs,
     )
 
