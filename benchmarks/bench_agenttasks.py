@@ -454,12 +454,12 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
             mark = "correct" if o.correct else ("wrong" if o.finished else (o.error or "no answer"))
             row.append(f"{mark}, {o.turns} turns, {o.tokens:,} tok")
         per_task.append(row)
-    single = data["single"]
+    single = data.get("single") or {}
     if "raw" in single:  # measurements saved before the function-calling row existed
         single = {"model's chat template": single}
     placement = data.get("placement") or {}
     n = len(raw)
-    return [
+    out = [
         Table(
             TITLE,
             [
@@ -543,6 +543,8 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
             ),
         ),
     ]
+    # a run that stopped before its single-turn or placement part: those tables are left out
+    return [t for t in out if t.rows or t.title == TITLE or t.title.startswith("Agent tasks")]
 
 
 def _per_correct(results: Mapping[str, list[Outcome]]) -> str:
