@@ -16,8 +16,12 @@ seed, ``max_tokens`` 160 per answer, at most 6 model turns per task.
 Stacks, on the same tasks:
 
 - **raw**: the plain client (it reads ``tool_calls`` only, as agents do);
-- **guarded, one tier**: ``ag.wrap`` with the model as the only tier (nothing to escalate to);
-- **guarded, two tiers**: the same, with a *scripted* stronger tier behind it: an
+- **guarded, one tier**: ``ag.wrap`` with the default configuration and the model as the only
+  tier (nothing to escalate to);
+- **guarded, profile, one tier**: the same with the *small-model profile* of
+  ``docs/local-models.md`` (:data:`SMALL_MODEL_PROFILE`: the opt-in grounding checks and
+  ``answered_repeats_after: 1``);
+- **guarded, ... two tiers**: the same, with a *scripted* stronger tier behind it: an
   OpenAI-compatible endpoint on loopback (``agentguard.testing.ScriptedModel``) answering each
   task correctly. No stronger real model is at hand here; it stands in for one, and says how
   often the guard hands a run to it.
@@ -26,7 +30,9 @@ Reported per stack: tasks finished (a final answer, no exception) and correct (t
 the task's facts), identical repeated tool calls executed, model turns, tokens (all upstream
 calls, re-asks included), runs ending in an exception, and how the guard recovered. The single-turn
 table asks each of 20 prompts once and counts answers that are the right call (name and
-arguments), as ``tool_calls``.
+arguments), as ``tool_calls`` — with the model's own chat template and, on a second server, in
+llama.cpp's grammar function-calling mode (``--chat_format chatml-function-calling``, sent with
+``tool_choice: "auto"``, without which that mode drops the tools).
 """
 
 from __future__ import annotations
@@ -62,6 +68,17 @@ SEED = 7
 MAX_TOKENS = 160
 MAX_TURNS = 6
 STRONG = "scripted-strong"
+#: The small-model profile of docs/local-models.md (its ``tool_validation`` section): checks
+#: that can misfire on a strong model's healthy traffic, so they are off by default.
+SMALL_MODEL_PROFILE: dict[str, Any] = {
+    "answered_repeats_after": 1,
+    "ungrounded_arguments": True,
+    "ungrounded_answers": True,
+    "uncovered_values": True,
+    "cut_off_text_is_failure": True,
+}
+#: llama.cpp's grammar function-calling mode (a second server), asked with tool_choice auto
+FUNCTION_CALLING = ("--chat_format", "chatml-function-calling")
 #: where a recording of the raw model's answers goes (``--record``): test fixtures
 RECORD_ENV = "AGENTTASKS_RECORD"
 
@@ -82,7 +99,7 @@ class Outcome:
     tiers: set[str] = field(default_factory=set)
 
 
-def _config(model: str, strong: str | None, **tool_validation: Any) -> ag.GuardConfig:
+def _config(model: str, strong: str | None, *, profile: bool = False) -> ag.GuardConfig:
     tiers: dict[str, Any] = {"small": {"model": model}}
     chain = ["small"]
     if strong is not None:
@@ -93,7 +110,7 @@ def _config(model: str, strong: str | None, **tool_validation: Any) -> ag.GuardC
             "tiers": tiers,
             "escalation": {"chain": chain},
             "memory_pressure": {"enabled": False},
-            "tool_validation": tool_validation,
+            "tool_validation": SMALL_MODEL_PROFILE if profile else {},
         },
         env={},
     )
@@ -218,8 +235,8 @@ def _same_numbers(got: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     return True
 
 
-def single_turn(client: Any, model: str) -> tuple[int, int]:
-    """Prompts answered with the right call, of all prompts."""
+def single_turn(client: Any, model: str, extra: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    """Prompts answered with the right call, of all prompts (``extra``: more request fields)."""
     right = 0
     for question, name, arguments in SINGLE_TURN:
         messages = [
@@ -235,6 +252,7 @@ def single_turn(client: Any, model: str) -> tuple[int, int]:
                 temperature=0,
                 seed=SEED,
                 max_tokens=MAX_TOKENS,
+                **(extra or {}),
             )
         except Exception:  # a failed call is a wrong answer
             continue
@@ -312,14 +330,27 @@ def _strong_tier() -> Iterator[str]:
         yield url
 
 
-STACKS = ("raw", "guarded, one tier", "guarded, two tiers")
+#: each stack: its label, whether it uses the small-model profile, whether it has two tiers
+STACKS: tuple[tuple[str, bool, bool], ...] = (
+    ("raw", False, False),
+    ("guarded, one tier", False, False),
+    ("guarded, two tiers", False, True),
+    ("guarded, profile, one tier", True, False),
+    ("guarded, profile, two tiers", True, True),
+)
 
 
 def measure(
-    base: str, model: str, *, quick: bool = False, save: str | None = None
+    base: str,
+    model: str,
+    *,
+    quick: bool = False,
+    save: str | None = None,
+    function_calling: str | None = None,
 ) -> dict[str, Any]:
     """Every stack on every task, and the single-turn accuracy, against ``base`` (written to
-    ``save`` after each part as well, when given)."""
+    ``save`` after each part as well, when given); the single-turn accuracy in llama.cpp's
+    function-calling mode too against ``function_calling``, a second server, when given."""
     openai = import_module("openai")
     tasks = TASKS[:3] if quick else TASKS
     results: dict[str, list[Outcome]] = {}
@@ -327,7 +358,7 @@ def measure(
     record = open(os.environ[RECORD_ENV], "a") if os.environ.get(RECORD_ENV) else None  # noqa: SIM115
     try:
         with _strong_tier() as strong:
-            for stack in STACKS:
+            for stack, profile, two in STACKS:
                 start = time.perf_counter()
                 outcomes = []
                 for task in tasks:
@@ -336,7 +367,7 @@ def measure(
                         with _client(openai, base) as raw:
                             outcomes.append(agent(raw, model, task, guarded=False, record=record))
                         continue
-                    config = _config(model, strong if stack.endswith("two tiers") else None)
+                    config = _config(model, strong if two else None, profile=profile)
                     with ag.wrap(_client(openai, base), config) as guarded:
                         outcomes.append(agent(guarded, model, task, guarded=True))
                 results[stack] = outcomes
@@ -351,15 +382,35 @@ def measure(
         single_raw = single_turn(raw, model)
         print("  hint placement ...", flush=True)
         placement = hint_placement(raw, model, tasks)
-    with ag.wrap(_client(openai, base), _config(model, None)) as guarded:
-        single_guarded = single_turn(guarded, model)
+    single = {"raw": single_raw, **_single_guarded(openai, base, model)}
+    modes = {"model's chat template": single}
+    if function_calling is not None:
+        print("  single turn, function-calling mode ...", flush=True)
+        auto = {"tool_choice": "auto"}
+        with _client(openai, function_calling) as raw:
+            fc = {"raw": single_turn(raw, model, auto)}
+        modes["function-calling mode"] = {
+            **fc,
+            **_single_guarded(openai, function_calling, model, auto),
+        }
     return {
         "results": results,
         "seconds": seconds,
-        "single": {"raw": single_raw, "guarded": single_guarded},
+        "single": modes,
         "placement": placement,
         "model": model,
     }
+
+
+def _single_guarded(
+    openai: Any, base: str, model: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, tuple[int, int]]:
+    """Single-turn accuracy guarded, default and with the small-model profile."""
+    out = {}
+    for label, profile in (("guarded", False), ("guarded, profile", True)):
+        with ag.wrap(_client(openai, base), _config(model, None, profile=profile)) as guarded:
+            out[label] = single_turn(guarded, model, extra)
+    return out
 
 
 def _share(part: int, whole: int) -> str:
@@ -403,10 +454,12 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
             mark = "correct" if o.correct else ("wrong" if o.finished else (o.error or "no answer"))
             row.append(f"{mark}, {o.turns} turns, {o.tokens:,} tok")
         per_task.append(row)
-    single = data["single"]
+    single = data.get("single") or {}
+    if "raw" in single:  # measurements saved before the function-calling row existed
+        single = {"model's chat template": single}
     placement = data.get("placement") or {}
     n = len(raw)
-    return [
+    out = [
         Table(
             TITLE,
             [
@@ -425,9 +478,12 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
                 f"{len(raw)} multi-turn tasks with deterministic fake tools "
                 "(`benchmarks/agenttasks/`), the plain agent loop through the real openai "
                 f"client; temperature 0, seed {SEED}, max_tokens {MAX_TOKENS}, at most "
-                f"{MAX_TURNS} model turns. Default configuration; the two-tier stack's second "
-                "tier is **scripted** (a loopback endpoint answering each task correctly): no "
-                "stronger real model was at hand."
+                f"{MAX_TURNS} model turns. *profile*: the small-model profile of "
+                "[Recovery for local models](local-models.md) (`tool_validation`: "
+                + ", ".join(f"`{k}: {json.dumps(v)}`" for k, v in SMALL_MODEL_PROFILE.items())
+                + "); the other guarded stacks run the default configuration. The two-tier "
+                "stacks' second tier is **scripted** (a loopback endpoint answering each task "
+                "correctly): no stronger real model was at hand."
             ),
             notes=[
                 "Correct: the final answer states the task's facts (e.g. the temperature the "
@@ -439,9 +495,14 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
                 "correct answer: " + _per_correct(results) + ".",
                 "The stronger tier is asked only after a failure the guard sees (an invalid "
                 "call its re-asks cannot mend, an answered call repeated after the forcing "
-                "turn, a loop). A call that is valid but wrong (another city, another file) "
-                "and a wrong final text are not such failures: those runs stay on the small "
-                "model.",
+                "turn, a loop). With the default configuration a call that is valid but wrong "
+                "(another city, another file) and a final text that ignores the results are "
+                "not such failures: those runs stay on the small model. The profile's checks "
+                "make them failures: a value the request does not state (re-asked with the "
+                "request's values as the choices), a final answer sharing no value with a "
+                "result (asked again from the results, then handed up), a value the request "
+                "names that no call covered (its call asked for), a text cut off at the cap "
+                "with no call (re-asked).",
             ],
         ),
         Table(
@@ -451,11 +512,19 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
         ),
         Table(
             "Single-turn tool calling on the same model",
-            ["stack", "right call (name and arguments)"],
-            [["raw", _share(*single["raw"])], ["guarded", f"**{_share(*single['guarded'])}**"]],
+            ["server mode", "stack", "right call (name and arguments)"],
+            [
+                [mode, stack, _share(*counts) if stack == "raw" else f"**{_share(*counts)}**"]
+                for mode, stacks in single.items()
+                for stack, counts in stacks.items()
+            ],
             description=(
                 "Each prompt asked once with the same system message and examples; right: one "
-                "call in `tool_calls` with the expected name and arguments."
+                "call in `tool_calls` with the expected name and arguments. *function-calling "
+                "mode*: a second server started with `--chat_format chatml-function-calling` "
+                '(grammar-constrained calls), asked with `tool_choice: "auto"`; there the '
+                "model answers empty or with only `functions.NAME:`, which the guard re-asks "
+                "as a failed call, pinning NAME."
             ),
         ),
         Table(
@@ -474,6 +543,8 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
             ),
         ),
     ]
+    # a run that stopped before its single-turn or placement part: those tables are left out
+    return [t for t in out if t.rows or t.title == TITLE or t.title.startswith("Agent tasks")]
 
 
 def _per_correct(results: Mapping[str, list[Outcome]]) -> str:
@@ -504,7 +575,14 @@ def run(quick: bool) -> list[Table]:
         return tables(_load(saved))
     base = os.environ.get("AGENTTASKS_BASE_URL")
     if base:
-        return tables(measure(base, os.environ.get("AGENTTASKS_MODEL", "default"), quick=quick))
+        return tables(
+            measure(
+                base,
+                os.environ.get("AGENTTASKS_MODEL", "default"),
+                quick=quick,
+                function_calling=os.environ.get("AGENTTASKS_FC_BASE_URL"),
+            )
+        )
     realmodel = import_module("bench_realmodel")
     gguf = realmodel._gguf()
     if not realmodel.available() or gguf is None:
@@ -516,8 +594,11 @@ def run(quick: bool) -> list[Table]:
                 placeholder=True,
             )
         ]
-    with realmodel._server(gguf) as url:
-        return tables(measure(url, realmodel.ALIAS, quick=quick))
+    with (
+        realmodel._server(gguf) as url,
+        realmodel._server(gguf, args=FUNCTION_CALLING) as fc_url,
+    ):
+        return tables(measure(url, realmodel.ALIAS, quick=quick, function_calling=fc_url))
 
 
 def _save(data: Mapping[str, Any], path: str) -> None:
@@ -543,12 +624,22 @@ def main() -> int:
     parser.add_argument("--model", help="the model name to ask for")
     parser.add_argument("--quick", action="store_true", help="three tasks only")
     parser.add_argument("--save", help="also write the measurements to this JSON file")
+    parser.add_argument(
+        "--function-calling-url",
+        help="a second endpoint in llama.cpp's function-calling mode (single-turn row)",
+    )
     parser.add_argument("--load", help="print the tables of measurements saved earlier")
     args = parser.parse_args()
     if args.load:
         data = _load(args.load)
     else:
-        data = measure(args.base_url, args.model, quick=args.quick, save=args.save)
+        data = measure(
+            args.base_url,
+            args.model,
+            quick=args.quick,
+            save=args.save,
+            function_calling=args.function_calling_url,
+        )
         if args.save:
             _save(data, args.save)
     for stack, outcomes in data["results"].items():

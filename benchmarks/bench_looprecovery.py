@@ -391,7 +391,7 @@ def run(quick: bool) -> list[Table]:
                 placeholder=True,
             )
         ]
-    with realmodel._server(gguf, extra=CHAT_FORMAT) as url:
+    with realmodel._server(gguf, args=CHAT_FORMAT) as url:
         return tables(measure(url, realmodel.ALIAS, quick=quick, save=save))
 
 

@@ -87,17 +87,15 @@ def _gguf() -> Path | None:
 
 
 @contextlib.contextmanager
-def _server(gguf: Path, *, timeout: float = 600.0, extra: Sequence[str] = ()) -> Iterator[str]:
-    """``python -m llama_cpp.server`` on a free loopback port; yields its ``/v1`` base URL.
-
-    ``extra``: more server options (``("--chat_format", "chatml-function-calling")``).
-    """
+def _server(gguf: Path, *, timeout: float = 600.0, args: Sequence[str] = ()) -> Iterator[str]:
+    """``python -m llama_cpp.server`` on a free loopback port (with ``args`` added, such as
+    ``--chat_format chatml-function-calling``); yields its ``/v1`` base URL."""
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
     with tempfile.TemporaryFile("w+") as log:
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
         command += ["--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port)]
-        command += ["--n_ctx", "2048", "--seed", str(SEED), "--verbose", "False", *extra]
+        command += ["--n_ctx", "2048", "--seed", str(SEED), "--verbose", "False", *args]
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             _wait_until_ready(process, base, log, timeout)

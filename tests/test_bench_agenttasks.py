@@ -95,24 +95,42 @@ def test_the_tables_say_the_stronger_tier_is_scripted() -> None:
     """The report names the scripted tier and counts per stack."""
     outcome = bench_agenttasks.Outcome("weather_paris", finished=True, correct=True, tokens=10)
     data = {
-        "results": {stack: [outcome] for stack in bench_agenttasks.STACKS},
+        "results": {stack: [outcome] for stack, *_ in bench_agenttasks.STACKS},
         "single": {"raw": (0, 20), "guarded": (15, 20)},
         "placement": dict.fromkeys(bench_agenttasks.PLACEMENTS, (1, 1)),
         "model": "m",
     }
     main, per_task, single, placement = bench_agenttasks.tables(data)
     assert "scripted" in main.description
+    assert "small-model profile" in main.description
     assert main.rows[0][2] == "**1/1**"
-    assert "75%" in single.rows[1][1]
+    assert "75%" in single.rows[1][2]
     assert per_task.rows[0][0] == "`weather_paris`"
     assert [row[0] for row in placement.rows] == list(bench_agenttasks.PLACEMENTS)
+
+
+def test_the_single_turn_table_has_a_row_per_server_mode_and_stack() -> None:
+    """The function-calling mode's rows follow the chat template's, each stack once."""
+    outcome = bench_agenttasks.Outcome("weather_paris")
+    counts = {"raw": (0, 20), "guarded": (5, 20), "guarded, profile": (9, 20)}
+    data = {
+        "results": {stack: [outcome] for stack, *_ in bench_agenttasks.STACKS},
+        "single": {"model's chat template": counts, "function-calling mode": counts},
+        "placement": {},
+        "model": "m",
+    }
+    single = bench_agenttasks.tables(data)[2]
+    assert [row[:2] for row in single.rows] == [
+        [mode, stack] for mode in data["single"] for stack in counts
+    ]
+    assert "45%" in single.rows[-1][2]
 
 
 def test_saved_measurements_give_the_same_tables(tmp_path: Path) -> None:
     """--save then --load (or AGENTTASKS_SAVED for run.py): the tables come back the same."""
     outcome = bench_agenttasks.Outcome("weather_paris", finished=True, tiers={"small"})
     data = {
-        "results": {stack: [outcome] for stack in bench_agenttasks.STACKS},
+        "results": {stack: [outcome] for stack, *_ in bench_agenttasks.STACKS},
         "single": {"raw": (0, 20), "guarded": (15, 20)},
         "placement": dict.fromkeys(bench_agenttasks.PLACEMENTS, (1, 0)),
         "model": "m",

@@ -333,6 +333,33 @@ class ToolValidationConfig(Section):
         description="When tools were offered, an answer with neither a call nor text (an empty "
         "message, or only 'functions.NAME:' with no arguments) is a failed call and re-asked.",
     )
+    # The checks below can misfire on healthy traffic (a model may rightly derive a value or
+    # answer "Done." from {"status": "ok"}): off by default, on in the small-model profile
+    # (docs/local-models.md).
+    ungrounded_arguments: bool = Field(
+        False,
+        description="A short string argument whose value neither the user's request nor a tool "
+        "result states, when the request names values (a city, a file name), is an error "
+        "(ungrounded_argument); the re-ask pins the tool and narrows the argument to the "
+        "request's values (an enum). Kept, with a warning, when nothing better comes back.",
+    )
+    ungrounded_answers: bool = Field(
+        False,
+        description="A final answer after tool calls that shares no value with a call's result "
+        "is asked for once more from the results in hand (tool_choice none), then moved up a "
+        "tier; with no tier left it is kept, with a warning.",
+    )
+    uncovered_values: bool = Field(
+        False,
+        description="A final answer while the request names values (two cities) that no call "
+        "covered: the call for them is asked for once (pinned, its arguments narrowed to the "
+        "request's values).",
+    )
+    cut_off_text_is_failure: bool = Field(
+        False,
+        description="When tools were offered, a text answer cut off at the output cap "
+        "(finish_reason length) and holding no call is a failed answer, and re-asked.",
+    )
 
 
 class ModelPrice(Section):

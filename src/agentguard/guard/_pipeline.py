@@ -38,7 +38,14 @@ from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT
 from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
-from agentguard.events import CorrectionRequested, Emitter, Escalated, Hook, LoopRecovery
+from agentguard.events import (
+    CorrectionRequested,
+    Emitter,
+    Escalated,
+    Hook,
+    LoopRecovery,
+    ToolCallRejected,
+)
 from agentguard.exceptions import (
     AgentGuardError,
     BudgetExceeded,
@@ -64,6 +71,12 @@ from agentguard.transport import (
 )
 from agentguard.types import Attempt, Choice, Severity, Tier, Usage, _money
 from agentguard.validation import ToolCallValidator, ValidationReport
+from agentguard.validation._grounding import (
+    current_request,
+    ignored_results,
+    uncovered_values,
+    ungrounded_arguments,
+)
 from agentguard.validation._known import answered_calls, repeated, results_answer
 from agentguard.validation._reask import Rework
 
@@ -542,39 +555,25 @@ class Pipeline:
                 response = _with_tool_calls(response, report)
             # a text answer that copies the correction back failed as the answer corrected
             report = call.rework.echoed(response.message) or report
+            cfg = self.config.tool_validation
+            if report.ok and report.tool_calls and cfg.ungrounded_arguments:
+                report = self._grounded(call, report)
             if not report.ok:
-                _relabel(
-                    b, "tool_validation_failure", report.errors[0].kind if report.errors else ""
-                )
-                cfg = self.config.tool_validation
-                reask = None
-                if cfg.retry_with_correction and call.corrections < cfg.max_retries:
-                    reask = call.rework.reask(report, call.request)
-                if reask is not None:
-                    call.corrections += 1
-                    b.corrections += 1
-                    if reask.rung != "correction":
-                        b.warnings.append(f"the correction changed nothing: re-asked {reask.rung}")
-                    call.messages = [*call.base_messages, *reask.messages]
-                    self.emitter.emit(
-                        CorrectionRequested(
-                            session=b.session,
-                            error=report.errors[0].kind if report.errors else "",
-                            errors=len(report.errors),
-                            correction=call.corrections,
-                            tier=call.tier.name,
-                        )
-                    )
+                mended = yield from self._invalid(call, response, report)
+                if mended is None:
                     return None
-                error = ToolValidationFailed(report)
-                call.tier = b.tier = yield from self._trigger(
-                    call, "tool_validation_failure", error
-                )
-                return None
+                response, report = mended
             known = yield from self._known(call, response, report)
             if known is None:
                 return None
             response = known
+            if not known.message.get("tool_calls") and (
+                cfg.ungrounded_answers or cfg.uncovered_values
+            ):
+                answer = yield from self._answered(call, response)
+                if answer is None:
+                    return None
+                response = answer
         else:
             b.warnings.extend(self._judged(call, response, parsed, ran_away))
         verdict = self._check_response(call, response.message)
@@ -656,6 +655,150 @@ class Pipeline:
         b.warnings.append(f"the model repeats answered calls ({names}): answered from results")
         message = {"role": "assistant", "content": results_answer(repeats)}
         return dataclasses.replace(response, message=message, finish_reason="stop")
+
+    def _invalid(
+        self, call: _Call, response: ModelResponse, report: ValidationReport
+    ) -> Plan[tuple[ModelResponse, ValidationReport] | None]:
+        """A failed answer: re-asked (the correction ladder) or moved up a tier (``None``); a
+        call whose only fault is a value the request does not state is kept when nothing better
+        came back and no tier is above (``tool_validation.ungrounded_arguments``)."""
+        b, cfg = call.b, self.config.tool_validation
+        kind = report.errors[0].kind if report.errors else ""
+        if (
+            cfg.ungrounded_answers
+            and not call.rework.recovered
+            and kind == "empty_answer"
+            and call.base_messages
+            and call.base_messages[-1].get("role") == "tool"
+        ):
+            # nothing said right after the results: the answer from them is what is missing
+            _relabel(b, "tool_validation_failure", kind)
+            b.warnings.append("an empty answer after the tool results: asked from the results")
+            self._from_results(call, kind)
+            return None
+        reask = None
+        if cfg.retry_with_correction and call.corrections < cfg.max_retries:
+            reask = call.rework.reask(report, call.request)
+        if reask is None and report.tool_calls and _soft(report) and not self._above(call):
+            # a value the request does not state may still be right: with nothing better back
+            # and no tier above, the call is the model's answer
+            b.warnings.append(
+                f"kept a call with values the request does not state ({_paths(report)})"
+            )
+            report = dataclasses.replace(report, ok=True, errors=())
+            return _with_tool_calls(response, report), report
+        _relabel(b, "tool_validation_failure", kind)
+        if reask is not None:
+            if reask.rung == "choices":
+                b.warnings.append(
+                    f"values the request does not state ({_paths(report)}): re-asked with the "
+                    "request's values as the choices"
+                )
+            elif reask.rung != "correction":
+                b.warnings.append(f"the correction changed nothing: re-asked {reask.rung}")
+            call.messages = [*call.base_messages, *reask.messages]
+            self._correction(call, kind, len(report.errors))
+            return None
+        error = ToolValidationFailed(report)
+        call.tier = b.tier = yield from self._trigger(call, "tool_validation_failure", error)
+        return None
+
+    def _grounded(self, call: _Call, report: ValidationReport) -> ValidationReport:
+        """``report`` with an ``ungrounded_argument`` error for each call argument whose value
+        the current request never states (``tool_validation.ungrounded_arguments``)."""
+        request = current_request(
+            call.base_messages, self.config.tool_validation.known_results_window
+        )
+        errors = ungrounded_arguments(report.tool_calls, request, report.specs)
+        if not errors:
+            return report
+        for e in errors:
+            self.emitter.emit(
+                ToolCallRejected(
+                    error=e.kind, tool_call_id=e.tool_call_id, tool_name=e.tool_name, path=e.path
+                )
+            )
+        return dataclasses.replace(report, ok=False, errors=tuple(errors))
+
+    def _above(self, call: _Call) -> bool:
+        """Whether a failed call could move to another tier (nothing is moved)."""
+        decision = self.policy.on_failure(
+            call.tier, "tool_validation_failure", degraded=self.degraded()
+        )
+        return decision.action != "stop" and decision.target is not None
+
+    def _answered(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
+        """A final answer after tool calls, checked against the request (both opt-in): values
+        the request names that no call covered get their call asked for, once
+        (``uncovered_values``); an answer that shares no value with a result is asked for once
+        more from the results in hand, then moved up a tier, else kept with a warning
+        (``ungrounded_answers``). ``None``: ask again."""
+        cfg, b = self.config.tool_validation, call.b
+        content = response.message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            return response
+        request = current_request(call.base_messages, cfg.known_results_window)
+        if not request.calls:
+            return response
+        missing = uncovered_values(request) if cfg.uncovered_values else []
+        if missing and call.request.tools:
+            called = [(name, args) for name, args, _ in request.calls]
+            reask = call.rework.cover(
+                call.request, missing, request.values, called, response.message
+            )
+            if reask is not None:
+                _relabel(b, "tool_validation_failure", "uncovered_value")
+                b.warnings.append(
+                    f"the answer leaves out {', '.join(missing)}, which the request names: "
+                    "asked for the call"
+                )
+                self._correction(call, "uncovered_value", len(missing))
+                call.messages = [*call.base_messages, *reask.messages]
+                return None
+        ignored = ignored_results(content, request) if cfg.ungrounded_answers else []
+        if not ignored:
+            return response
+        names = ", ".join(ignored)
+        _relabel(b, "tool_validation_failure", "ungrounded_answer")
+        if not call.rework.recovered:
+            b.warnings.append(f"the answer ignores the results of {names}: asked from the results")
+            self._from_results(call, "ungrounded_answer")
+            return None
+        if self._above(call):
+            error = ToolValidationFailed(ValidationReport(False, (), (), (), response.message))
+            call.tier = b.tier = yield from self._trigger(call, "tool_validation_failure", error)
+            return None
+        b.warnings.append(f"kept an answer that ignores the results of {names}: no tier left")
+        return response
+
+    def _from_results(self, call: _Call, error: str) -> None:
+        """Ask, once, for the answer from the results in hand: the forcing rung
+        (``_recovery.force_answer``: tools off) with a turn that restates the request and its
+        results (``_recovery.results_turn``)."""
+        self._correction(call, error, 1)
+        cfg = self.config.loop_detection.recovery
+        question = current_request(call.base_messages).text.strip()
+        forced = recovery.force_answer(
+            call.request,
+            call.base_messages,
+            config=cfg,
+            note=recovery.results_turn(call.base_messages, cfg, question),
+        )
+        call.rework.force(forced.params)
+        call.messages = list(forced.messages)
+
+    def _correction(self, call: _Call, error: str, errors: int) -> None:
+        call.corrections += 1
+        call.b.corrections += 1
+        self.emitter.emit(
+            CorrectionRequested(
+                session=call.b.session,
+                error=error,
+                errors=errors,
+                correction=call.corrections,
+                tier=call.tier.name,
+            )
+        )
 
     def _report(self, call: _Call) -> Plan[GuardReport]:
         if call.shared is not None:
@@ -991,6 +1134,15 @@ def _record(call: _Call, error: BaseException) -> None:
         error.add_note(note)
     else:  # pragma: no cover - Python 3.10 has no add_note; its tracebacks ignore __notes__
         error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
+def _soft(report: ValidationReport) -> bool:
+    """Whether every error of ``report`` is a doubt about a value, not a broken call."""
+    return bool(report.errors) and all(e.kind == "ungrounded_argument" for e in report.errors)
+
+
+def _paths(report: ValidationReport) -> str:
+    return ", ".join(f"{e.tool_name} {e.path.removeprefix('$.')}" for e in report.errors)
 
 
 def _relabel(b: ReportBuilder, outcome: str, detail: str) -> None:

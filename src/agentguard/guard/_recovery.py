@@ -46,6 +46,7 @@ __all__ = [
     "provider_refusal",
     "prune",
     "replaced",
+    "results_turn",
     "rung_request",
     "summary",
 ]
@@ -212,6 +213,34 @@ def summary(
     ``summary_max_items``), each as ``name(arguments) -> result`` cut to ``digest_chars``, with
     how often it was made. ``forced`` says tools are off for this turn.
     """
+    lines = _result_lines(messages, config)
+    head = NOTE_PREFIX + (reason.strip() + " " if reason.strip() else "")
+    head += "You are repeating yourself without progress."
+    if lines:
+        head += " What you tried and what came back:\n" + "\n".join(lines) + "\n"
+    else:
+        head += " "
+    if forced:
+        return head + "Tools are off for this turn: give your final answer now from these results."
+    return head + (
+        "Do not repeat these calls: answer from these results, or try a clearly different approach."
+    )
+
+
+def results_turn(
+    messages: Sequence[Mapping[str, Any]], config: LoopRecoveryConfig, question: str
+) -> str:
+    """A turn asking for the answer from the results in hand when the model did not repeat
+    itself but left them unused (an empty or ungrounded answer): the user's request again, the
+    results, and nothing the model could copy back as an answer. Measured on SmolLM2-135M
+    after each task's calls: 7 of 10 answers correct, against 3 of 10 with :func:`summary`'s
+    text (whose sentences the model copies)."""
+    lines = _result_lines(messages, config)
+    return f"{question}\nTool results:\n" + "\n".join(lines) + "\nAnswer from these results."
+
+
+def _result_lines(messages: Sequence[Mapping[str, Any]], config: LoopRecoveryConfig) -> list[str]:
+    """``- name(arguments) -> result`` for the distinct calls since the last user message."""
     start = 0
     for at in range(len(messages) - 1, -1, -1):
         if messages[at].get("role") == "user":
@@ -230,17 +259,7 @@ def summary(
         times = f" ({count} times)" if count > 1 else ""
         result = _digest(ex.result, limit) if ex.result_at is not None else "(no result)"
         lines.append(f"- {ex.name}({_digest(ex.arguments, limit)}) -> {result}{times}")
-    head = NOTE_PREFIX + (reason.strip() + " " if reason.strip() else "")
-    head += "You are repeating yourself without progress."
-    if lines:
-        head += " What you tried and what came back:\n" + "\n".join(lines) + "\n"
-    else:
-        head += " "
-    if forced:
-        return head + "Tools are off for this turn: give your final answer now from these results."
-    return head + (
-        "Do not repeat these calls: answer from these results, or try a clearly different approach."
-    )
+    return lines
 
 
 def add_note(
@@ -280,6 +299,7 @@ def force_answer(
     config: LoopRecoveryConfig | None = None,
     reason: str = "",
     tool: str | None = None,
+    note: str | None = None,
 ) -> ModelRequest:
     """``request`` made to force an answer from what is known: the forcing rung.
 
@@ -296,11 +316,12 @@ def force_answer(
         reason: one sentence saying why, put first in the recovery turn.
         tool: the tool the loop is on, whose identical results are pruned whatever the
             arguments.
+        note: the recovery turn's text, instead of :func:`summary`'s.
     """
     cfg = config or LoopRecoveryConfig()
     source = list(request.messages if messages is None else messages)
     kept = prune(source, tool=tool)
-    text = summary(source, cfg, reason=reason, forced=True)
+    text = note if note is not None else summary(source, cfg, reason=reason, forced=True)
     # without tools declared there is nothing to turn off (and OpenAI refuses a tool_choice
     # without tools): the recovery turn alone asks for the answer
     params = {**request.params, "tool_choice": "none"} if request.tools else request.params

@@ -12,6 +12,12 @@ guarded call:
    points to are offered (the closest names of an unknown tool, or the tool the call named);
 3. ``pinned``: then ``tool_choice`` names the one most likely tool;
 
+and, for a call whose arguments hold values the request never states (``ungrounded_argument``,
+opt-in), ``choices``: the tool pinned and each such argument narrowed to the request's values (a
+JSON Schema ``enum``: a server with grammar-constrained tool calls can then only write one of
+them; measured on SmolLM2-135M, a correction in words changed none of 7 such values, the
+choices mended 5);
+
 and it never hands out a request it has already sent: when no rung is left, it says so
 (``None``) and the guard moves on (escalation, or the error).
 """
@@ -32,7 +38,7 @@ from ._report import ValidationReport, json_text
 
 __all__ = ["CorrectionLadder", "Reask", "Rework", "Rung"]
 
-Rung = Literal["correction", "narrowed", "pinned"]
+Rung = Literal["correction", "narrowed", "pinned", "choices", "covering"]
 _RUNGS: tuple[Rung, ...] = ("correction", "narrowed", "pinned")
 
 
@@ -76,6 +82,8 @@ class CorrectionLadder:
     _last_answer: str | None = None
     _sent: set[str] = field(default_factory=set)
     _said: set[str] = field(default_factory=set)  # the lines of the last correction sent
+    #: per tool, the arguments narrowed to the request's values so far (they stay narrowed)
+    _choices: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: the failed answer's report the last re-ask corrected
     last: ValidationReport | None = None
 
@@ -90,20 +98,51 @@ class CorrectionLadder:
     def next(self, report: ValidationReport) -> Reask | None:
         """The re-ask for the failed answer ``report`` judged; ``None``: no new one is left."""
         answer = _answer_key(report.message)
+        if self._rung == 0 and _wandered(report):
+            self._rung = 1  # re-sending a runaway text in a correction invites a copy of it
         if answer == self._last_answer:
             self._rung += 1  # the correction changed nothing: change the correction
         self._last_answer = answer
+        choices = self._narrowed_values(report)
+        if choices is not None and self._fresh(choices, report):
+            return choices
         while self._rung < len(_RUNGS):
             reask = self._build(_RUNGS[self._rung], report)
-            if reask is not None:
-                key = _request_key(reask)
-                if key not in self._sent:
-                    self._sent.add(key)
-                    self._said = _lines_of(reask.messages[1:])
-                    self.last = report
-                    return reask
+            if reask is not None and self._fresh(reask, report):
+                return reask
             self._rung += 1
         return None
+
+    def _fresh(self, reask: Reask, report: ValidationReport) -> bool:
+        """Whether ``reask`` was never sent (then it is taken as sent, for ``report``)."""
+        key = _request_key(reask)
+        if key in self._sent:
+            return False
+        self._sent.add(key)
+        self._said = _lines_of(reask.messages[1:])
+        self.last = report
+        return True
+
+    def _narrowed_values(self, report: ValidationReport) -> Reask | None:
+        """The ``choices`` re-ask for arguments holding values the request never states: the
+        tool pinned, those arguments (and the ones narrowed before) an ``enum`` of the
+        request's values; ``None`` when no error is of that kind."""
+        ungrounded = [e for e in report.errors if e.kind == "ungrounded_argument" and e.suggestions]
+        if not ungrounded:
+            return None
+        name = ungrounded[0].tool_name
+        tool = next((t for t in self.tools if _name_of(t) == name), None)
+        if tool is None:
+            return None
+        narrowed = self._choices.setdefault(name, {})
+        for e in ungrounded:
+            if e.tool_name == name:
+                narrowed[e.path.removeprefix("$.")] = e.suggestions
+        _distinct(narrowed, tool)
+        pinned = _with_choices(tool, narrowed)
+        return Reask(
+            "choices", _spelled(report.corrective_messages(), pinned), [pinned], _choice(name)
+        )
 
     def _build(self, rung: Rung, report: ValidationReport) -> Reask | None:
         messages = report.corrective_messages()
@@ -129,7 +168,16 @@ class CorrectionLadder:
         return Reask(rung, _spelled(messages, pinned[0]), pinned, _choice(best))
 
 
-def _spelled(messages: list[dict[str, Any]], tool: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _wandered(report: ValidationReport) -> bool:
+    """A text the output cap cut off, with no call in it (``cut_off_text_is_failure``)."""
+    return bool(report.errors) and all(
+        e.kind == "truncated" and not e.tool_name for e in report.errors
+    )
+
+
+def _spelled(
+    messages: list[dict[str, Any]], tool: Mapping[str, Any], *, lead: str = ""
+) -> list[dict[str, Any]]:
     """The correction said in a few words, the call spelled out: the error list in full is what
     a small model copies back as its answer, and a server that shows the model no ``tools`` (a
     model's own chat template) ignores ``tool_choice``; the shape of the call is what it
@@ -141,12 +189,48 @@ def _spelled(messages: list[dict[str, Any]], tool: Mapping[str, Any]) -> list[di
     props = params.get("properties") if isinstance(params, Mapping) else None
     args = ", ".join(f"{json.dumps(k)}: ..." for k in (props if isinstance(props, Mapping) else {}))
     text = (
-        f"Use the tool {name}. Reply with only one JSON object: "
+        f"{lead + ' ' if lead else ''}Use the tool {name}. Reply with only one JSON object: "
         f'{{"name": {json.dumps(name)}, "arguments": {{{args}}}}}'
     )
     if messages and messages[-1].get("role") == "user":
         return [*messages[:-1], {"role": "user", "content": text}]
     return [*messages, {"role": "user", "content": text}]
+
+
+def _distinct(choices: dict[str, tuple[str, ...]], tool: Mapping[str, Any]) -> None:
+    """Several arguments narrowed to the same values (``origin`` and ``destination`` to
+    ``London, Paris``) take them in the order the request names them: each later argument,
+    in the schema's order, loses the values named before its turn (a small model given the
+    same choices twice writes the first one twice). Nothing changes when there are fewer
+    values than arguments."""
+    fn = tool.get("function")
+    params = (fn if isinstance(fn, Mapping) else tool).get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    order = [k for k in (props if isinstance(props, Mapping) else {}) if k in choices]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for key in order:
+        groups.setdefault(choices[key], []).append(key)
+    for values, keys in groups.items():
+        if len(keys) < 2 or len(values) < len(keys):
+            continue
+        for i, key in enumerate(keys):
+            choices[key] = values[i:]
+
+
+def _with_choices(
+    tool: Mapping[str, Any], choices: Mapping[str, tuple[str, ...]]
+) -> dict[str, Any]:
+    """A copy of ``tool`` whose arguments named in ``choices`` take only those values."""
+    fn = tool.get("function")
+    spec = dict(fn if isinstance(fn, Mapping) else tool)
+    params = dict(spec.get("parameters") or {})
+    props = dict(params.get("properties") or {})
+    for key, values in choices.items():
+        schema = props.get(key)
+        props[key] = {**(schema if isinstance(schema, Mapping) else {}), "enum": list(values)}
+    params["properties"] = props
+    spec["parameters"] = params
+    return {**tool, "function": spec} if isinstance(fn, Mapping) else spec
 
 
 def _name_of(tool: Mapping[str, Any]) -> str | None:
@@ -276,6 +360,7 @@ class Rework:
         params: ``tool_choice`` and other body parameters to send instead of the request's.
         tools: the tools to offer instead of the request's (``None``: its own).
         recovered: a recovery turn (the answer from the results in hand) was sent.
+        covered: the call for values the request names and no call covered was asked for.
         cap: the output cap the last attempt was sent with.
     """
 
@@ -283,6 +368,7 @@ class Rework:
     params: dict[str, Any] | None = None
     tools: list[Mapping[str, Any]] | None = None
     recovered: bool = False
+    covered: bool = False
     cap: int | None = None
 
     def request(self, request: ModelRequest, cap: int | None) -> ModelRequest:
@@ -316,6 +402,52 @@ class Rework:
         if ladder is None or ladder.last is None or not ladder.echoed(message):
             return None
         return ladder.last
+
+    def cover(
+        self,
+        request: ModelRequest,
+        missing: Sequence[str],
+        named: Sequence[str],
+        called: Sequence[tuple[str, Mapping[str, Any]]],
+        answer: Mapping[str, Any],
+    ) -> Reask | None:
+        """The re-ask for the call a final ``answer`` left out: the request names ``missing``
+        values no call covered (``called``: the request's calls so far). The tool is the one
+        the request asks for that was not called yet; else the tool called for another of the
+        values the request names (``named``), its argument narrowed to the missing values.
+        Asked once per call; ``None`` when no tool fits."""
+        if self.covered:
+            return None
+        self.covered = True
+        tools = list(request.tools)
+        question = _question(request.messages)
+        done = {name for name, _ in called}
+        fresh = [n for n in _asked_for(question, tools) if n not in done]
+        tool: Mapping[str, Any] | None = None
+        if fresh:
+            tool = next(t for t in tools if _name_of(t) == fresh[0])
+            text = f"You have not called {fresh[0]} yet; the request needs it."
+        else:
+            low = {v.lower() for v in named}
+            for name, args in reversed(called):
+                keys = [k for k, v in args.items() if isinstance(v, str) and v.lower() in low]
+                found = next((t for t in tools if _name_of(t) == name), None)
+                if keys and found is not None:
+                    tool = _with_choices(found, {keys[0]: tuple(missing)})
+                    break
+            text = f"You have not looked up {', '.join(missing)} yet; the request names it."
+        if tool is None:
+            return None
+        assistant = {"role": "assistant", "content": answer.get("content") or ""}
+        reask = Reask(
+            "covering",
+            _spelled([assistant, {"role": "user", "content": text}], tool, lead=text),
+            [tool],
+            _choice(str(_name_of(tool))),
+        )
+        self.tools = reask.tools
+        self.params = reask.params(request.params)
+        return reask
 
     def force(self, params: Mapping[str, Any]) -> None:
         """Send the next attempt with ``params`` (``tool_choice: "none"``): an answer, not a

@@ -41,6 +41,7 @@ ErrorKind = Literal[
     "malformed_call",
     "empty_answer",
     "incomplete_call",
+    "ungrounded_argument",
 ]
 
 FEEDBACK_MARK = "[agentguard: automated feedback on your tool call]"

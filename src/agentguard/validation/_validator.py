@@ -161,7 +161,7 @@ class ToolCallValidator:
             if call is not None:
                 calls.append(call)
         if not raw_calls and not errors and cfg.empty_answer_is_failure and self.specs:
-            errors = _unanswered(content, finish_reason)
+            errors = _unanswered(content, finish_reason, cut_off=cfg.cut_off_text_is_failure)
         if not self.config.enabled:
             errors = []
         report = ValidationReport(
@@ -385,12 +385,19 @@ class ToolCallValidator:
 _HALF_WRITTEN = re.compile(r"\s*functions\.([\w.\-]+)\s*:?\s*")
 
 
-def _unanswered(content: str | None, finish_reason: str | None) -> list[ToolCallError]:
+def _unanswered(
+    content: str | None, finish_reason: str | None, *, cut_off: bool = False
+) -> list[ToolCallError]:
     """An answer that is neither a call nor text, although tools were offered: an empty text
     that says it is complete (``finish_reason: "stop"``: with ``tool_calls`` it holds calls of
-    other kinds), or only the wire syntax of a call (``functions.NAME:``) with no arguments."""
+    other kinds), or only the wire syntax of a call (``functions.NAME:``) with no arguments;
+    with ``cut_off``, also a text the output cap cut off (a small model that wandered off
+    instead of calling: ``tool_validation.cut_off_text_is_failure``)."""
     if content is None:
         return []  # no text at all: a message the transport could not read is judged so too
+    if cut_off and finish_reason == "length" and content.strip():
+        message = "the answer was cut off at the token cap without a tool call: call a tool"
+        return [ToolCallError("truncated", None, "", "$", message, short(content))]
     if not content.strip():
         if finish_reason != "stop":
             return []

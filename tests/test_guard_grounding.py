@@ -1,0 +1,252 @@
+"""The small-model profile's grounding checks through the guard, on recorded real answers.
+
+``tests/data/smollm2_grounding.jsonl``: guarded calls of the agent-task benchmark
+(``benchmarks/bench_agenttasks.py``) with SmolLM2-135M-Instruct on llama-cpp-python 0.3.36 (its
+own chat template), recorded on the wire: each line is one guarded call — the task's part of the
+history and every answer the server gave to it, the guard's re-asks included, in order. Replayed
+as the upstream's answers, the guard must take the same path: the same number of requests, the
+same re-ask at each step, the same final answer. The healthy lines (a right call, a final answer
+that states its result) must pass with one request and no warning, with the profile on.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentguard import GuardConfig
+from agentguard.guard import Guard
+from agentguard.testing import FakeClock, Reply, ScriptedModel, capture_events
+from agentguard.transport import ModelRequest, ModelResponse, report_of
+from agentguard.types import Usage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import agenttasks
+from bench_agenttasks import SMALL_MODEL_PROFILE
+
+DATA = Path(__file__).parent / "data" / "smollm2_grounding.jsonl"
+CASES = {
+    line["case"]: line
+    for line in (json.loads(text) for text in DATA.read_text(encoding="utf-8").splitlines())
+}
+ONE_TIER = {
+    "tiers": {"small": {"model": "smollm2"}},
+    "escalation": {"chain": ["small"]},
+    "memory_pressure": {"enabled": False},
+}
+HEALTHY = sorted(name for name in CASES if name.startswith("healthy"))
+
+
+def _reply(answer: dict[str, Any]) -> Reply:
+    usage = answer["usage"]
+    return Reply(
+        answer["content"],
+        tuple(answer["tool_calls"] or ()),
+        answer["finish_reason"],
+        Usage(usage["prompt_tokens"], usage["completion_tokens"]),
+    )
+
+
+def _run(
+    case: str, *, profile: bool = True, extra: dict[str, Any] | None = None
+) -> tuple[ScriptedModel, ModelResponse]:
+    line = CASES[case]
+    model = ScriptedModel([_reply(a) for a in line["answers"]])
+    clock = FakeClock()
+    tool_validation = SMALL_MODEL_PROFILE if profile else {}
+    config = GuardConfig.from_dict(
+        {**ONE_TIER, "tool_validation": tool_validation, **(extra or {})}, env={}
+    )
+    guard = Guard(model, config, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    request = ModelRequest(
+        model="smollm2",
+        messages=[*agenttasks.SEED_MESSAGES, *line["messages"]],
+        params={"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160},
+    )
+    return model, guard.complete(request)
+
+
+def _warnings(response: ModelResponse) -> tuple[str, ...]:
+    report = report_of(response)
+    assert report is not None
+    return tuple(report.warnings)
+
+
+def _calls(response: ModelResponse) -> list[tuple[str, Any]]:
+    return [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in response.message.get("tool_calls") or ()
+    ]
+
+
+def test_the_profile_is_a_valid_configuration_that_turns_every_check_on() -> None:
+    """The benchmark's profile (the one docs/local-models.md shows) loads, checks on."""
+    cfg = GuardConfig.from_dict({"tool_validation": SMALL_MODEL_PROFILE}, env={}).tool_validation
+    assert cfg.ungrounded_arguments
+    assert cfg.ungrounded_answers
+    assert cfg.uncovered_values
+    assert cfg.cut_off_text_is_failure
+    default = GuardConfig().tool_validation
+    assert not (default.ungrounded_arguments)
+    assert not (default.ungrounded_answers)
+    assert not (default.uncovered_values)
+    assert not (default.cut_off_text_is_failure)
+
+
+def test_the_profile_is_the_one_the_docs_show() -> None:
+    """docs/local-models.md's profile block is the benchmark's."""
+    docs = (Path(__file__).parents[1] / "docs" / "local-models.md").read_text(encoding="utf-8")
+    block = docs.split("<!-- small-model profile -->", 1)[1].split("```yaml", 1)[1]
+    block = block.split("```", 1)[0]
+    loaded = yaml.safe_load(block)["reliability"]["tool_validation"]
+    assert loaded == SMALL_MODEL_PROFILE
+
+
+@pytest.mark.parametrize("case", HEALTHY)
+def test_healthy_answers_pass_untouched_with_the_profile(case: str) -> None:
+    """A right call, or a final answer that states its result: one request, no warning."""
+    model, response = _run(case)
+    assert len(model.requests) == 1
+    assert _warnings(response) == ()
+    answer = CASES[case]["answers"][0]
+    if answer["tool_calls"] is None and not answer["content"].startswith("{"):
+        assert response.message["content"] == answer["content"]
+
+
+@pytest.mark.parametrize("case", ["ungrounded_path", "ungrounded_answer", "uncovered_city"])
+def test_without_the_profile_the_guard_does_not_judge_grounding(case: str) -> None:
+    """Default configuration: a value from nowhere, an answer ignoring its result, a value left
+    out — all passed as the model wrote them (one request)."""
+    model, _ = _run(case, profile=False)
+    assert len(model.requests) == 1
+
+
+def test_a_made_up_path_is_reasked_with_the_request_values_as_choices() -> None:
+    """Recorded: read_file of a made-up path for "Read todo.txt"; the re-ask pins read_file with
+    path an enum of ["todo.txt"], and the model (grammar-constrained) writes todo.txt."""
+    with capture_events() as events:
+        model, response = _run("ungrounded_path")
+    assert len(model.requests) == 2
+    reask = model.requests[1]
+    assert reask.params["tool_choice"] == {"type": "function", "function": {"name": "read_file"}}
+    (tool,) = reask.tools
+    assert tool["function"]["parameters"]["properties"]["path"]["enum"] == ["todo.txt"]
+    assert _calls(response) == [("read_file", {"path": "todo.txt"})]
+    assert any(
+        "re-asked with the request's values as the choices" in w for w in _warnings(response)
+    )
+    kinds = [getattr(e, "error", None) for e in events]
+    assert "ungrounded_argument" in kinds  # ToolCallRejected, then CorrectionRequested
+
+
+def test_a_city_from_nowhere_becomes_one_the_request_names() -> None:
+    """Recorded: 'Lisbon' for Oslo and Madrid; with the choices, Madrid."""
+    model, response = _run("ungrounded_city")
+    enum = model.requests[1].tools[0]["function"]["parameters"]["properties"]["city"]["enum"]
+    assert enum == ["Oslo", "Madrid"]
+    assert _calls(response) == [("get_weather", {"city": "Madrid"})]
+
+
+def test_an_answer_that_ignores_the_result_is_asked_again_from_the_results() -> None:
+    """Recorded: "Linden, I'm sorry for your loss." after the flight search; the recovery turn
+    (the request and its results, tool_choice none) gets an answer naming LH 1234."""
+    model, response = _run("ungrounded_answer")
+    assert len(model.requests) == 2
+    forced = model.requests[1]
+    assert forced.params["tool_choice"] == "none"
+    note = forced.messages[-1]["content"]
+    assert note.startswith("Find me a flight from Berlin to Rome.\nTool results:")
+    assert "LH 1234" in note
+    assert "LH 1234" in response.message["content"]
+    assert any("ignores the results of search_flights" in w for w in _warnings(response))
+
+
+def test_an_answer_that_still_ignores_a_result_is_kept_with_a_warning_on_one_tier() -> None:
+    """Recorded: asked again, the model still leaves the weather out; with no tier above, its
+    answer is kept (never an exception), and the report says so."""
+    model, response = _run("ignored_result_kept")
+    assert len(model.requests) == 2
+    assert response.message["content"] == CASES["ignored_result_kept"]["answers"][-1]["content"]
+    assert any(w.startswith("kept an answer that ignores") for w in _warnings(response))
+
+
+def test_an_answer_that_still_ignores_a_result_moves_up_a_tier_when_there_is_one() -> None:
+    """Two tiers: the second answer ignoring a result hands the call to the stronger tier."""
+    line = CASES["ignored_result_kept"]
+    small = ScriptedModel([_reply(a) for a in line["answers"]])
+    strong = ScriptedModel([Reply.text("AF 1081 costs 88 EUR; Paris is 18 °C and cloudy.")])
+    clock = FakeClock()
+    config = GuardConfig.from_dict(
+        {
+            "tiers": {"small": {"model": "smollm2"}, "strong": {"model": "big"}},
+            "escalation": {"chain": ["small", "strong"]},
+            "memory_pressure": {"enabled": False},
+            "tool_validation": SMALL_MODEL_PROFILE,
+        },
+        env={},
+    )
+    tiers = {"small": small, "strong": strong}
+    guard = Guard(
+        config=config,
+        tier_transport=lambda tier: tiers[tier.name],
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(0),
+    )
+    request = ModelRequest(
+        model="smollm2",
+        messages=[*agenttasks.SEED_MESSAGES, *line["messages"]],
+        params={"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160},
+    )
+    response = guard.complete(request)
+    assert len(strong.requests) == 1
+    report = report_of(response)
+    assert report is not None
+    assert report.tier == "strong"
+    assert "AF 1081" in response.message["content"]
+
+
+def test_a_value_the_request_names_and_no_call_covered_gets_its_call() -> None:
+    """Recorded: Madrid looked up, the answer about Madrid only; the guard asks for the call for
+    Oslo (get_weather pinned, city an enum of ["Oslo"]) and hands that call back."""
+    model, response = _run("uncovered_city")
+    assert len(model.requests) == 2
+    cover = model.requests[1]
+    assert cover.tools[0]["function"]["parameters"]["properties"]["city"]["enum"] == ["Oslo"]
+    assert "You have not looked up Oslo yet" in cover.messages[-1]["content"]
+    assert _calls(response) == [("get_weather", {"city": "Oslo"})]
+
+
+def test_a_tool_the_request_asks_for_and_no_call_made_gets_its_call() -> None:
+    """Recorded: weather looked up, no flight search; the guard pins search_flights, the model
+    writes Cairo to Nairobi (the prompt's example), the choices mend it to London to Paris."""
+    model, response = _run("uncovered_tool")
+    assert len(model.requests) == 3
+    assert model.requests[1].params["tool_choice"]["function"]["name"] == "search_flights"
+    assert _calls(response) == [("search_flights", {"origin": "London", "destination": "Paris"})]
+
+
+def test_an_empty_answer_after_the_results_is_asked_for_from_them() -> None:
+    """Recorded: an empty message right after two weather results; the recovery turn restates
+    the request and both results, tools off."""
+    model, response = _run("empty_after_results")
+    assert len(model.requests) == 2
+    assert model.requests[1].params["tool_choice"] == "none"
+    assert "Madrid" in model.requests[1].messages[-1]["content"]
+    assert response.message["content"] == CASES["empty_after_results"]["answers"][-1]["content"]
+
+
+def test_a_cut_off_text_with_no_call_is_reasked_for_the_call() -> None:
+    """Recorded: a runaway made-up file text (finish_reason length) for "What does notes.txt
+    say?"; re-asked (narrowed to the tool the request names), it ends as read_file(notes.txt)."""
+    model, response = _run("cut_off_text")
+    assert len(model.requests) == 3
+    assert model.requests[1].tools[0]["function"]["name"] == "read_file"
+    assert _calls(response) == [("read_file", {"path": "notes.txt"})]

@@ -1,0 +1,203 @@
+"""Grounding checks (``validation/_grounding.py``) and the ``choices`` re-ask they lead to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentguard.types import ToolCall
+from agentguard.validation import ToolCallValidator, specs_from
+from agentguard.validation._grounding import (
+    current_request,
+    ignored_results,
+    salient_values,
+    uncovered_values,
+    ungrounded_arguments,
+)
+from agentguard.validation._reask import CorrectionLadder
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city"],
+        },
+    },
+}
+FLIGHTS = {
+    "type": "function",
+    "function": {
+        "name": "search_flights",
+        "description": "Flights between two cities.",
+        "parameters": {
+            "type": "object",
+            "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}},
+            "required": ["origin", "destination"],
+        },
+    },
+}
+SPECS = specs_from([WEATHER, FLIGHTS])
+
+
+def _call(name: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
+def _exchange(name: str, args: dict[str, Any], result: Any, call_id: str = "c1") -> list[Any]:
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [_call(name, args, call_id)]},
+        {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)},
+    ]
+
+
+def test_salient_values_are_the_names_a_request_gives() -> None:
+    """Places, file names, codes and quoted strings; not the word that opens a sentence."""
+    assert salient_values("What is the weather in Oslo and in Madrid?") == ["Oslo", "Madrid"]
+    assert salient_values("Read todo.txt and tell me the first item.") == ["todo.txt"]
+    assert salient_values("Convert 100 USD to EUR.") == ["USD", "EUR"]
+    assert salient_values('Hi, I am in New York. Open "the plan" in /tmp/a.txt') == [
+        "the plan",
+        "New York",
+        "/tmp/a.txt",
+    ]
+    assert salient_values("what is the weather like today?") == []
+
+
+@given(st.text(max_size=200))
+def test_salient_values_never_raise_and_come_from_the_text(text: str) -> None:
+    """Any text: each value found occurs in it, once."""
+    values = salient_values(text)
+    assert all(value in text or value.replace(" ", "") in text for value in values)
+    assert len({v.lower() for v in values}) == len(values)
+
+
+def test_the_current_request_starts_after_the_last_final_answer() -> None:
+    """An earlier exchange (its question and answer) is not the current request."""
+    messages = [
+        {"role": "user", "content": "What time is it in Lima?"},
+        {"role": "assistant", "content": "It is 10:00 in Lima."},
+        {"role": "user", "content": "And the weather in Oslo?"},
+        *_exchange("get_weather", {"city": "Oslo"}, {"temperature_c": 4}),
+    ]
+    request = current_request(messages)
+    assert request.values == ("Oslo",)
+    assert request.calls == (("get_weather", {"city": "Oslo"}, '{"temperature_c": 4}'),)
+    assert not request.grounds("Lima")
+    assert request.grounds("oslo")
+
+
+def test_a_value_from_nowhere_is_ungrounded_with_the_request_values_as_suggestions() -> None:
+    """Recorded from SmolLM2-135M: 'Lisbon' for a request naming Oslo and Madrid."""
+    request = current_request(
+        [{"role": "user", "content": "What is the weather in Oslo and in Madrid?"}]
+    )
+    (error,) = ungrounded_arguments(
+        [ToolCall("get_weather", '{"city": "Lisbon", "unit": "x"}', "c1")], request, SPECS
+    )
+    assert (error.kind, error.path, error.value) == ("ungrounded_argument", "$.city", "Lisbon")
+    assert error.suggestions == ("Oslo", "Madrid")
+
+
+def test_grounded_enum_and_long_values_are_not_flagged() -> None:
+    """A value the request or a result states, an enum argument, a long text: no error."""
+    messages = [
+        {"role": "user", "content": "Weather in Paris, and then the city with the best fog?"},
+        *_exchange("get_weather", {"city": "Paris"}, {"foggiest": "London"}),
+    ]
+    request = current_request(messages)
+    calls = [
+        ToolCall("get_weather", '{"city": "PARIS", "unit": "f"}', "a"),
+        ToolCall("get_weather", '{"city": "London"}', "b"),
+        ToolCall("get_weather", json.dumps({"city": "a b c d e f g"}), "c"),
+    ]
+    assert ungrounded_arguments(calls, request, SPECS) == []
+
+
+def test_a_request_that_names_nothing_flags_nothing() -> None:
+    """No values in the request: no list to choose from, so no error."""
+    request = current_request([{"role": "user", "content": "what is the weather like?"}])
+    assert (
+        ungrounded_arguments([ToolCall("get_weather", '{"city": "Rome"}', "c")], request, SPECS)
+        == []
+    )
+
+
+def test_an_answer_that_ignores_a_result_is_found() -> None:
+    """Recorded: "Linden, I'm sorry for your loss." after a flight search."""
+    messages = [
+        {"role": "user", "content": "Find me a flight from Berlin to Rome."},
+        *_exchange(
+            "search_flights",
+            {"origin": "Berlin", "destination": "Rome"},
+            {"flights": [{"flight": "LH 1234", "price_eur": 129}]},
+        ),
+    ]
+    request = current_request(messages)
+    assert ignored_results("Linden, I'm sorry for your loss.", request) == ["search_flights"]
+    # the call's own words are not the result's facts: naming the cities grounds nothing
+    assert ignored_results("There are flights from Berlin to Rome.", request) == ["search_flights"]
+    assert ignored_results("LH 1234 costs 129.00 EUR.", request) == []
+
+
+def test_error_and_contentless_results_ground_nothing_and_ask_nothing() -> None:
+    """An error result, or one that states nothing but a status: any answer passes."""
+    messages = [
+        {"role": "user", "content": "Delete draft.txt"},
+        *_exchange("get_weather", {"city": "x"}, {"error": "not found"}, "a"),
+        *_exchange("get_weather", {"city": "y"}, {"status": "ok"}, "b"),
+    ]
+    assert ignored_results("Done.", current_request(messages)) == []
+
+
+def test_values_no_call_covered_are_found() -> None:
+    """Two cities asked, one looked up: the other is uncovered."""
+    messages = [
+        {"role": "user", "content": "What is the weather in Oslo and in Madrid?"},
+        *_exchange("get_weather", {"city": "Madrid"}, {"city": "Madrid", "temperature_c": 27}),
+    ]
+    assert uncovered_values(current_request(messages)) == ["Oslo"]
+
+
+def test_no_value_is_uncovered_when_the_calls_looked_none_up() -> None:
+    """A request whose calls use none of its values (a greeting's name): nothing to cover."""
+    messages = [
+        {"role": "user", "content": "Hi, I am John. How warm is it here?"},
+        *_exchange("get_weather", {"city": "here"}, {"temperature_c": 20}),
+    ]
+    assert uncovered_values(current_request(messages)) == []
+
+
+def test_the_choices_reask_pins_the_tool_and_narrows_the_values() -> None:
+    """The re-ask offers the tool alone, pinned, its flagged arguments an enum of the
+    request's values — distinct values in the order the request names them."""
+    validator = ToolCallValidator([WEATHER, FLIGHTS])
+    answer = {
+        "role": "assistant",
+        "content": '{"name": "search_flights", "arguments": {"origin": "Cairo", "destination": "Nairobi"}}',
+    }
+    report = validator.validate(answer, "stop")
+    messages = [{"role": "user", "content": "Search flights from London to Paris."}]
+    errors = ungrounded_arguments(report.tool_calls, current_request(messages), report.specs)
+    failed = report.__class__(
+        False, report.tool_calls, tuple(errors), report.repairs, report.message, report.specs
+    )
+    reask = CorrectionLadder([WEATHER, FLIGHTS], messages[0]["content"]).next(failed)
+    assert reask is not None
+    assert reask.rung == "choices"
+    assert reask.tool_choice == {"type": "function", "function": {"name": "search_flights"}}
+    (tool,) = reask.tools or []
+    props = tool["function"]["parameters"]["properties"]
+    assert props["origin"]["enum"] == ["London", "Paris"]
+    assert props["destination"]["enum"] == ["Paris"]
+    assert "Use the tool search_flights" in reask.messages[-1]["content"]
