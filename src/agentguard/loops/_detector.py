@@ -55,7 +55,6 @@ _MEMO_CHARS = 65_536
 _OK_NAMES = 256
 
 
-
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
     if config is None:
         return LoopDetectionConfig()
