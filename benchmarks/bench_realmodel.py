@@ -285,10 +285,12 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "–"
 
 
-def _absent() -> list[Table]:
+def absent(title: str) -> list[Table]:
+    """The section of a benchmark that needs this model, where it cannot run: one row saying so,
+    a placeholder (``run.py`` keeps the section measured where the model was)."""
     return [
         Table(
-            TITLE,
+            title,
             ["status"],
             [
                 [
@@ -296,6 +298,7 @@ def _absent() -> list[Table]:
                     "run `nox -s realmodel`"
                 ]
             ],
+            placeholder=True,
         )
     ]
 
@@ -303,7 +306,7 @@ def _absent() -> list[Table]:
 def run(quick: bool) -> list[Table]:
     gguf = _gguf()
     if importlib.util.find_spec("llama_cpp") is None or gguf is None:
-        return _absent()
+        return absent(TITLE)
     openai = import_module("openai")
     names = QUICK if quick else tuple(PROMPTS)
     max_tokens = 256 if quick else MAX_TOKENS
