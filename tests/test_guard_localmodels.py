@@ -119,6 +119,19 @@ def test_one_tier_ends_with_the_results_never_an_exception() -> None:
     assert any("answered from results" in w for w in report.warnings)
 
 
+def test_one_tier_ends_with_the_results_in_a_stream_too() -> None:
+    """Streamed, the results-in-hand answer reaches the caller as text (it was left out): the
+    model repeats the answered call as a structured call, which is never streamed."""
+    model = ScriptedModel([Reply.call("get_weather", {"city": "Paris"})] * 2)
+    stream = _guard(model, tool_validation={"answered_repeats_after": 1}).stream(_req(ANSWERED))
+    chunks = list(stream)
+    text = "".join(chunk.content or "" for chunk in chunks)
+    assert text.startswith("The results in hand:")
+    assert '{"temperature_c": 18}' in text
+    assert not any(chunk.tool_calls for chunk in chunks)
+    assert chunks[-1].finish_reason == "stop"
+
+
 def test_a_new_call_beside_a_repeat_goes_on_alone() -> None:
     """An answer holding a repeat and a new call: the new call is handed back, the repeat not."""
     text = (

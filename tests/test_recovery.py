@@ -12,6 +12,7 @@ import asyncio
 import copy
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +26,14 @@ from agentguard.events import LoopRecovery
 from agentguard.guard._recovery import (
     add_note,
     climb,
+    echoes,
     exchanges,
     force_answer,
     provider_refusal,
     prune,
+    results_turn,
     rung_request,
+    shrink,
     summary,
 )
 from agentguard.testing import Fault, Reply, ScriptedModel, capture_events
@@ -333,6 +337,13 @@ def test_prune_keeps_pairing_valid_and_every_distinct_answer(
         assert {x for x in before if x[0] != tool} <= after
         assert {(x[0], x[2]) for x in before} == {(x[0], x[2]) for x in after}
     assert prune(pruned, tool=tool) == pruned
+    # shrinking (a context-length 400) keeps every tool's distinct results, paired
+    shrunk = shrink(messages)
+    assert _paired(shrunk)
+    assert shrunk[:2] == QUESTION
+    kept = exchanges(shrunk)
+    assert {(e.name, e.result) for e in kept} == {(e.name, e.result) for e in exchanges(messages)}
+    assert len({(e.name, e.result) for e in kept}) == len(kept)
 
 
 # -- a real agent loop through the real openai client ----------------------------------------------
@@ -773,3 +784,236 @@ def test_a_cap_set_aside_stays_set_aside_when_forcing() -> None:
         assert rung_request(rung, readable, cfg, hint="h", tool=None).max_output_tokens is None
     with pytest.raises(ValueError, match="no request"):
         rung_request("stop", readable, cfg, hint="h", tool=None)
+
+
+# -- an answer that copies the recovery turn back ------------------------------------------------
+
+#: Final answers SmolLM2-135M gave to the forcing rung's recovery turn in the recorded
+#: loop-recovery run (benchmarks/agenttasks/looprecovery-smollm2.json: stack, task). Each copies
+#: the turn back instead of answering; before, the guard delivered them as the model's answer.
+RECORDED = (
+    Path(__file__).resolve().parent.parent / "benchmarks/agenttasks/looprecovery-smollm2.json"
+)
+PARROTS = [
+    ("guarded", "flights_none"),
+    ("guarded, small-model setting", "docs_empty"),
+    ("guarded, small-model setting", "customer_none"),
+    ("guarded, small-model setting", "weather_unknown"),
+]
+
+
+def _recorded_final(stack: str, task: str) -> str:
+    runs = json.loads(RECORDED.read_text(encoding="utf-8"))["results"][stack]
+    return next(str(r["final"]) for r in runs if r["task"] == task)
+
+
+def _forcing_note() -> str:
+    reason = "search_flights returned the same result 4 times."
+    return summary(_loop(4), LoopRecoveryConfig(), reason=reason, forced=True)
+
+
+@pytest.mark.parametrize(("stack", "task"), PARROTS)
+def test_recorded_copies_of_the_recovery_turn_are_echoes(stack: str, task: str) -> None:
+    assert echoes(_recorded_final(stack, task), _forcing_note())
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "No flights found for tomorrow.",
+        "There is no flight from Oslo to Rome tomorrow: the search came back empty.",
+        # quoting a result line is using the results, not copying the guard
+        'search_flights({"query": "Oslo Rome"}) -> [] : nothing flies.',
+        "",
+    ],
+)
+def test_answers_from_the_results_are_not_echoes(answer: str) -> None:
+    assert not echoes(answer, _forcing_note())
+
+
+def test_the_restated_request_is_the_users_words_not_the_guards() -> None:
+    """The turn that restates the request quotes the user: an answer repeating the question's
+    words answers it; the guard's own closing sentence is still its own."""
+    question = "What is the weather in Paris right now?"
+    note = results_turn(_loop(1), LoopRecoveryConfig(), question)
+    assert not echoes("The weather in Paris right now is sunny, 21 C.", note, quoted=question)
+    assert echoes("Answer from these results, please.", note, quoted=question)
+
+
+#: text of words the recovery turn never uses (it has no word made of only these letters)
+FOREIGN = st.text("qxzjk ,.\n", min_size=0, max_size=80)
+
+
+@given(before=FOREIGN, after=FOREIGN)
+@settings(max_examples=60, deadline=None)
+def test_a_guard_sentence_anywhere_in_an_answer_is_an_echo(before: str, after: str) -> None:
+    note = _forcing_note()
+    assert echoes(f"{before} Give your final answer now from these results. {after}", note)
+    assert echoes(f"{before} you're repeating yourself without progress {after}", note)
+    assert not echoes(f"{before} {after}", note)
+    assert not echoes(f"{before} your final answer {after}", note)  # three words: too few
+
+
+def _parroting_model(answers: list[str], *, strong: str | None = None) -> ScriptedModel:
+    """Repeats the search until tools are off; then answers with ``answers`` in turn (the last
+    one from then on); a ``strong`` tier (model "big") answers at once."""
+    forced: list[str] = []
+
+    def step(request: ModelRequest) -> Reply:
+        if strong is not None and request.model == "big":
+            return Reply.text(strong)
+        if request.params.get("tool_choice") == "none":
+            forced.append(_history(request)[-1]["content"])
+            return Reply.text(answers[min(len(forced), len(answers)) - 1])
+        return Reply.call("search_flights", {"query": "Oslo Rome"})
+
+    model = ScriptedModel([step], cycle=True)
+    model.forced = forced  # type: ignore[attr-defined]
+    return model
+
+
+COPY = "You are repeating yourself without progress. Tools are off for this turn."
+
+
+@MODES
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_copied_recovery_turn_is_asked_again_with_the_request_restated(
+    asynchronous: bool, stream: bool
+) -> None:
+    """The forced answer copies the recovery turn: it never reaches the caller (not even in a
+    stream); the call asks once more with the user's request and the results, tools off."""
+    model = _parroting_model([COPY, "No flights tomorrow."])
+    messages, reports, rungs = _agent(model, asynchronous=asynchronous, stream=stream)
+    assert rungs == ["hint", "summary", "prune", "force"]
+    assert messages[-1] == {"role": "assistant", "content": "No flights tomorrow."}
+    first, second = model.forced  # type: ignore[attr-defined]
+    assert "Tools are off for this turn" in first
+    assert second.startswith("Cheapest flight Oslo to Rome tomorrow?\nTool results:\n")
+    assert second.endswith("Answer from these results.")
+    assert model.requests[-1].params["tool_choice"] == "none"
+    if not stream:
+        assert any("copied the recovery turn back" in w for w in reports[-1].warnings)
+
+
+@MODES
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_copied_again_with_no_tier_left_the_results_are_the_answer(
+    asynchronous: bool, stream: bool
+) -> None:
+    model = _parroting_model([COPY, "Answer from these results."])
+    messages, reports, _ = _agent(model, asynchronous=asynchronous, stream=stream)
+    answer = messages[-1]["content"]
+    assert answer.startswith("The results in hand:")
+    assert 'search_flights({"query": "Oslo Rome"}) -> []' in answer
+    assert "repeating yourself" not in answer
+    if not stream:
+        assert any("answered with the results" in w for w in reports[-1].warnings)
+
+
+def test_copied_again_with_a_tier_above_moves_up() -> None:
+    config = ag.GuardConfig.from_dict(
+        {
+            "memory_pressure": {"enabled": False},
+            "tiers": {"fast": {"model": "small"}, "strong": {"model": "big"}},
+            "escalation": {"chain": ["fast", "strong"]},
+        },
+        env={},
+    )
+    model = _parroting_model([COPY], strong="Nothing flies tomorrow.")
+    messages, reports, _ = _agent(
+        model, asynchronous=False, stream=False, config=config, name="small"
+    )
+    assert messages[-1]["content"] == "Nothing flies tomorrow."
+    assert model.requests[-1].model == "big"
+    assert reports[-1].tier == "strong"
+    assert len(model.forced) == 2  # type: ignore[attr-defined]
+
+
+# -- a conversation that outgrows the server's context ------------------------------------------
+
+
+def _emails(times: int) -> list[dict[str, Any]]:
+    """An agent retrying send_email with a new body each time; the mail server is down."""
+    messages: list[dict[str, Any]] = copy.deepcopy(QUESTION)
+    for i in range(times):
+        body = json.dumps({"to": "bob@example.com", "body": f"Hi Bob, attempt {i}: " + "x" * 200})
+        messages += [_call(i, "send_email", body), _result(i, '{"error": "SMTP server down"}')]
+    return messages
+
+
+def _small_context(limit: int, answer: Reply) -> ScriptedModel:
+    """A server whose context holds ``limit`` messages: longer requests get llama.cpp's 400."""
+
+    def step(request: ModelRequest) -> Reply | Fault:
+        if len(request.messages) > limit:
+            return Fault(
+                400,
+                {},
+                "This model's maximum context length is 2048 tokens. However, you requested "
+                "2208 tokens (2048 in the messages, 160 in the completion).",
+            )
+        return answer
+
+    return ScriptedModel([step], cycle=True)
+
+
+@MODES
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_context_length_400_is_sent_again_without_repeated_results(
+    asynchronous: bool, stream: bool
+) -> None:
+    """The recorded shape: SmolLM2 retried send_email with new bodies against a server that
+    was down until llama.cpp answered 400 (context full). The guard sends the call again with
+    one exchange per distinct result; the caller's history is untouched."""
+    model = _small_context(6, Reply.text("The mail server is down; Bob was not emailed."))
+    client = wrapped_client(model, CONFIG, asynchronous=asynchronous)
+    history = _emails(4)
+    before = copy.deepcopy(history)
+    kw: dict[str, Any] = {"model": "gpt-x", "messages": history, "tools": TOOLS}
+
+    async def ask() -> tuple[str, Any]:
+        if stream:
+            got = await client.chat.completions.create(**kw, stream=True)
+            return (await _assemble_async(got))["content"], report_of(got)
+        answer = await client.chat.completions.create(**kw)
+        return answer.choices[0].message.content, report_of(answer)
+
+    def ask_sync() -> tuple[str, Any]:
+        if stream:
+            got = client.chat.completions.create(**kw, stream=True)
+            return _assemble(got)["content"], report_of(got)
+        answer = client.chat.completions.create(**kw)
+        return answer.choices[0].message.content, report_of(answer)
+
+    text, report = asyncio.run(ask()) if asynchronous else ask_sync()
+    assert text == "The mail server is down; Bob was not emailed."
+    assert history == before
+    first, second = model.requests
+    assert len(first.messages) == 10
+    assert _history(second) == _shape(_emails(1))
+    assert any("context overflow: sent again without 6 messages" in w for w in report.warnings)
+    assert any(w.startswith("quality: context_overflow") for w in report.warnings)
+
+
+def test_a_context_length_400_with_nothing_to_leave_out_is_raised() -> None:
+    model = _small_context(2, Reply.text("unused"))
+    client = wrapped_client(model, CONFIG)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model="gpt-x", messages=_emails(1), tools=TOOLS)
+    assert len(model.requests) == 1
+
+
+def test_a_context_length_400_after_shrinking_is_raised() -> None:
+    model = _small_context(3, Reply.text("unused"))
+    client = wrapped_client(model, CONFIG)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model="gpt-x", messages=_emails(4), tools=TOOLS)
+    assert len(model.requests) == 2  # sent once more, shrunk, never a third time
+
+
+def test_another_400_is_not_shrunk() -> None:
+    model = ScriptedModel([Fault(400, {}, "Invalid value for 'temperature'.")], cycle=True)
+    client = wrapped_client(model, CONFIG)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="gpt-x", messages=_emails(4), tools=TOOLS)
+    assert len(model.requests) == 1

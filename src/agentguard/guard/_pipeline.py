@@ -81,7 +81,7 @@ from agentguard.validation._known import answered_calls, repeated, results_answe
 from agentguard.validation._reask import Rework
 
 from . import _recovery as recovery
-from ._quality import QualityMonitor, runaway
+from ._quality import QualityMonitor, context_overflow, runaway
 from ._report import GuardReport, ReportBuilder
 from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
@@ -278,6 +278,17 @@ class Pipeline:
                 else:
                     final = yield from self._check(call, response)
                 if final is not None:
+                    held = final.message.get("content")
+                    if (
+                        call.rework.note
+                        and not call.content_sent
+                        and isinstance(held, str)
+                        and held
+                    ):
+                        # an answer to a recovery turn is held until judged (it may only copy
+                        # the turn back): released whole, once it is the answer
+                        call.content_sent = True
+                        yield Emit(StreamChunk(content=held))
                     for chunk in tool_call_chunks(final):
                         yield Emit(chunk)
                     yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
@@ -509,7 +520,9 @@ class Pipeline:
         yield Open(tier, request, call.b.session)
         call.usage_chunk = None
         acc = call.streamed = Accumulator()
-        live = not call.content_sent
+        # text goes out live, but not an answer to a recovery turn: that one is held until
+        # judged (see stream_plan)
+        live = not call.content_sent and not call.rework.note
         watch = DegenerationWatch(self.config) if live else None
         while True:
             chunk = yield Pull()
@@ -542,6 +555,12 @@ class Pipeline:
                 "treated as cut off"
             )
         parsed = None
+        note = call.rework.note
+        if note and not response.message.get("tool_calls"):
+            content = response.message.get("content")
+            text = content if isinstance(content, str) else ""
+            if recovery.echoes(text, note, quoted=call.rework.quoted):
+                return (yield from self._parroted(call, response))
         if call.validator is not None and self.config.tool_validation.enabled:
             report: ValidationReport = call.validator.validate(
                 response.message, finish_reason="length" if ran_away else response.finish_reason
@@ -631,14 +650,21 @@ class Pipeline:
             b.warnings.append(f"repeated answered calls ({names}): asked for the answer")
             # the loop ladder's forcing rung: repeats pruned, the results in a recovery turn
             # where the model reads them, tools off (see _recovery.force_answer)
+            cfg_recovery = self.config.loop_detection.recovery
+            note = recovery.summary(
+                call.base_messages,
+                cfg_recovery,
+                reason=f"You called {names} again, but its result is already here.",
+                forced=True,
+            )
             forced = recovery.force_answer(
                 call.request,
                 call.base_messages,
-                config=self.config.loop_detection.recovery,
-                reason=f"You called {names} again, but its result is already here.",
+                config=cfg_recovery,
                 tool=repeats[0].name,
+                note=note,
             )
-            call.rework.force(forced.params)
+            call.rework.force(forced.params, note)
             call.messages = list(forced.messages)
             return None
         decision = self.policy.on_failure(call.tier, "loop_detected", degraded=self.degraded())
@@ -771,21 +797,57 @@ class Pipeline:
         b.warnings.append(f"kept an answer that ignores the results of {names}: no tier left")
         return response
 
-    def _from_results(self, call: _Call, error: str) -> None:
+    def _from_results(
+        self, call: _Call, error: str, messages: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
         """Ask, once, for the answer from the results in hand: the forcing rung
         (``_recovery.force_answer``: tools off) with a turn that restates the request and its
-        results (``_recovery.results_turn``)."""
+        results (``_recovery.results_turn``), built from ``messages`` (the call's own when
+        ``None``)."""
         self._correction(call, error, 1)
         cfg = self.config.loop_detection.recovery
-        question = current_request(call.base_messages).text.strip()
-        forced = recovery.force_answer(
-            call.request,
-            call.base_messages,
-            config=cfg,
-            note=recovery.results_turn(call.base_messages, cfg, question),
-        )
-        call.rework.force(forced.params)
+        source = call.base_messages if messages is None else messages
+        question = current_request(source).text.strip()
+        note = recovery.results_turn(source, cfg, question)
+        forced = recovery.force_answer(call.request, source, config=cfg, note=note)
+        call.rework.force(forced.params, note)
+        call.rework.restated = True
+        call.rework.quoted = question
         call.messages = list(forced.messages)
+
+    def _parroted(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
+        """An answer to a recovery turn that copies the turn back (see ``_recovery.echoes``):
+        asked once more with the request and its results restated (a turn with almost nothing
+        to copy); copied again, the call moves up a tier, and with no tier left the results in
+        hand are the answer. The guard's own words are never delivered as the model's answer.
+        ``None``: ask again."""
+        b = call.b
+        _relabel(b, "loop_detected" if b.recovery else "tool_validation_failure", "parroted")
+        if not call.rework.restated:
+            b.warnings.append(
+                "the answer copied the recovery turn back: asked again with the request and "
+                "its results"
+            )
+            # the caller's conversation, not one the guard added its notes to
+            self._from_results(call, "parroted_recovery", call.request.messages)
+            return None
+        if self._above(call):
+            error = LoopDetected(
+                "the model copies the recovery turn back instead of answering",
+                detector="parroted_recovery",
+                count=2,
+                session=b.session,
+            )
+            call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
+            return None
+        window = self.config.tool_validation.known_results_window
+        answered = list(answered_calls(call.request.messages, window).values())
+        if not answered:
+            b.warnings.append("the answer copied the recovery turn back; no results to give")
+            return response
+        b.warnings.append("the answer copied the recovery turn back: answered with the results")
+        message = {"role": "assistant", "content": results_answer(answered)}
+        return dataclasses.replace(response, message=message, finish_reason="stop")
 
     def _correction(self, call: _Call, error: str, errors: int) -> None:
         call.corrections += 1
@@ -895,6 +957,8 @@ class Pipeline:
         trigger = _TRIGGER_OF.get(error_class)
         if trigger is not None:
             return (yield from self._trigger(call, trigger, error))
+        if self._shrunk(call, error):
+            return call.tier
         refusal = recovery.provider_refusal(error, session=call.b.session)
         if refusal is None:
             raise error
@@ -904,6 +968,27 @@ class Pipeline:
             reask=True,
         )
         return call.tier
+
+    def _shrunk(self, call: _Call, error: Exception) -> bool:
+        """A context-length 400: the call is sent again, once, without the tool exchanges that
+        repeat an earlier result of their tool (``_recovery.shrink``; a looping run is what
+        outgrows the context most). ``False``: nothing to leave out, or done already."""
+        if call.shrunk or not context_overflow(error):
+            return False
+        sent, base = call.messages, call.base_messages
+        kept = recovery.shrink(sent)
+        if len(kept) == len(sent):
+            return False
+        call.shrunk = True
+        # what a later re-ask is built on goes without them too
+        call.base_messages = kept if sent is base else recovery.shrink(base)
+        call.messages = kept
+        call.prompt_tokens += estimate_tokens(call.base_messages) - estimate_tokens(base)
+        call.b.warnings.append(
+            f"context overflow: sent again without {len(sent) - len(kept)} messages of "
+            "repeated tool results"
+        )
+        return True
 
     def _recover(self, call: _Call, verdict: Verdict, *, reask: bool = False) -> Plan[None]:
         """Take the next rung of the recovery ladder for a looping run (see ``_recovery``).
@@ -945,9 +1030,14 @@ class Pipeline:
         )
         if rung == "stop":
             _raise(call, "loop_detected", error)
-        sent = recovery.rung_request(
-            rung, call.request, cfg, hint=verdict.message, tool=verdict.tool
-        )
+        if rung == "force":  # the note kept: an answer that only copies it back is none
+            note = recovery.summary(call.request.messages, cfg, reason=verdict.message, forced=True)
+            sent = recovery.force_answer(call.request, config=cfg, tool=verdict.tool, note=note)
+            call.rework.force(sent.params, note)
+        else:
+            sent = recovery.rung_request(
+                rung, call.request, cfg, hint=verdict.message, tool=verdict.tool
+            )
         if sent.params is not call.request.params:  # force: tools off
             call.request = recovery.replaced(call.request, params=sent.params)
         messages = list(sent.messages)
@@ -1057,6 +1147,7 @@ class _Call:
     cut: bool = False  # streaming: the answer degenerated and was cut
     streamed: Accumulator | None = None  # streaming: what the current attempt has delivered
     rework: Rework = field(default_factory=Rework)  # re-asks and recovery turns on this tier
+    shrunk: bool = False  # sent again without repeated tool results after a context-length 400
     shared: str | None = None  # the session's key in the pipeline's session store
 
     def reset(self) -> None:

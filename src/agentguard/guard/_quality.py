@@ -28,12 +28,17 @@ from agentguard.events import Emitter, Hook, QualityDegraded
 from agentguard.resilience import classify
 from agentguard.types import Usage
 
-__all__ = ["QualityMonitor", "runaway"]
+__all__ = ["QualityMonitor", "context_overflow", "runaway"]
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _-]?(length|window|size)|maximum context|too many tokens|exceeds? the (context|max)",
     re.IGNORECASE,
 )
+
+
+def context_overflow(error: BaseException) -> bool:
+    """Whether ``error`` is an HTTP 400 saying the prompt exceeds the server's context length."""
+    return classify(error).status_code == 400 and bool(_CONTEXT_OVERFLOW.search(str(error)))
 
 
 def runaway(completion_tokens: int | None, cap: int | None, factor: float) -> bool:
@@ -145,8 +150,7 @@ class QualityMonitor:
         """Judge an error ``tier`` answered with: a context-length 400 is a signal."""
         if not self.config.enabled:
             return []
-        classification = classify(error)
-        if classification.status_code != 400 or not _CONTEXT_OVERFLOW.search(str(error)):
+        if not context_overflow(error):
             return []
         detail = "HTTP 400: the prompt exceeds the server's context length"
         return self._record(self._tier(tier), tier, [("context_overflow", detail)], session)

@@ -41,6 +41,7 @@ __all__ = [
     "Exchange",
     "add_note",
     "climb",
+    "echoes",
     "exchanges",
     "force_answer",
     "provider_refusal",
@@ -48,6 +49,7 @@ __all__ = [
     "replaced",
     "results_turn",
     "rung_request",
+    "shrink",
     "summary",
 ]
 
@@ -193,6 +195,17 @@ def prune(
     return out
 
 
+def shrink(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``messages`` without every exchange whose result repeats an earlier result of its tool,
+    whatever the arguments (a new list): what can go when a conversation no longer fits the
+    server's context. The first exchange of each result stays, so every distinct answer does;
+    pairing and the caller's list are kept as :func:`prune` keeps them."""
+    out = list(messages)
+    for name in dict.fromkeys(ex.name for ex in exchanges(messages)):
+        out = prune(out, tool=name)
+    return out
+
+
 def _digest(value: Any, limit: int) -> str:
     """``value`` as one short line: whitespace collapsed, cut to ``limit`` characters."""
     text = value if isinstance(value, str) else content_text(value)
@@ -326,6 +339,31 @@ def force_answer(
     # without tools): the recovery turn alone asks for the answer
     params = {**request.params, "tool_choice": "none"} if request.tools else request.params
     return replaced(request, messages=add_note(kept, text, cfg.hint_placement), params=params)
+
+
+#: words in a row an answer must share with the guard's own sentences to be a copy of them
+_ECHO_RUN = 4
+_ECHO_WORD = re.compile(r"[a-z0-9_]+")
+
+
+def _runs(text: str) -> set[tuple[str, ...]]:
+    words = _ECHO_WORD.findall(text.lower())
+    return {tuple(words[i : i + _ECHO_RUN]) for i in range(len(words) - _ECHO_RUN + 1)}
+
+
+def echoes(answer: str, note: str, *, quoted: str = "") -> bool:
+    """Whether ``answer`` copies the recovery turn ``note`` back instead of answering.
+
+    A small model given "tools are off for this turn: give your final answer now" often writes
+    that sentence back, reworded a little ("You're repeating yourself without progress ...").
+    The test: four words in a row from the guard's own sentences of ``note``. Its lines that
+    list results (``- name(...) -> ...``) and ``quoted`` (the user's request it restates) are
+    left out: an answer may rightly repeat those.
+    """
+    own = note.replace(quoted, " ") if quoted else note
+    lines = (line for line in own.splitlines() if not line.lstrip().startswith("- "))
+    phrases = _runs(" ".join(lines).replace(NOTE_PREFIX.strip(), " "))
+    return bool(phrases) and not phrases.isdisjoint(_runs(answer))
 
 
 def replaced(request: ModelRequest, **changes: Any) -> ModelRequest:

@@ -360,6 +360,9 @@ class Rework:
         params: ``tool_choice`` and other body parameters to send instead of the request's.
         tools: the tools to offer instead of the request's (``None``: its own).
         recovered: a recovery turn (the answer from the results in hand) was sent.
+        note: the text of the recovery turns sent (the guard's words a model may copy back).
+        restated: the recovery turn that restates the request and its results was sent.
+        quoted: the user's words that turn restates (not the guard's own).
         covered: the call for values the request names and no call covered was asked for.
         cap: the output cap the last attempt was sent with.
     """
@@ -368,6 +371,9 @@ class Rework:
     params: dict[str, Any] | None = None
     tools: list[Mapping[str, Any]] | None = None
     recovered: bool = False
+    note: str = ""
+    restated: bool = False
+    quoted: str = ""
     covered: bool = False
     cap: int | None = None
 
@@ -449,10 +455,11 @@ class Rework:
         self.params = reask.params(request.params)
         return reask
 
-    def force(self, params: Mapping[str, Any]) -> None:
+    def force(self, params: Mapping[str, Any], note: str = "") -> None:
         """Send the next attempt with ``params`` (``tool_choice: "none"``): an answer, not a
-        call, from the results in hand."""
+        call, from the results in hand, asked for by the recovery turn ``note``."""
         self.recovered = True
+        self.note = f"{self.note}\n{note}" if self.note and note else note or self.note
         self.tools = None
         self.params = dict(params)
 
