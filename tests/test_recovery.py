@@ -929,6 +929,23 @@ def test_copied_again_with_a_tier_above_moves_up() -> None:
     assert len(model.forced) == 2  # type: ignore[attr-defined]
 
 
+def test_copied_again_when_loops_do_not_escalate_the_results_are_the_answer() -> None:
+    """A tier above that loops do not move to (``escalate_on`` without ``loop_detected``):
+    the results in hand are the answer, no exception."""
+    config = ag.GuardConfig.from_dict(
+        {
+            "memory_pressure": {"enabled": False},
+            "tiers": {"fast": {"model": "small"}, "strong": {"model": "big"}},
+            "escalation": {"chain": ["fast", "strong"], "escalate_on": ["server_error"]},
+        },
+        env={},
+    )
+    model = _parroting_model([COPY], strong="unused")
+    messages, _, _ = _agent(model, asynchronous=False, stream=False, config=config, name="small")
+    assert messages[-1]["content"].startswith("The results in hand:")
+    assert all(r.model == "small" for r in model.requests)
+
+
 # -- a conversation that outgrows the server's context ------------------------------------------
 
 

@@ -746,11 +746,9 @@ class Pipeline:
             )
         return dataclasses.replace(report, ok=False, errors=tuple(errors))
 
-    def _above(self, call: _Call) -> bool:
-        """Whether a failed call could move to another tier (nothing is moved)."""
-        decision = self.policy.on_failure(
-            call.tier, "tool_validation_failure", degraded=self.degraded()
-        )
+    def _above(self, call: _Call, trigger: str = "tool_validation_failure") -> bool:
+        """Whether a call failed by ``trigger`` could move to another tier (nothing is moved)."""
+        decision = self.policy.on_failure(call.tier, trigger, degraded=self.degraded())
         return decision.action != "stop" and decision.target is not None
 
     def _answered(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
@@ -831,7 +829,7 @@ class Pipeline:
             # the caller's conversation, not one the guard added its notes to
             self._from_results(call, "parroted_recovery", call.request.messages)
             return None
-        if self._above(call):
+        if self._above(call, "loop_detected"):
             error = LoopDetected(
                 "the model copies the recovery turn back instead of answering",
                 detector="parroted_recovery",
