@@ -788,23 +788,14 @@ def test_a_cap_set_aside_stays_set_aside_when_forcing() -> None:
 
 # -- an answer that copies the recovery turn back ------------------------------------------------
 
-#: Final answers SmolLM2-135M gave to the forcing rung's recovery turn in the recorded
-#: loop-recovery run (benchmarks/agenttasks/looprecovery-smollm2.json: stack, task). Each copies
-#: the turn back instead of answering; before, the guard delivered them as the model's answer.
-RECORDED = (
-    Path(__file__).resolve().parent.parent / "benchmarks/agenttasks/looprecovery-smollm2.json"
-)
-PARROTS = [
-    ("guarded", "flights_none"),
-    ("guarded, small-model setting", "docs_empty"),
-    ("guarded, small-model setting", "customer_none"),
-    ("guarded, small-model setting", "weather_unknown"),
-]
-
-
-def _recorded_final(stack: str, task: str) -> str:
-    runs = json.loads(RECORDED.read_text(encoding="utf-8"))["results"][stack]
-    return next(str(r["final"]) for r in runs if r["task"] == task)
+#: Final answers SmolLM2-135M gave to the forcing rung's recovery turn in a recorded
+#: loop-recovery run (source in the file and in tests/data/SOURCES.md). Each copies the turn
+#: back instead of answering; the guard used to deliver them as the model's answer.
+PARROTS = json.loads(
+    (Path(__file__).resolve().parent / "data" / "smollm2_parroted_recovery.json").read_text(
+        encoding="utf-8"
+    )
+)["answers"]
 
 
 def _forcing_note() -> str:
@@ -812,9 +803,9 @@ def _forcing_note() -> str:
     return summary(_loop(4), LoopRecoveryConfig(), reason=reason, forced=True)
 
 
-@pytest.mark.parametrize(("stack", "task"), PARROTS)
-def test_recorded_copies_of_the_recovery_turn_are_echoes(stack: str, task: str) -> None:
-    assert echoes(_recorded_final(stack, task), _forcing_note())
+@pytest.mark.parametrize("recorded", PARROTS, ids=lambda r: r["task"])
+def test_recorded_copies_of_the_recovery_turn_are_echoes(recorded: dict[str, str]) -> None:
+    assert echoes(recorded["content"], _forcing_note())
 
 
 @pytest.mark.parametrize(
