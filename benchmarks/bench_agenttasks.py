@@ -99,7 +99,15 @@ class Outcome:
     tiers: set[str] = field(default_factory=set)
 
 
-def _config(model: str, strong: str | None, *, profile: bool = False) -> ag.GuardConfig:
+def _config(
+    model: str,
+    strong: str | None,
+    *,
+    profile: bool = False,
+    tool_validation: Mapping[str, Any] | None = None,
+) -> ag.GuardConfig:
+    """The guard's configuration: one tier (two with ``strong``), the small-model profile's
+    ``tool_validation`` section when ``profile``, else ``tool_validation`` as given."""
     tiers: dict[str, Any] = {"small": {"model": model}}
     chain = ["small"]
     if strong is not None:
@@ -110,7 +118,7 @@ def _config(model: str, strong: str | None, *, profile: bool = False) -> ag.Guar
             "tiers": tiers,
             "escalation": {"chain": chain},
             "memory_pressure": {"enabled": False},
-            "tool_validation": SMALL_MODEL_PROFILE if profile else {},
+            "tool_validation": SMALL_MODEL_PROFILE if profile else dict(tool_validation or {}),
         },
         env={},
     )

@@ -250,7 +250,7 @@ def measure(
                 with _client(openai, base) as raw:
                     runs.append(agent(raw, model, task, guarded=False))
             else:
-                config = _config(model, None, **tool_validation)
+                config = _config(model, None, tool_validation=tool_validation)
                 with ag.wrap(_client(openai, base), config) as guarded:
                     runs.append(agent(guarded, model, task, guarded=True))
             r = runs[-1]

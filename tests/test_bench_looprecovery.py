@@ -205,3 +205,13 @@ def test_without_a_model_it_reports_one_row_saying_so(monkeypatch: pytest.Monkey
     (table,) = bench_looprecovery.run(quick=True)
     assert table.placeholder
     assert "not run here" in str(table.rows[0][0])
+
+
+@pytest.mark.parametrize("stack", list(bench_looprecovery.STACKS))
+def test_every_stack_has_a_configuration(stack: str) -> None:
+    """Each guarded stack's settings make a configuration (a changed signature once broke the
+    small-model stack of the real run)."""
+    settings = bench_looprecovery.STACKS[stack]
+    config = bench_looprecovery._config("m", None, tool_validation=settings)
+    for key, value in settings.items():
+        assert getattr(config.tool_validation, key) == value
