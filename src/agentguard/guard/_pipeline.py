@@ -77,7 +77,7 @@ from agentguard.validation._grounding import (
     uncovered_values,
     ungrounded_arguments,
 )
-from agentguard.validation._known import answered_calls, repeated, results_answer
+from agentguard.validation._known import Answered, answered_calls, repeated, results_answer
 from agentguard.validation._reask import Rework
 
 from . import _recovery as recovery
@@ -679,8 +679,7 @@ class Pipeline:
             call.tier = b.tier = yield from self._move(call, call.tier, decision, error=error)
             return None
         b.warnings.append(f"the model repeats answered calls ({names}): answered from results")
-        message = {"role": "assistant", "content": results_answer(repeats)}
-        return dataclasses.replace(response, message=message, finish_reason="stop")
+        return _from_results_in_hand(response, repeats)
 
     def _invalid(
         self, call: _Call, response: ModelResponse, report: ValidationReport
@@ -844,8 +843,7 @@ class Pipeline:
             b.warnings.append("the answer copied the recovery turn back; no results to give")
             return response
         b.warnings.append("the answer copied the recovery turn back: answered with the results")
-        message = {"role": "assistant", "content": results_answer(answered)}
-        return dataclasses.replace(response, message=message, finish_reason="stop")
+        return _from_results_in_hand(response, answered)
 
     def _correction(self, call: _Call, error: str, errors: int) -> None:
         call.corrections += 1
@@ -1232,6 +1230,12 @@ def _soft(report: ValidationReport) -> bool:
 
 def _paths(report: ValidationReport) -> str:
     return ", ".join(f"{e.tool_name} {e.path.removeprefix('$.')}" for e in report.errors)
+
+
+def _from_results_in_hand(response: ModelResponse, answered: Sequence[Answered]) -> ModelResponse:
+    """``response`` with the results in hand as its answer (the model could not give one)."""
+    message = {"role": "assistant", "content": results_answer(answered)}
+    return dataclasses.replace(response, message=message, finish_reason="stop")
 
 
 def _relabel(b: ReportBuilder, outcome: str, detail: str) -> None:

@@ -459,7 +459,8 @@ class Rework:
         """Send the next attempt with ``params`` (``tool_choice: "none"``): an answer, not a
         call, from the results in hand, asked for by the recovery turn ``note``."""
         self.recovered = True
-        self.note = f"{self.note}\n{note}" if self.note and note else note or self.note
+        if note:  # every turn sent counts: a model may copy an earlier one back
+            self.note = f"{self.note}\n{note}" if self.note else note
         self.tools = None
         self.params = dict(params)
 
