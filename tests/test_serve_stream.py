@@ -77,11 +77,14 @@ def _server(body: Body) -> GuardServer:
 
 
 async def _call(
-    server: GuardServer, send: Callable[[dict[str, Any]], Any] | None = None
+    server: GuardServer,
+    send: Callable[[dict[str, Any]], Any] | None = None,
+    **extra: Any,
 ) -> list[dict[str, Any]]:
-    """One streamed chat request through the app; the ASGI messages sent back."""
+    """One streamed chat request through the app (``extra``: more of its body); the ASGI
+    messages sent back."""
     body = json.dumps(
-        {"model": "m", "messages": [{"role": "user", "content": "docs?"}], "stream": True}
+        {"model": "m", "messages": [{"role": "user", "content": "docs?"}], "stream": True, **extra}
     ).encode()
     scope = {
         "type": "http",
@@ -214,3 +217,31 @@ async def test_a_caller_gone_before_the_head_went_out_leaves_no_stream_open() ->
         await _call(server, send)
     assert server.open_streams == 0
     assert body.closed
+
+
+async def test_a_call_written_as_text_goes_out_as_a_call_not_as_text() -> None:
+    """A local model writes its call into the text: the caller's stream carries the words
+    before it as the upstream sent them, then the structured call, never the call's text."""
+    written = '<tool_call>\n{"name": "read_docs", "arguments": {"topic": "install"}}\n</tool_call>'
+    parts = [written[i : i + 7] for i in range(0, len(written), 7)]
+    body = Body([OPENING, WORDS[0], *(_event({"content": p}) for p in parts), FINISH, DONE])
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "read_docs",
+            "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}},
+        },
+    }
+    events = _sent(await _call(_server(body), tools=[tool])).decode()
+    assert events.startswith((OPENING + WORDS[0]).decode())
+    chunks = [
+        json.loads(line[6:])
+        for line in events.splitlines()
+        if line.startswith("data: {") and "choices" in line
+    ]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == "The docs "
+    (call,) = [t for d in deltas for t in d.get("tool_calls") or ()]
+    assert call["function"]["name"] == "read_docs"
+    assert json.loads(call["function"]["arguments"]) == {"topic": "install"}
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "tool_calls"

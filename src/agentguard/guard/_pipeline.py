@@ -84,7 +84,7 @@ from . import _recovery as recovery
 from ._quality import QualityMonitor, context_overflow, runaway
 from ._report import GuardReport, ReportBuilder
 from ._session import SessionSource, resolve_session, scope_of
-from ._stream import Accumulator, DegenerationWatch, tool_call_chunks
+from ._stream import Accumulator, CallGate, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key
 
 logger = logging.getLogger("agentguard")
@@ -279,16 +279,18 @@ class Pipeline:
                     final = yield from self._check(call, response)
                 if final is not None:
                     held = final.message.get("content")
-                    if (
-                        call.rework.note
-                        and not call.content_sent
-                        and isinstance(held, str)
-                        and held
-                    ):
+                    held = held if isinstance(held, str) else ""
+                    gate = call.gate
+                    if call.rework.note and not call.content_sent and held:
                         # an answer to a recovery turn is held until judged (it may only copy
                         # the turn back): released whole, once it is the answer
                         call.content_sent = True
                         yield Emit(StreamChunk(content=held))
+                    elif gate is not None and held.startswith(gate.sent) and held != gate.sent:
+                        # what the gate held back, once no call was in it (or the text beside
+                        # the calls taken out of it)
+                        call.content_sent = True
+                        yield Emit(StreamChunk(content=held[len(gate.sent) :]))
                     for chunk in tool_call_chunks(final):
                         yield Emit(chunk)
                     yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
@@ -524,6 +526,13 @@ class Pipeline:
         # judged (see stream_plan)
         live = not call.content_sent and not call.rework.note
         watch = DegenerationWatch(self.config) if live else None
+        # a call the model writes as text is handed over as a call: its text never goes out
+        cfg = self.config.tool_validation
+        gate = call.gate = (
+            CallGate()
+            if live and call.validator is not None and cfg.enabled and cfg.repair
+            else None
+        )
         while True:
             chunk = yield Pull()
             if chunk is END:
@@ -532,12 +541,17 @@ class Pipeline:
             if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
                 call.usage_chunk = chunk  # passed on at the end, after the finish chunk
             if (chunk.content or chunk.reasoning) and live:
+                content, raw = chunk.content, chunk.raw
+                if gate is not None and content:
+                    text = content if isinstance(content, str) else acc.content[-1]
+                    content = gate.feed(text) or None
+                    if content != chunk.content:  # held back in part: no longer that event
+                        raw = None
                 # reasoning flows live too, and is watched like text; only text makes a
                 # re-ask's text held back (the caller never reads one sentence twice)
-                call.content_sent = call.content_sent or bool(chunk.content)
-                yield Emit(
-                    StreamChunk(content=chunk.content, raw=chunk.raw, reasoning=chunk.reasoning)
-                )
+                call.content_sent = call.content_sent or bool(content)
+                if content or chunk.reasoning:
+                    yield Emit(StreamChunk(content=content, raw=raw, reasoning=chunk.reasoning))
                 if watch is not None and watch.degenerate(acc):
                     call.cut = True
                     return acc.response(cut=True)
@@ -1142,6 +1156,7 @@ class _Call:
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
     streamed: Accumulator | None = None  # streaming: what the current attempt has delivered
+    gate: CallGate | None = None  # streaming: the live attempt's hold on text-written calls
     rework: Rework = field(default_factory=Rework)  # re-asks and recovery turns on this tier
     shrunk: bool = False  # sent again without repeated tool results after a context-length 400
     shared: str | None = None  # the session's key in the pipeline's session store

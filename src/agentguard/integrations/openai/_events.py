@@ -32,16 +32,32 @@ _CALL_EVENTS = (
     "response.function_call_arguments.done",
 )
 _ONCE = ("response.created", "response.in_progress", "response.queued")
+_TEXT_EVENTS = (
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.added",
+    "response.content_part.done",
+)
 
 
-def _is_call_event(event: Any) -> bool:
+def _of_item(event: Any, kinds: tuple[str, ...], item_type: str) -> bool:
+    """Whether ``event`` is one of ``kinds``, or adds or ends an output item of ``item_type``."""
     kind = getattr(event, "type", None)
-    if kind in _CALL_EVENTS:
+    if kind in kinds:
         return True
     item = getattr(event, "item", None)
     return kind in ("response.output_item.added", "response.output_item.done") and (
-        getattr(item, "type", None) == "function_call"
+        getattr(item, "type", None) == item_type
     )
+
+
+def _is_call_event(event: Any) -> bool:
+    return _of_item(event, _CALL_EVENTS, "function_call")
+
+
+def _is_text_event(event: Any) -> bool:
+    """An event of the answer's message: its text, its parts, the message item itself."""
+    return _of_item(event, _TEXT_EVENTS, "message")
 
 
 def _calls(calls: Any) -> list[tuple[Any, Any, Any]]:
@@ -103,16 +119,18 @@ class _Events:
             ends = [e for e in self._raw.events if getattr(e, "type", None) in ENDS]
             end = ends[-1] if ends else None
         text = "".join(self._text)
+        same_text = True
         if end is not None:
             upstream = response_from_responses(dump(end.response)).message
-            if _calls(self._calls) == _calls(upstream.get("tool_calls") or ()) and text == (
-                upstream.get("content") or ""
-            ):
+            same_text = text == (upstream.get("content") or "")
+            if same_text and _calls(self._calls) == _calls(upstream.get("tool_calls") or ()):
                 return [self._emit(e) for e in self._pending()]
-        return self._rebuilt(end, text)
+        return self._rebuilt(end, text, same_text=same_text)
 
-    def _rebuilt(self, end: Any, text: str) -> list[Any]:
-        """The rest of the events for an answer the guard changed."""
+    def _rebuilt(self, end: Any, text: str, *, same_text: bool) -> list[Any]:
+        """The rest of the events for an answer the guard changed; the upstream's text events
+        not handed on yet go too when the guard's text is not the upstream's (a call written
+        as text, taken out of it: the final response carries the guard's text)."""
         types = require("openai.types.responses", "openai")
         out = [
             self._emit(e)
@@ -120,6 +138,7 @@ class _Events:
             if not _is_call_event(e)
             and getattr(e, "type", None) not in ENDS
             and not (getattr(e, "type", None) in _ONCE and e.type in self._kinds)
+            and (same_text or not _is_text_event(e))
         ]
         data = dict(dump(end.response)) if end is not None else {"output": []}
         message = {"role": "assistant", "content": text or None, "tool_calls": self._calls}
