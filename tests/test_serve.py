@@ -456,6 +456,9 @@ async def test_streamed_responses_tool_call_is_held_until_judged(
     final = events[-1].response
     calls = [item for item in final.output if item.type == "function_call"]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("search", {"q": "x"})]
+    # the call was written as text: none of that text reaches the caller, in events or output
+    assert not any("<tool_call>" in json.dumps(e.model_dump()) for e in events)
+    assert [item.type for item in final.output] == ["function_call"]
 
 
 async def test_a_stream_refused_before_it_begins_is_an_error_answer(

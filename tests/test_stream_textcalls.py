@@ -13,7 +13,9 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import sys
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +32,13 @@ from agentguard.transport import ModelRequest, StreamChunk
 from test_guard_realanswers import RECORDED, _reply, _request
 from test_wrap import TOOLS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import agenttasks
+from bench_agenttasks import SMALL_MODEL_PROFILE
+
 openai = pytest.importorskip("openai")
+GROUNDING = Path(__file__).parent / "data" / "smollm2_grounding.jsonl"
 http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
 
 ONE_TIER = {
@@ -158,23 +166,44 @@ def test_a_streamed_text_call_arrives_as_the_whole_answer_has_it(style: str, siz
     assert chunks[-1].finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("size", [1, 3, 16])
-@pytest.mark.parametrize("index", range(len(RECORDED)), ids=lambda i: f"{RECORDED[i]['task']}-{i}")
-def test_recorded_real_answers_stream_as_they_answer_whole(index: int, size: int) -> None:
-    """Every recorded SmolLM2 answer, both server modes: the stream and the whole answer agree
-    (text and calls) whenever the model answered once; a call the guard handed over never
-    reached the caller as text first."""
-    line = RECORDED[index]
-    script = [_reply(line), *[Reply.text("done")] * 6]
+def _recorded() -> list[tuple[str, list[Reply], ModelRequest]]:
+    """Every recorded real answer (both files) with the request it answered."""
+    cases = [
+        (f"{line['task']}-{i}", [_reply(line)], _request(line)) for i, line in enumerate(RECORDED)
+    ]
+    for i, text in enumerate(GROUNDING.read_text(encoding="utf-8").splitlines()):
+        line = json.loads(text)
+        replies = [
+            Reply(a["content"], tuple(a["tool_calls"] or ()), a["finish_reason"])
+            for a in line["answers"]
+        ]
+        messages = [*agenttasks.SEED_MESSAGES, *line["messages"]]
+        params = {"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160}
+        cases.append((f"{line['case']}-{i}", replies, ModelRequest("smollm2", messages, params)))
+    return cases
+
+
+RECORDED_CASES = _recorded()
+
+
+@pytest.mark.parametrize("profile", [False, True], ids=["default", "profile"])
+@pytest.mark.parametrize("size", [1, 16])
+@pytest.mark.parametrize("case", RECORDED_CASES, ids=lambda case: case[0])
+def test_recorded_real_answers_stream_as_they_answer_whole(
+    case: tuple[str, list[Reply], ModelRequest], size: int, profile: bool
+) -> None:
+    """Every recorded SmolLM2 answer (both server modes, both turns, and the answers the
+    small-model profile's checks reject): streamed, the caller gets what the whole answer
+    has — the same calls and the same text, after the same re-asks. Under the profile a text
+    answer is held until judged, so a rejected one never reaches the caller."""
+    _, replies, request = case
+    script = [*replies, *[Reply.text("done")] * 8]
+    extra = {"tool_validation": SMALL_MODEL_PROFILE} if profile else {}
     whole_model, stream_model = ScriptedModel(script), ScriptedModel(script, chunk_size=size)
-    whole = _guard(whole_model).complete(_request(line))
-    text, calls = _streamed(list(_guard(stream_model).stream(_request(line))))
+    whole = _guard(whole_model, **extra).complete(request)
+    streamed = _streamed(list(_guard(stream_model, **extra).stream(request)))
     assert len(stream_model.requests) == len(whole_model.requests)
-    written = line["answer"]["content"] or ""
-    if calls and not line["answer"]["tool_calls"]:  # the call came out of the text
-        assert not any(name in text for name, _ in calls if name in written)
-    if len(whole_model.requests) == 1:
-        assert (text, calls) == _whole(whole.message)
+    assert streamed == _whole(whole.message)
 
 
 @pytest.mark.parametrize("text", PROSE)
@@ -269,7 +298,7 @@ def test_a_responses_stream_carries_the_function_call_item_only() -> None:
         client.responses.create(model="small", input="read b.txt", tools=tools, stream=True)
     )
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert "tool_call" not in deltas
+    assert "<tool_call>" not in deltas
     done = [e.item for e in events if e.type == "response.output_item.done"]
     assert [(i.name, json.loads(i.arguments)) for i in done if i.type == "function_call"] == [
         ("read_file", {"path": "b.txt"})

@@ -361,6 +361,12 @@ class ToolValidationConfig(Section):
         "(finish_reason length) and holding no call is a failed answer, and re-asked.",
     )
 
+    @property
+    def judges_answers(self) -> bool:
+        """Whether a text answer may be rejected (and asked again) for what it says: a stream's
+        text is then held until judged (docs/guard.md, Streaming)."""
+        return self.ungrounded_answers or self.uncovered_values or self.cut_off_text_is_failure
+
 
 class ModelPrice(Section):
     """The price of one model, in money per million tokens (any currency, used consistently)."""

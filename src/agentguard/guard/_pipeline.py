@@ -281,9 +281,9 @@ class Pipeline:
                     held = final.message.get("content")
                     held = held if isinstance(held, str) else ""
                     gate = call.gate
-                    if call.rework.note and not call.content_sent and held:
-                        # an answer to a recovery turn is held until judged (it may only copy
-                        # the turn back): released whole, once it is the answer
+                    if not call.content_sent and held:
+                        # a text held until judged (see _stream_once): released whole, once it
+                        # is the answer
                         call.content_sent = True
                         yield Emit(StreamChunk(content=held))
                     elif gate is not None and held.startswith(gate.sent) and held != gate.sent:
@@ -524,15 +524,17 @@ class Pipeline:
         acc = call.streamed = Accumulator()
         # text goes out live, but not an answer to a recovery turn: that one is held until
         # judged (see stream_plan)
-        live = not call.content_sent and not call.rework.note
-        watch = DegenerationWatch(self.config) if live else None
-        # a call the model writes as text is handed over as a call: its text never goes out
         cfg = self.config.tool_validation
-        gate = call.gate = (
-            CallGate()
-            if live and call.validator is not None and cfg.enabled and cfg.repair
-            else None
-        )
+        checked = call.validator is not None and cfg.enabled
+        # reasoning goes out live unless text went out already (never one sentence twice)
+        thinking = not call.content_sent and not call.rework.note
+        # a text answer the checks may still reject is held until judged, then released whole:
+        # the answer to a recovery turn (it may only copy the turn back), and any text answer
+        # under the answer checks (ungrounded, uncovered values, cut off at the cap)
+        live = thinking and not (checked and cfg.judges_answers)
+        watch = DegenerationWatch(self.config) if thinking else None
+        # a call the model writes as text is handed over as a call: its text never goes out
+        gate = call.gate = CallGate() if live and checked and cfg.repair else None
         while True:
             chunk = yield Pull()
             if chunk is END:
@@ -540,8 +542,10 @@ class Pipeline:
             acc.add(chunk)
             if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
                 call.usage_chunk = chunk  # passed on at the end, after the finish chunk
-            if (chunk.content or chunk.reasoning) and live:
-                content, raw = chunk.content, chunk.raw
+            if (chunk.content and live) or (chunk.reasoning and thinking):
+                content, raw = (chunk.content, chunk.raw) if live else (None, None)
+                if not live and not chunk.content:
+                    raw = chunk.raw  # reasoning alone: that event as it came
                 if gate is not None and content:
                     text = content if isinstance(content, str) else acc.content[-1]
                     content = gate.feed(text) or None

@@ -44,6 +44,7 @@ from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
 from agentguard.integrations._tiers import tier_api_key
+from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
 from agentguard.resilience import CircuitBreaker
 from agentguard.storage import Store, store_from_config
@@ -637,6 +638,11 @@ def _held(event: Event) -> bool:
     )
 
 
+def _text_event(event: Event) -> bool:
+    item = event.get("item")
+    return is_text_event(event.get("type"), item.get("type") if isinstance(item, Mapping) else None)
+
+
 def _call_key(call: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     fn = call.get("function")
     fn = fn if isinstance(fn, Mapping) else {}
@@ -654,13 +660,14 @@ class _Replay:
         self._sent = 0  # forward.events[:_sent] went out (or were held)
         self._held: list[Event] = []
         self._calls: list[Mapping[str, Any]] = []
+        self._text: list[str] = []  # the text the guard passed on
 
-    def _flush(self, upto: int) -> bytes:
+    def _flush(self, upto: int, *, text: bool = True) -> bytes:
         out = []
         for event in self._forward.events[self._sent : upto]:
             if _held(event):
                 self._held.append(event)
-            else:
+            elif text or not _text_event(event):
                 out.append(_sse(event.data, event.name))
         self._sent = max(self._sent, upto)
         return b"".join(out)
@@ -669,6 +676,8 @@ class _Replay:
         """What goes out for one guarded chunk: the events up to its text delta."""
         raw = chunk.raw
         events = self._forward.events
+        if chunk.content:
+            self._text.append(chunk.content)
         if isinstance(raw, Event) and chunk.content:
             at = next((i for i in range(self._sent, len(events)) if events[i] is raw), None)
             if at is not None:
@@ -677,19 +686,28 @@ class _Replay:
         return b""
 
     def end(self) -> bytes:
-        """The rest of the stream, once the guard's answer is complete."""
-        rest = self._flush(len(self._forward.events))
-        closing = next((e for e in self._held if e.get("type") in _END_EVENTS), None)
+        """The rest of the stream, once the guard's answer is complete. When the guard's text
+        is not the upstream's (a call written as text, taken out of it), the upstream's text
+        events not sent yet stay back and the closing response carries the guard's text."""
+        received = self._forward.events
+        closing = next((e for e in reversed(received) if e.get("type") in _END_EVENTS), None)
         body = closing.get("response") if closing is not None else None
         if closing is None or not isinstance(body, Mapping):
-            return rest + b"".join(_sse(e.data, e.name) for e in self._held)
+            return self._flush(len(received)) + b"".join(_sse(e.data, e.name) for e in self._held)
         upstream = message_from_items(body.get("output"))
+        text = "".join(self._text)
+        same_text = text == (upstream.get("content") or "")
+        rest = self._flush(len(received), text=same_text)
         theirs = [_call_key(c) for c in upstream.get("tool_calls") or ()]
-        if [_call_key(c) for c in self._calls] == theirs:
+        if same_text and [_call_key(c) for c in self._calls] == theirs:
             return rest + b"".join(_sse(e.data, e.name) for e in self._held)
         from agentguard.integrations.openai._responses import responses_output  # noqa: PLC0415
 
-        message = {**upstream, "tool_calls": [dict(c) for c in self._calls]}
+        message = {
+            **upstream,
+            "content": text or None,
+            "tool_calls": [dict(c) for c in self._calls],
+        }
         output = responses_output(body, message)
         events: list[dict[str, Any]] = []
         for index, item in enumerate(output):

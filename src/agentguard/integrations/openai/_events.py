@@ -21,7 +21,7 @@ from agentguard.guard import AsyncGuardedStream, GuardedStream, GuardReport
 from agentguard.integrations._lazy import require
 from agentguard.transport import StreamChunk, attach_report
 
-from ._responses import ENDS, response_from_responses, responses_output
+from ._responses import ENDS, is_text_event, response_from_responses, responses_output
 from ._stream import AsyncIterating, Iterating, _Response
 from ._transport import RawCall, dump
 
@@ -32,32 +32,22 @@ _CALL_EVENTS = (
     "response.function_call_arguments.done",
 )
 _ONCE = ("response.created", "response.in_progress", "response.queued")
-_TEXT_EVENTS = (
-    "response.output_text.delta",
-    "response.output_text.done",
-    "response.content_part.added",
-    "response.content_part.done",
-)
-
-
-def _of_item(event: Any, kinds: tuple[str, ...], item_type: str) -> bool:
-    """Whether ``event`` is one of ``kinds``, or adds or ends an output item of ``item_type``."""
-    kind = getattr(event, "type", None)
-    if kind in kinds:
-        return True
-    item = getattr(event, "item", None)
-    return kind in ("response.output_item.added", "response.output_item.done") and (
-        getattr(item, "type", None) == item_type
-    )
 
 
 def _is_call_event(event: Any) -> bool:
-    return _of_item(event, _CALL_EVENTS, "function_call")
+    kind = getattr(event, "type", None)
+    if kind in _CALL_EVENTS:
+        return True
+    item = getattr(event, "item", None)
+    return kind in ("response.output_item.added", "response.output_item.done") and (
+        getattr(item, "type", None) == "function_call"
+    )
 
 
 def _is_text_event(event: Any) -> bool:
-    """An event of the answer's message: its text, its parts, the message item itself."""
-    return _of_item(event, _TEXT_EVENTS, "message")
+    return is_text_event(
+        getattr(event, "type", None), getattr(getattr(event, "item", None), "type", None)
+    )
 
 
 def _calls(calls: Any) -> list[tuple[Any, Any, Any]]:

@@ -36,6 +36,7 @@ __all__ = [
     "chat_tools",
     "chunk_of_event",
     "is_responses",
+    "is_text_event",
     "messages_to_items",
     "read_usage",
     "request_from_responses",
@@ -52,6 +53,23 @@ RESPONSES = "agentguard.openai.responses"
 ENDS = ("response.completed", "response.incomplete")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
+#: The events of an answer's text (its parts and deltas), besides its message item's own
+TEXT_EVENTS = (
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.added",
+    "response.content_part.done",
+)
+
+
+def is_text_event(kind: Any, item_type: Any) -> bool:
+    """Whether a stream event (its ``type``, and its ``item``'s type if it has one) belongs to
+    the answer's message: its text, its parts, the message item itself."""
+    if kind in TEXT_EVENTS:
+        return True
+    return kind in ("response.output_item.added", "response.output_item.done") and (
+        item_type == "message"
+    )
 
 
 def _text_of(content: Any) -> Any:
