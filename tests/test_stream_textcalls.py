@@ -303,3 +303,65 @@ def test_a_responses_stream_carries_the_function_call_item_only() -> None:
     assert [(i.name, json.loads(i.arguments)) for i in done if i.type == "function_call"] == [
         ("read_file", {"path": "b.txt"})
     ]
+
+
+# -- the guard's words copied back -------------------------------------------------------------
+
+COPIED = json.loads(
+    (Path(__file__).parent / "data" / "smollm2_copied_corrections.json").read_text("utf-8")
+)
+
+
+def _answers(run: dict[str, Any]) -> list[Reply]:
+    return [
+        Reply(a["content"], tuple(a["tool_calls"] or ()), a["finish_reason"])
+        for a in run["answers"]
+    ]
+
+
+def _asked(run: dict[str, Any]) -> ModelRequest:
+    messages = [*agenttasks.SEED_MESSAGES, *run["messages"]]
+    params = {"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160}
+    return ModelRequest("smollm2", messages, params)
+
+
+@pytest.mark.parametrize("size", [1, 16])
+@pytest.mark.parametrize("run", COPIED, ids=lambda run: run["task"])
+def test_a_correction_copied_back_never_streams_out(run: dict[str, Any], size: int) -> None:
+    """Recorded: SmolLM2 wrote its call as text (wrong), then copied the guard's correction
+    back as its answer, then made the right call. Streamed, the first answer's text is held
+    (a call); the copy, the answer to a correction, is held until judged and, rejected, never
+    reaches the caller: the stream ends as the whole answer does, with the call alone."""
+    whole = _guard(ScriptedModel(_answers(run))).complete(_asked(run))
+    model = ScriptedModel(_answers(run), chunk_size=size)
+    text, calls = _streamed(list(_guard(model).stream(_asked(run))))
+    assert len(model.requests) == len(run["answers"])
+    assert (text, calls) == _whole(whole.message)
+    assert text == ""
+    assert calls == [
+        (a["function"]["name"], a["function"]["arguments"])
+        for a in run["answers"][-1]["tool_calls"]
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_copied_correction_beside_a_call_is_left_out(stream: bool) -> None:
+    """The correction copied back beside the right call (the recorded copy, then the call):
+    the call goes on, the guard's words do not, streamed or not."""
+    run = COPIED[0]
+    first, copy, *_ = run["answers"]
+    call = '{"name": "search_flights", "arguments": {"origin": "Berlin", "destination": "Rome"}}'
+    script = [Reply(first["content"]), Reply(copy["content"] + "\n" + call)]
+    guard = _guard(ScriptedModel(script, chunk_size=5))
+    if stream:
+        streamed = guard.stream(_asked(run))
+        text, calls = _streamed(list(streamed))
+        report = streamed.report
+    else:
+        response = guard.complete(_asked(run))
+        text, calls = _whole(response.message)
+        report = ag.report_of(response)
+    assert text == ""
+    assert calls == [("search_flights", '{"origin": "Berlin", "destination": "Rome"}')]
+    assert report is not None
+    assert any("copied the guard's correction back" in w for w in report.warnings)

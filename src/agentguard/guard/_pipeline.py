@@ -531,7 +531,9 @@ class Pipeline:
         # a text answer the checks may still reject is held until judged, then released whole:
         # the answer to a recovery turn (it may only copy the turn back), and any text answer
         # under the answer checks (ungrounded, uncovered values, cut off at the cap)
-        live = thinking and not (checked and cfg.judges_answers)
+        # and the text of an answer to a correction, which may copy the correction back
+        corrected = call.rework.ladder is not None and call.rework.ladder.last is not None
+        live = thinking and not corrected and not (checked and cfg.judges_answers)
         watch = DegenerationWatch(self.config) if thinking else None
         # a call the model writes as text is handed over as a call: its text never goes out
         gate = call.gate = CallGate() if live and checked and cfg.repair else None
@@ -560,6 +562,23 @@ class Pipeline:
                     call.cut = True
                     return acc.response(cut=True)
         return acc.response()
+
+    def _uncopied(self, call: _Call, response: ModelResponse) -> ModelResponse:
+        """``response`` without its text when, beside its calls, the text copies the guard's
+        own words back (a correction, a recovery turn): they are never the model's answer."""
+        content = response.message.get("content")
+        rework = call.rework
+        if not response.message.get("tool_calls") or not isinstance(content, str) or not content:
+            return response
+        ladder = rework.ladder
+        if not (ladder is not None and ladder.copies(content)) and not (
+            rework.note and recovery.echoes(content, rework.note, quoted=rework.quoted)
+        ):
+            return response
+        call.b.warnings.append(
+            "the answer's text copied the guard's correction back: left out, its calls kept"
+        )
+        return dataclasses.replace(response, message={**response.message, "content": None})
 
     def _check(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
         """Validation and the response loop check; ``None`` means re-ask or move on."""
@@ -603,7 +622,7 @@ class Pipeline:
             known = yield from self._known(call, response, report)
             if known is None:
                 return None
-            response = known
+            response = self._uncopied(call, known)
             if not known.message.get("tool_calls") and (
                 cfg.ungrounded_answers or cfg.uncovered_values
             ):

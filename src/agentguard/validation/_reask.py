@@ -91,9 +91,14 @@ class CorrectionLadder:
         """Whether ``message`` (a text answer to a correction) copies the correction back: a
         small model's way of answering one, and no answer."""
         content = message.get("content")
-        if not self._said or message.get("tool_calls") or not isinstance(content, str):
+        if message.get("tool_calls") or not isinstance(content, str):
             return False
-        return any(line in content for line in self._said)
+        return self.copies(content)
+
+    def copies(self, text: str) -> bool:
+        """Whether ``text`` holds a line of the last correction sent: the guard's words, which
+        a small model writes back (beside a call too)."""
+        return any(line in text for line in self._said)
 
     def next(self, report: ValidationReport) -> Reask | None:
         """The re-ask for the failed answer ``report`` judged; ``None``: no new one is left."""
