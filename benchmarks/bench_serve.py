@@ -20,6 +20,7 @@ sockets.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -27,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -411,16 +412,17 @@ def run(quick: bool = False) -> list[Table]:
         "the clients' requests and then all their first tokens arrive at once: the time to "
         "first token grows with the number of clients times the server's CPU per request.",
     ]
-    return [latency, ttft, _in_process(quick)]
+    return [latency, ttft, _in_process(quick), _gc_pauses(quick)]
 
 
-def _in_process(quick: bool) -> Table:
-    """CPU per request of the server's app in this process (ASGI, an httpx mock upstream):
-    forwarded unguarded vs guarded, in alternating rounds."""
+@contextlib.contextmanager
+def _asgi_app() -> Iterator[Callable[[str], None]]:
+    """The server's ASGI app in this process, with an httpx mock upstream answering at once:
+    a function sending it one clean non-streaming request (a new conversation) on a path.
+    (``tests/test_serve_footprint.py`` counts what the same requests keep.)"""
     import httpx
 
     import agentguard as ag
-    from _harness import side_by_side
     from agentguard.serve import GuardServer, create_app
 
     answer = json.dumps(
@@ -477,18 +479,28 @@ def _in_process(quick: bool) -> Table:
             return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
-            return None
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                raise RuntimeError(f"the server answered {message['status']}")
 
         loop.run_until_complete(app(scope, receive, send))
 
     try:
+        yield call
+    finally:
+        loop.run_until_complete(server.aclose())
+        loop.close()
+
+
+def _in_process(quick: bool) -> Table:
+    """CPU per request of the server's app in this process (ASGI, an httpx mock upstream):
+    forwarded unguarded vs guarded, in alternating rounds."""
+    from _harness import side_by_side
+
+    with _asgi_app() as call:
         rounds = 3 if quick else 7
         proxied, guarded = side_by_side(
             lambda: call(PROXIED), lambda: call(GUARDED), repeat=rounds, min_time=0.1
         )
-    finally:
-        loop.run_until_complete(server.aclose())
-        loop.close()
     return Table(
         "agentguard serve: CPU per request in one process",
         ["path", "CPU per request (ms)"],
@@ -505,8 +517,85 @@ def _in_process(quick: bool) -> Table:
     )
 
 
+def _gc_pauses(quick: bool) -> Table:
+    """What the server keeps per conversation for the garbage collector, and its pauses.
+
+    The app of ``_asgi_app`` after start-up frozen out of the collector (``gc.freeze()``, as
+    ``agentguard serve`` does), then ``conversations`` new conversations: the objects the
+    collector tracks that each one leaves behind (counted after a full collection, over a
+    slice of them), and every collection's duration (``gc.callbacks``) per generation."""
+    import gc
+
+    conversations = 2_000 if quick else 20_000
+    sample = 500 if quick else 2_000
+    with _asgi_app() as call:
+        for _ in range(200):  # warm-up: caches, pools, the caller's guard
+            call(GUARDED)
+        gc.collect()
+        gc.freeze()
+        try:
+            before = collections.Counter(type(o).__name__ for o in gc.get_objects())
+            for _ in range(sample):
+                call(GUARDED)
+            gc.collect()
+            kept = collections.Counter(type(o).__name__ for o in gc.get_objects()) - before
+            pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+            began = [0.0]
+
+            def timed(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    began[0] = time.perf_counter()
+                else:
+                    pauses[info["generation"]].append(time.perf_counter() - began[0])
+
+            gc.callbacks.append(timed)
+            try:
+                for _ in range(conversations):
+                    call(GUARDED)
+            finally:
+                gc.callbacks.remove(timed)
+            tracked = len(gc.get_objects())
+        finally:
+            gc.unfreeze()
+    per_session = sum(kept.values()) / sample
+    top = ", ".join(f"{name} {n / sample:.1f}" for name, n in kept.most_common(6))
+    rows: list[list[object]] = []
+    for generation, times in pauses.items():
+        rows.append(
+            [
+                generation,
+                len(times),
+                _ms(times, 0.5) if times else "–",
+                _ms(times, 0.99) if times else "–",
+                max(times) * 1000 if times else "–",
+            ]
+        )
+    return Table(
+        "agentguard serve: garbage-collection pauses in one process",
+        ["generation", "collections", "p50 pause (ms)", "p99 pause (ms)", "max pause (ms)"],
+        rows,
+        description=(
+            f"The app above after start-up, which is then frozen out of the collector "
+            f"(`gc.freeze()`, as `agentguard serve` does), serving {conversations:,} new "
+            "conversations (one clean non-streaming request each; a caller's guard remembers "
+            "its last 10,000 runs): every collection's duration from `gc.callbacks`, by "
+            "generation. A collection of generation 2 (full) walks every tracked object not "
+            "frozen, so its pause grows with what the remembered sessions keep; it stops the "
+            "event loop, and every request in flight waits."
+        ),
+        notes=[
+            f"Objects the collector tracks, kept per conversation: {per_session:.1f} "
+            f"(after a full collection, over {sample:,} conversations; by type: {top}); "
+            f"tracked and not frozen at the end: {tracked:,}.",
+            "Reproduce alone: `PYTHONPATH=src python benchmarks/bench_serve.py gc`.",
+        ],
+    )
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["upstream"]:
         import uvicorn
 
         uvicorn.run(_upstream_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    elif sys.argv[1:2] == ["gc"]:
+        print(_gc_pauses(quick=False).to_markdown())
