@@ -408,9 +408,9 @@ def run(quick: bool = False) -> list[Table]:
         "the requests in flight wait: each request is a new conversation, and the guard "
         "remembers a caller's last 10,000 runs, 9 objects tracked by the collector each (38 "
         "before issue 19: a run's tool detectors are now built on its first tool event), so a "
-        "full collection walks about 100,000 objects (390,000 before) and takes some 30 ms of "
-        "CPU (170 ms before), twice in 20,000 new conversations (5 times before), as the last "
-        "table measures in one process. On a loaded machine the pauses stretch with "
+        "full collection walks about 100,000 objects (390,000 before) and takes about 40 ms of "
+        "CPU (about 180 ms before), twice in 20,000 new conversations (5 times before), as the "
+        "last table measures in one process. On a loaded machine the pauses stretch with "
         "the wait for a CPU.",
         "Without pacing (lock-step) the server's CPU per stream is spent in bursts, when all "
         "the clients' requests and then all their first tokens arrive at once: the time to "
