@@ -20,6 +20,7 @@ sockets.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -27,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -402,25 +403,30 @@ def run(quick: bool = False) -> list[Table]:
         "Reproduce: `PYTHONPATH=src python benchmarks/run.py --only serve`.",
     ]
     ttft.notes = [
-        "The p99 of the guarded path at 16 and 64 clients (here and above) holds the server's "
-        "pauses for Python's full garbage collections: each request is a new conversation, the "
-        "guard keeps the loop state of up to 8,000 sessions (about 75 objects each), and a "
-        "full collection over them stops the event loop for 0.1–0.5 s, once every 1,000–2,000 "
-        "new conversations on this machine; the requests in flight then wait.",
+        "The p99 of the guarded path at 16 and 64 clients (here and above) can hold the "
+        "server's pauses for Python's full garbage collections, which stop the event loop while "
+        "the requests in flight wait: each request is a new conversation, and the guard "
+        "remembers a caller's last 10,000 runs, 9 objects tracked by the collector each (38 "
+        "before issue 19: a run's tool detectors are now built on its first tool event), so a "
+        "full collection walks about 100,000 objects (390,000 before) and takes about 40 ms of "
+        "CPU (about 180 ms before), twice in 20,000 new conversations (5 times before), as the "
+        "last table measures in one process. On a loaded machine the pauses stretch with "
+        "the wait for a CPU.",
         "Without pacing (lock-step) the server's CPU per stream is spent in bursts, when all "
         "the clients' requests and then all their first tokens arrive at once: the time to "
         "first token grows with the number of clients times the server's CPU per request.",
     ]
-    return [latency, ttft, _in_process(quick)]
+    return [latency, ttft, _in_process(quick), _gc_pauses(quick)]
 
 
-def _in_process(quick: bool) -> Table:
-    """CPU per request of the server's app in this process (ASGI, an httpx mock upstream):
-    forwarded unguarded vs guarded, in alternating rounds."""
+@contextlib.contextmanager
+def _asgi_app() -> Iterator[Callable[[str], None]]:
+    """The server's ASGI app in this process, with an httpx mock upstream answering at once:
+    a function sending it one clean non-streaming request (a new conversation) on a path.
+    (``tests/test_serve_footprint.py`` counts what the same requests keep.)"""
     import httpx
 
     import agentguard as ag
-    from _harness import side_by_side
     from agentguard.serve import GuardServer, create_app
 
     answer = json.dumps(
@@ -477,18 +483,28 @@ def _in_process(quick: bool) -> Table:
             return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
-            return None
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                raise RuntimeError(f"the server answered {message['status']}")
 
         loop.run_until_complete(app(scope, receive, send))
 
     try:
+        yield call
+    finally:
+        loop.run_until_complete(server.aclose())
+        loop.close()
+
+
+def _in_process(quick: bool) -> Table:
+    """CPU per request of the server's app in this process (ASGI, an httpx mock upstream):
+    forwarded unguarded vs guarded, in alternating rounds."""
+    from _harness import side_by_side
+
+    with _asgi_app() as call:
         rounds = 3 if quick else 7
         proxied, guarded = side_by_side(
             lambda: call(PROXIED), lambda: call(GUARDED), repeat=rounds, min_time=0.1
         )
-    finally:
-        loop.run_until_complete(server.aclose())
-        loop.close()
     return Table(
         "agentguard serve: CPU per request in one process",
         ["path", "CPU per request (ms)"],
@@ -505,8 +521,97 @@ def _in_process(quick: bool) -> Table:
     )
 
 
+def _gc_pauses(quick: bool) -> Table:
+    """What the server keeps per conversation for the garbage collector, and its pauses.
+
+    The app of ``_asgi_app`` after start-up frozen out of the collector (``gc.freeze()``, as
+    ``agentguard serve`` does), then ``conversations`` new conversations: the objects the
+    collector tracks that each one leaves behind (counted after a full collection, over a
+    slice of them), and every collection's duration (``gc.callbacks``) per generation."""
+    import gc
+
+    conversations = 2_000 if quick else 20_000
+    sample = 500 if quick else 2_000
+    with _asgi_app() as call:
+        for _ in range(200):  # warm-up: caches, pools, the caller's guard
+            call(GUARDED)
+        gc.collect()
+        gc.freeze()
+        try:
+            before = collections.Counter(type(o).__name__ for o in gc.get_objects())
+            for _ in range(sample):
+                call(GUARDED)
+            gc.collect()
+            kept = collections.Counter(type(o).__name__ for o in gc.get_objects()) - before
+            # per generation: each collection's wall time (what the event loop waits) and CPU
+            # time (its own work, whatever else the machine runs)
+            pauses: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}
+            began = [0.0, 0.0]
+
+            def timed(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    began[:] = time.perf_counter(), time.thread_time()
+                else:
+                    wall, cpu = time.perf_counter() - began[0], time.thread_time() - began[1]
+                    pauses[info["generation"]].append((wall, cpu))
+
+            gc.callbacks.append(timed)
+            try:
+                for _ in range(conversations):
+                    call(GUARDED)
+            finally:
+                gc.callbacks.remove(timed)
+            tracked = len(gc.get_objects())
+        finally:
+            gc.unfreeze()
+    per_session = sum(kept.values()) / sample
+    top = ", ".join(f"{name} {n / sample:.1f}" for name, n in kept.most_common(6))
+    rows: list[list[object]] = []
+    for generation, both in pauses.items():
+        walls, cpus = [w for w, _ in both], [c for _, c in both]
+        rows.append(
+            [generation, len(both)]
+            + (
+                [_ms(walls, 0.5), _ms(walls, 0.99), max(walls) * 1000, max(cpus) * 1000]
+                if both
+                else ["–"] * 4
+            )
+        )
+    return Table(
+        "agentguard serve: garbage-collection pauses in one process",
+        [
+            "generation",
+            "collections",
+            "p50 pause (ms)",
+            "p99 pause (ms)",
+            "max pause (ms)",
+            "max pause, CPU time (ms)",
+        ],
+        rows,
+        description=(
+            f"The app above after start-up, which is then frozen out of the collector "
+            f"(`gc.freeze()`, as `agentguard serve` does), serving {conversations:,} new "
+            "conversations (one clean non-streaming request each; a caller's guard remembers "
+            "its last 10,000 runs): every collection's duration from `gc.callbacks`, by "
+            "generation. A collection of generation 2 (full) walks every tracked object not "
+            "frozen, so its pause grows with what the remembered sessions keep; it stops the "
+            "event loop, and every request in flight waits."
+        ),
+        notes=[
+            f"Objects the collector tracks, kept per conversation: {per_session:.1f} "
+            f"(after a full collection, over {sample:,} conversations; by type: {top}); "
+            f"tracked and not frozen at the end: {tracked:,}. Machine load (1-minute average) "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} logical CPUs: the pauses are wall "
+            "time, the last column the collector's own CPU time.",
+            "Reproduce alone: `PYTHONPATH=src python benchmarks/bench_serve.py gc`.",
+        ],
+    )
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["upstream"]:
         import uvicorn
 
         uvicorn.run(_upstream_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    elif sys.argv[1:2] == ["gc"]:
+        print(_gc_pauses(quick=False).to_markdown())

@@ -331,6 +331,30 @@ def test_disabled_detector_finds_nothing() -> None:
     assert all(det.check_text("same text").ok for _ in range(10))
 
 
+def test_disabled_detector_observes_whole_messages_without_finding_anything() -> None:
+    """enabled: false with whole messages: calls with ids and their results pass, all OK."""
+    det = LoopDetector(LoopDetectionConfig(enabled=False))
+    call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+    for _ in range(10):
+        assistant = det.observe({"role": "assistant", "content": None, "tool_calls": [call]})
+        result = det.observe({"role": "tool", "tool_call_id": "c1", "content": "r"})
+        assert all(v.ok for v in (*assistant, *result))
+
+
+def test_text_then_tools_judges_as_a_detector_that_saw_only_tools() -> None:
+    """The tool detectors are built on a run's first tool event: a run that answered and was
+    told news first judges a tool loop as a fresh one does, and a result whose call it never
+    saw (a tool message first) counts as a call."""
+    fresh, late = LoopDetector(), LoopDetector()
+    assert late.observe({"role": "assistant", "content": "Let me look at the build."})[0].ok
+    assert late.observe({"role": "user", "content": "please go on"}) == []
+    assert late.observe({"role": "tool", "name": "status", "content": "running"})[0].ok
+    fresh.record_tool_result("status", None, "running")
+    for _ in range(6):
+        assert step(late, "status", {}, "running") == step(fresh, "status", {}, "running")
+    assert step(late, "status", {}, "running").severity is BREAK
+
+
 def test_unordered_ladder_is_a_config_error() -> None:
     """warn_at > critical_at in any ladder is rejected naming the fields."""
     with pytest.raises(ConfigError, match="no_progress_warn_at"):

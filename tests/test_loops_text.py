@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +71,23 @@ def test_window_size_bounds_memory_of_responses() -> None:
 def test_window_counts_itself(text: str) -> None:
     """A fresh window reports a count of 1 for any first response."""
     assert ResponseWindow(5, 0.95).add(text) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(min_value=1, max_value=6),
+    texts=st.lists(st.sampled_from(["a", "b", "c", "ok then"]), max_size=20),
+)
+def test_window_counts_like_a_bounded_queue_of_the_last_responses(
+    size: int, texts: list[str]
+) -> None:
+    """Each count is 1 plus the matches among the ``size`` responses before it: the window
+    keeps exactly the last ``size`` (its tuple of pairs replaces a deque; a model checks it)."""
+    window = ResponseWindow(size, 1.0)  # exact matches only: the model needs no fuzz
+    model: deque[str] = deque(maxlen=size)
+    for text in texts:
+        assert window.add(text) == 1 + model.count(text)
+        model.append(text)
 
 
 def test_normalise_text_collapses_case_and_whitespace() -> None:

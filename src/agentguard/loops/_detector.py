@@ -81,6 +81,17 @@ class LoopDetector:
         session: the session id put on events.
     """
 
+    # made by ``_start_tools`` on the first tool event
+    _runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]]
+    _window: deque[str]
+    _periods: range
+    _seq: deque[str]
+    _runs: list[int]
+    _no_runs: tuple[int, ...]
+    _outcomes: deque[bool]
+    _stalled: int
+    _pending_calls: OrderedDict[str, tuple[str, Any]]
+
     def __init__(
         self,
         config: GuardConfig | LoopDetectionConfig | None = None,
@@ -94,33 +105,51 @@ class LoopDetector:
         self.config = cfg = _section(config)
         self._policies, self._known = policies_from(tools)
         self._clock = clock
-        self._emitter = Emitter(hooks, use_defaults=_process_hooks)
+        # an Emitter is made when a verdict is flagged: one object less per session to keep
+        self._hooks = tuple(hooks or ())
+        self._process_hooks = _process_hooks
         self.session = session
-        # one instance of every registered detector, in priority order
-        self._detectors: tuple[Detector, ...] = tuple(d(cfg, self._known) for d in REGISTRY)
+        # The detectors of text are built now; the tool detectors and their bookkeeping on the
+        # first tool event (``_start_tools``): a run that never calls a tool — most one-turn
+        # conversations, each a session of its own behind ``agentguard serve`` — then keeps a
+        # handful of objects for the garbage collector to walk instead of a few dozen. Empty
+        # dicts are not tracked by the collector at all, so those are made at once.
+        self._on_text: tuple[Detector, ...] = tuple(
+            d(cfg, self._known) for d in REGISTRY if "text" in d.consumes
+        )
+        #: every registered detector built so far, in priority order
+        self._detectors: tuple[Detector, ...] = self._on_text
+        self._tooled = False
+        self._keys: dict[str, CallState] = {}
+        self._fp_memo: dict[tuple[str, str], str] = {}
+        self._result_memo: dict[tuple[str, str], str] = {}
+        self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
+        self._oks: dict[str, Verdict] = {}
+
+    def _start_tools(self) -> None:
+        """Build the tool detectors and the bookkeeping they share (once, on the first tool
+        event); a detector that also judges text keeps its instance."""
+        cfg = self.config
+        built = {type(d): d for d in self._on_text}
+        self._detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
-        # methods: a session's state stays a few dozen objects for the garbage collector to walk)
-        self._runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]] = {
+        # methods, which would be more objects for the garbage collector to walk)
+        self._runs_on = {
             kind: (
                 tuple(d for d in self._detectors if kind in d.consumes and kind in d.sticky),
                 tuple(d for d in self._detectors if kind in d.consumes and kind not in d.sticky),
             )
             for kind in ("call", "result")
         }
-        self._on_text = tuple(d for d in self._detectors if "text" in d.consumes)
-        self._keys: dict[str, CallState] = {}
-        self._window: deque[str] = deque()
+        self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
-        self._seq: deque[str] = deque(maxlen=cfg.cycle_max_period)
+        self._seq = deque(maxlen=cfg.cycle_max_period)
         self._runs = [0] * (cfg.cycle_max_period + 1)
         self._no_runs = tuple(self._runs)
-        self._outcomes: deque[bool] = deque(maxlen=cfg.tool_window)
+        self._outcomes = deque(maxlen=cfg.tool_window)
         self._stalled = 0
-        self._pending_calls: OrderedDict[str, tuple[str, Any]] = OrderedDict()
-        self._fp_memo: dict[tuple[str, str], str] = {}
-        self._result_memo: dict[tuple[str, str], str] = {}
-        self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
-        self._oks: dict[str, Verdict] = {}
+        self._pending_calls = OrderedDict()
+        self._tooled = True
 
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
@@ -140,6 +169,8 @@ class LoopDetector:
         """
         if not self.config.enabled:
             return OK
+        if not self._tooled:
+            self._start_tools()
         policy = self._policies.get(name)
         fp = self._call_fp(name, arguments, policy)
         state = self._enter(fp, name)
@@ -162,6 +193,8 @@ class LoopDetector:
         """
         if not self.config.enabled:
             return OK
+        if not self._tooled:
+            self._start_tools()
         policy = self._policies.get(name)
         fp = self._call_fp(name, arguments, policy)
         state = self._keys.get(fp)
@@ -278,7 +311,7 @@ class LoopDetector:
                 verdict = self.check_tool_call(name, arguments)
                 out.append(verdict if verdict.detector else self._ok_about(name))
                 call_id = call.get("id")
-                if call_id is not None:
+                if call_id is not None and self._tooled:  # (not when detection is off)
                     self._pending_calls[_text_of(call_id)] = (name, arguments)
                     if len(self._pending_calls) > self.config.tool_window:
                         self._pending_calls.popitem(last=False)
@@ -286,7 +319,11 @@ class LoopDetector:
             for detector in self._detectors:
                 detector.news()
         elif role == "tool":
-            pending = self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
+            pending = (
+                self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
+                if self._tooled
+                else None
+            )
             if pending is None:
                 name = _text_of(message.get("name", ""))
                 pending = (name, None) if name else None
@@ -391,12 +428,11 @@ class LoopDetector:
         return found
 
     def _emit(self, verdict: Verdict) -> Verdict:
-        if (
-            verdict.severity is not Severity.OK
-            and verdict.detector is not None
-            and self._emitter.active
-        ):
-            self._emitter.emit(
+        if verdict.severity is Severity.OK or verdict.detector is None:
+            return verdict
+        emitter = Emitter(self._hooks, use_defaults=self._process_hooks)
+        if emitter.active:
+            emitter.emit(
                 LoopFlagged(
                     session=self.session,
                     detector=verdict.detector,

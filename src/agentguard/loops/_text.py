@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
+from collections import Counter
 from itertools import pairwise
 
 from rapidfuzz import fuzz
@@ -128,10 +128,14 @@ class ResponseWindow:
         similarity: 0-1 ratio at which two normalised responses are near-duplicates.
     """
 
-    __slots__ = ("_items", "_similarity")
+    __slots__ = ("_items", "_keep", "_similarity")
 
     def __init__(self, size: int, similarity: float) -> None:
-        self._items: deque[tuple[str, str]] = deque(maxlen=size)
+        # A tuple of (digest, head) string pairs, replaced on each add: it holds only strings,
+        # so the garbage collector stops tracking it (a deque it would walk in every full
+        # collection, once per session the guard remembers).
+        self._items: tuple[tuple[str, str], ...] = ()
+        self._keep = max(0, size - 1)  # the responses kept besides the newest
         self._similarity = similarity * 100.0
 
     def add(self, text: str) -> int:
@@ -146,5 +150,6 @@ class ResponseWindow:
                 and fuzz.ratio(head, other_head, score_cutoff=self._similarity) > 0
             ):
                 count += 1
-        self._items.append((digest, head))
+        items = self._items
+        self._items = (*items[max(0, len(items) - self._keep) :], (digest, head))
         return count
