@@ -108,6 +108,8 @@ class LoopDetector:
             for kind in ("call", "result")
         }
         self._on_text = tuple(d for d in self._detectors if "text" in d.consumes)
+        # the detectors that want to know when a result was flagged (see Detector.flagged)
+        self._on_flag = tuple(d for d in self._detectors if type(d).flagged is not Detector.flagged)
         self._keys: dict[str, CallState] = {}
         self._window: deque[str] = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
@@ -218,7 +220,12 @@ class LoopDetector:
             extra = d.check(event)
             if extra is not OK:
                 verdict = pick((verdict, extra))
-        return verdict if verdict is OK else self._emit(verdict)
+        if verdict is OK:
+            return verdict
+        if event.kind == "result" and verdict.severity >= Severity.WARNING:
+            for d in self._on_flag:
+                d.flagged(verdict)
+        return self._emit(verdict)
 
     # -- text ------------------------------------------------------------------------------
 
