@@ -175,3 +175,64 @@ def test_same_question_tells_rewording_and_noise_from_another_question(
     from agentguard.loops._identity import decoded
 
     assert same_question(decoded(first), later) is same
+
+
+# -- a flagged run goes on whatever the arguments -------------------------------------------------
+
+
+def _routes(det: LoopDetector, *destinations: str) -> list[Verdict]:
+    """``search_flights`` from Oslo to each destination; every search finds nothing."""
+    out = []
+    for to in destinations:
+        det.check_tool_call("search_flights", {"origin": "OSL", "destination": to})
+        args = {"origin": "OSL", "destination": to}
+        out.append(det.record_tool_result("search_flights", args, "[]"))
+    return out
+
+
+def test_other_questions_after_a_flag_continue_the_run_and_climb() -> None:
+    """Three identical empty searches are flagged; the searches after the hint ask other
+    questions and find the same nothing: the loop goes on, one step per call."""
+    det = LoopDetector()
+    flagged = _routes(det, "FCO", "FCO", "FCO")[-1]
+    assert (flagged.severity, flagged.detector) == (Severity.WARNING, "poll_no_progress")
+    later = _routes(det, "MXP", "FLR", "NAP", "VCE")
+    assert [(v.detector, v.severity, v.count) for v in later] == [
+        ("same_result", Severity.WARNING, 4),
+        ("same_result", Severity.CRITICAL, 5),
+        ("same_result", Severity.CRITICAL, 6),
+        ("same_result", Severity.BREAK, 7),
+    ]
+
+
+def test_other_questions_before_any_flag_stay_exploring() -> None:
+    det = LoopDetector()
+    assert all(v.ok for v in _routes(det, "FCO", "MXP", "FLR", "NAP", "VCE", "FCO"))
+
+
+def test_a_flagged_failure_goes_on_with_other_arguments() -> None:
+    """The same error whatever the arguments, once ``error_repeat`` flagged it: the flag's
+    severity is where the run stands on its own ladder."""
+    det = LoopDetector()
+    error = '{"error": "SMTP server unavailable (connection refused)"}'
+    verdicts = [det.record_tool_result("send_email", {"to": "bob"}, error, True) for _ in "123"]
+    assert (verdicts[-1].detector, verdicts[-1].severity) == ("error_repeat", Severity.WARNING)
+    verdict = det.record_tool_result("send_email", {"to": "bob@example.com"}, error, True)
+    assert (verdict.detector, verdict.severity, verdict.count) == (
+        "same_result",
+        Severity.WARNING,
+        4,
+    )
+
+
+@pytest.mark.parametrize("news", ["another tool's new result", "a user message", "a new result"])
+def test_news_ends_a_flagged_run(news: str) -> None:
+    det = LoopDetector()
+    _routes(det, "FCO", "FCO", "FCO")
+    if news == "a user message":
+        det.observe({"role": "user", "content": "Try Milan then."})
+    elif news == "another tool's new result":
+        det.record_tool_result("get_date", {}, "2024-05-20")
+    else:
+        det.record_tool_result("search_flights", {"origin": "OSL", "destination": "BGY"}, "[1]")
+    assert all(v.ok for v in _routes(det, "MXP", "FLR"))

@@ -1090,7 +1090,8 @@ class Pipeline:
         judged = False
         for index, key, tokens, message in new:
             self._runs.remember(state, key, index, tokens)
-            if message.get("role") in ("assistant", "tool"):
+            # a user message is news to the detector: the runs it flagged start again
+            if message.get("role") in ("assistant", "tool", "user"):
                 verdicts = state.detector.observe(message)
                 if index > judged_from:
                     worst = _worst([worst, *verdicts])

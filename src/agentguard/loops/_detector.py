@@ -83,6 +83,7 @@ class LoopDetector:
 
     # made by ``_start_tools`` on the first tool event
     _runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]]
+    _on_flag: tuple[Detector, ...]
     _window: deque[str]
     _periods: range
     _seq: deque[str]
@@ -141,6 +142,8 @@ class LoopDetector:
             )
             for kind in ("call", "result")
         }
+        # the detectors that want to know when a result was flagged (see Detector.flagged)
+        self._on_flag = tuple(d for d in self._detectors if type(d).flagged is not Detector.flagged)
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
@@ -251,7 +254,12 @@ class LoopDetector:
             extra = d.check(event)
             if extra is not OK:
                 verdict = pick((verdict, extra))
-        return verdict if verdict is OK else self._emit(verdict)
+        if verdict is OK:
+            return verdict
+        if event.kind == "result" and verdict.severity >= Severity.WARNING:
+            for d in self._on_flag:
+                d.flagged(verdict)
+        return self._emit(verdict)
 
     # -- text ------------------------------------------------------------------------------
 

@@ -226,6 +226,10 @@ class Detector:
     def news(self) -> None:
         """A new user message arrived (new information: progress for detectors that care)."""
 
+    def flagged(self, verdict: Verdict) -> None:
+        """The run's verdict on a tool result was ``verdict`` (WARNING or above), whichever
+        detector gave it: the model has been told that this tool's calls make no progress."""
+
     def verdict(self, severity: Severity, count: int, tool: str | None) -> Verdict:
         """The verdict at ``severity``, with this detector's hint (``OK`` when nothing)."""
         if severity is Severity.OK:
@@ -566,12 +570,13 @@ def same_question(first: Any, later: Any) -> bool:
 class _Run:
     """The current run of one tool's results that were all the same."""
 
-    __slots__ = ("arguments", "count", "epoch", "fps", "key")
+    __slots__ = ("arguments", "count", "epoch", "flagged", "fps", "key")
 
     def __init__(self, key: str, epoch: int, event: ToolEvent) -> None:
         self.key = key
         self.count = 1
         self.epoch = epoch
+        self.flagged = False  # a verdict about this tool came with one of the run's results
         self.fps = {event.fp}  # call identities in the run: a repeat of one needs no comparing
         self.arguments = decoded(event.arguments)
         if isinstance(self.arguments, Mapping):  # a caller reusing its dict changes nothing here
@@ -586,7 +591,11 @@ class SameResult(Detector):
     stuck as the identical call. A run is broken by a different result of that tool, or by news
     from any tool in between (a result not seen recently: a patch between two reads, a search
     that found something), or by a call asking another question (another route, another date:
-    exploring, not repeating), so pagination, refinement and change-then-look stay quiet.
+    exploring, not repeating), so pagination, refinement and change-then-look stay quiet —
+    until the run is flagged (by any detector: the model was told its calls of this tool make
+    no progress). From then on a call that brings the run's result back continues the run,
+    whatever it asked: exploring that finds the very answer the loop was warned about is the
+    loop going on, and each such call climbs one step of the ladder from the flag's severity.
     """
 
     name = "same_result"
@@ -615,7 +624,9 @@ class SameResult(Detector):
             run is not None
             and run.key == key
             and run.epoch == self.epoch
-            and (event.fp in run.fps or same_question(run.arguments, event.arguments))
+            and (
+                run.flagged or event.fp in run.fps or same_question(run.arguments, event.arguments)
+            )
         ):
             run.count += 1
             if len(run.fps) < self.config.tool_window:
@@ -636,6 +647,21 @@ class SameResult(Detector):
 
     def news(self) -> None:
         self.epoch += 1  # a user message with new information: every run starts again
+
+    def flagged(self, verdict: Verdict) -> None:
+        # Called after check() for the same result: the tool's run is the one that result
+        # belongs to. It takes the flag's severity on its own ladder (counts of other
+        # detectors measure other things: rounds, failures, stalled outcomes).
+        run = self.runs.get(verdict.tool) if verdict.tool is not None else None
+        if run is None or run.epoch != self.epoch:
+            return
+        run.flagged = True
+        cfg = self.config
+        floor = {
+            Severity.WARNING: cfg.no_progress_warn_at,
+            Severity.CRITICAL: cfg.no_progress_critical_at,
+        }.get(verdict.severity, cfg.no_progress_break_at)
+        run.count = max(run.count, floor)
 
 
 class GenericRepeat(Detector):
