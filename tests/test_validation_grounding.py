@@ -14,6 +14,7 @@ from agentguard.validation._grounding import (
     current_request,
     ignored_results,
     salient_values,
+    stated_numbers,
     uncovered_values,
     ungrounded_arguments,
 )
@@ -201,3 +202,122 @@ def test_the_choices_reask_pins_the_tool_and_narrows_the_values() -> None:
     assert props["origin"]["enum"] == ["London", "Paris"]
     assert props["destination"]["enum"] == ["Paris"]
     assert "Use the tool search_flights" in reask.messages[-1]["content"]
+
+
+CONVERT = {
+    "type": "function",
+    "function": {
+        "name": "convert_currency",
+        "description": "Convert an amount of money.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "from_currency": {"type": "string"},
+                "to_currency": {"type": "string"},
+            },
+            "required": ["amount", "from_currency", "to_currency"],
+        },
+    },
+}
+CUR = {"from_currency": "USD", "to_currency": "EUR"}
+
+
+def _failed(question: str, name: str, args: dict[str, Any]) -> Any:
+    """The report of a valid call ``name(args)`` judged against ``question``'s values."""
+    validator = ToolCallValidator([WEATHER, FLIGHTS, CONVERT])
+    answer = {"role": "assistant", "content": json.dumps({"name": name, "arguments": args})}
+    report = validator.validate(answer, "stop")
+    request = current_request([{"role": "user", "content": question}])
+    errors = ungrounded_arguments(report.tool_calls, request, report.specs)
+    return report.__class__(
+        not errors, report.tool_calls, tuple(errors), report.repairs, report.message, report.specs
+    )
+
+
+def test_stated_numbers_are_the_numbers_standing_alone() -> None:
+    """Amounts, decimals, thousands; not the digits of a file name or a code."""
+    assert stated_numbers("How much is 50 EUR in JPY?") == ["50"]
+    assert stated_numbers("Pay 1,000 or 1000.0 now, then 2.5.") == ["1,000", "2.5"]
+    assert stated_numbers("Open todo2.txt and flight LH1234 at gate B7") == []
+    assert stated_numbers("no numbers here") == []
+
+
+@given(st.text(max_size=200))
+def test_stated_numbers_never_raise_and_come_from_the_text(text: str) -> None:
+    """Any text: each number found occurs in it, and is a number."""
+    for number in stated_numbers(text):
+        assert number in text
+        float(number.replace(",", ""))
+
+
+@given(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6))
+def test_a_number_argument_is_grounded_exactly_when_the_request_states_it(
+    stated: int, written: int
+) -> None:
+    """A number the request states grounds itself in any spelling (50 and 50.0); another
+    number is flagged, the request's numbers its suggestions."""
+    failed = _failed(
+        f"Convert {stated} USD to EUR.",
+        "convert_currency",
+        {"amount": float(written), "from_currency": "USD", "to_currency": "EUR"},
+    )
+    if stated == written:
+        assert failed.errors == ()
+    else:
+        (error,) = failed.errors
+        assert (error.kind, error.path, error.suggestions) == (
+            "ungrounded_argument",
+            "$.amount",
+            (str(stated),),
+        )
+
+
+def test_numbers_are_not_judged_when_the_request_states_none() -> None:
+    """No number in the request: a number argument has nothing to come from, no error."""
+    failed = _failed("Convert some USD to EUR.", "convert_currency", {"amount": 10.9} | CUR)
+    assert failed.errors == ()
+
+
+def test_the_choices_narrow_the_arguments_taken_from_the_request_too() -> None:
+    """Recorded on SmolLM2-135M ("How much is 50 EUR in JPY?"): to_currency USD narrowed alone
+    freed from_currency (JPY, then USD). The arguments that took one of the request's values
+    are narrowed with it, in the request's order; a number narrowed is an enum of numbers."""
+    question = "How much is 50 EUR in JPY?"
+    failed = _failed(
+        question, "convert_currency", {"amount": 50, "from_currency": "JPY", "to_currency": "USD"}
+    )
+    ladder = CorrectionLadder([WEATHER, FLIGHTS, CONVERT], question)
+    reask = ladder.next(failed)
+    assert reask is not None
+    assert reask.rung == "choices"
+    props = (reask.tools or [])[0]["function"]["parameters"]["properties"]
+    assert props["from_currency"]["enum"] == ["EUR", "JPY"]
+    assert props["to_currency"]["enum"] == ["JPY"]
+    assert "enum" not in props["amount"]  # grounded, and no number was doubted
+    # the next answer gets the amount wrong: the amount is narrowed to the request's numbers
+    again = _failed(
+        question, "convert_currency", {"amount": 10, "from_currency": "EUR", "to_currency": "JPY"}
+    )
+    assert ladder.owes(again)
+    reask = ladder.next(again)
+    assert reask is not None
+    assert reask.rung == "choices"
+    props = (reask.tools or [])[0]["function"]["parameters"]["properties"]
+    assert props["amount"]["enum"] == [50]
+    assert props["to_currency"]["enum"] == ["JPY"]  # narrowed before: stays narrowed
+    assert not ladder.owes(again)
+
+
+def test_the_choices_are_owed_until_each_doubted_argument_was_offered_them() -> None:
+    """``owes``: a doubted argument no choices re-ask offered the request's values for; a
+    report with no doubt owes nothing."""
+    question = "Search flights from London to Paris."
+    ladder = CorrectionLadder([WEATHER, FLIGHTS, CONVERT], question)
+    lhr = _failed(question, "search_flights", {"origin": "LHR", "destination": "Paris"})
+    assert ladder.owes(lhr)
+    assert ladder.next(lhr) is not None
+    assert not ladder.owes(lhr)
+    right = _failed(question, "search_flights", {"origin": "London", "destination": "Paris"})
+    assert right.ok
+    assert not ladder.owes(right)

@@ -739,7 +739,10 @@ class Pipeline:
             self._from_results(call, kind)
             return None
         reask = None
-        if cfg.retry_with_correction and call.corrections < cfg.max_retries:
+        # a call doubted only for its values is kept only once the request's values were
+        # offered as choices for each: that re-ask is owed even past max_retries
+        owed = _soft(report) and call.rework.owes(report)
+        if cfg.retry_with_correction and (call.corrections < cfg.max_retries or owed):
             reask = call.rework.reask(report, call.request)
         if reask is None and report.tool_calls and _soft(report) and not self._above(call):
             # a value the request does not state may still be right: with nothing better back
