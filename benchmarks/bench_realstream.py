@@ -18,7 +18,8 @@ Counted per path: answers whose text holds a call written as text (what
 ``agentguard.validation`` would extract: the caller reads a call as prose), answers with a
 structured call, the right call (name and arguments as the prompt asks), answers whose text
 holds the guard's own words (a correction or a recovery turn copied back by the model), and for
-the guarded stream, answers that end as the whole answer does (same text, same calls).
+the guarded stream, answers that end as the whole answer does (same text, same calls; the
+arguments compared decoded, as the server spaces a streamed call's JSON otherwise).
 """
 
 from __future__ import annotations
@@ -131,6 +132,20 @@ def _right(answer: Answer, name: str, arguments: dict[str, Any]) -> bool:
         return False
 
 
+def _decoded(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def _same(streamed: Answer, whole: Answer) -> bool:
+    """The same text and the same calls (arguments compared decoded: llama.cpp's server
+    spaces a streamed call's JSON differently from a whole one's)."""
+    calls = [[(n, _decoded(a)) for n, a in x.calls] for x in (streamed, whole)]
+    return streamed.text == whole.text and calls[0] == calls[1]
+
+
 def table(results: dict[str, dict[str, list[Answer]]]) -> Table:
     rows: list[Sequence[object]] = []
     for mode, paths in results.items():
@@ -141,9 +156,7 @@ def table(results: dict[str, dict[str, list[Answer]]]) -> Table:
             words = sum(any(w in a.text for w in GUARD_WORDS) for a in answers)
             asked = zip(answers, SINGLE_TURN, strict=False)
             right = sum(_right(a, name, args) for a, (_, name, args) in asked)
-            agree = sum(
-                (a.text, a.calls) == (w.text, w.calls) for a, w in zip(answers, whole, strict=False)
-            )
+            agree = sum(_same(a, w) for a, w in zip(answers, whole, strict=False))
             compared = path.startswith("guarded") and path.endswith("streamed")
             same = f"{agree}/{n}" if compared else "–"
             rows.append(
