@@ -365,3 +365,18 @@ def test_a_copied_correction_beside_a_call_is_left_out(stream: bool) -> None:
     assert calls == [("search_flights", '{"origin": "Berlin", "destination": "Rome"}')]
     assert report is not None
     assert any("copied the guard's correction back" in w for w in report.warnings)
+
+
+def test_a_held_answer_that_degenerates_is_still_cut() -> None:
+    """Under the answer checks the text is held until judged; a degenerating answer is cut all
+    the same (no more tokens paid for), and goes out whole once judged."""
+    phrase = "I will check the logs again."
+    model = ScriptedModel([Reply.degenerate(phrase, times=400)], chunk_size=16)
+    request = ModelRequest(model="small", messages=ASKED, params={"tools": TOOLS})
+    streamed = _guard(model, tool_validation=SMALL_MODEL_PROFILE).stream(request)
+    chunks = list(streamed)
+    text = "".join(c.content or "" for c in chunks)
+    assert len(text) < len(" ".join([phrase] * 400)) // 4
+    assert chunks[-1].finish_reason == "length"
+    assert streamed.report is not None
+    assert any("stream cut" in w for w in streamed.report.warnings)

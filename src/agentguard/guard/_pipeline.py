@@ -522,16 +522,14 @@ class Pipeline:
         yield Open(tier, request, call.b.session)
         call.usage_chunk = None
         acc = call.streamed = Accumulator()
-        # text goes out live, but not an answer to a recovery turn: that one is held until
-        # judged (see stream_plan)
         cfg = self.config.tool_validation
         checked = call.validator is not None and cfg.enabled
         # reasoning goes out live unless text went out already (never one sentence twice)
         thinking = not call.content_sent and not call.rework.note
-        # a text answer the checks may still reject is held until judged, then released whole:
-        # the answer to a recovery turn (it may only copy the turn back), and any text answer
+        # text too, unless the checks may still reject it once complete: then it is held until
+        # judged and released whole (see stream_plan) — the answer to a recovery turn or to a
+        # correction (a small model may only copy the guard's words back), and any text answer
         # under the answer checks (ungrounded, uncovered values, cut off at the cap)
-        # and the text of an answer to a correction, which may copy the correction back
         corrected = call.rework.ladder is not None and call.rework.ladder.last is not None
         live = thinking and not corrected and not (checked and cfg.judges_answers)
         watch = DegenerationWatch(self.config) if thinking else None
@@ -553,14 +551,13 @@ class Pipeline:
                     content = gate.feed(text) or None
                     if content != chunk.content:  # held back in part: no longer that event
                         raw = None
-                # reasoning flows live too, and is watched like text; only text makes a
-                # re-ask's text held back (the caller never reads one sentence twice)
                 call.content_sent = call.content_sent or bool(content)
                 if content or chunk.reasoning:
                     yield Emit(StreamChunk(content=content, raw=raw, reasoning=chunk.reasoning))
-                if watch is not None and watch.degenerate(acc):
-                    call.cut = True
-                    return acc.response(cut=True)
+            # text held back is watched too: a degenerating answer is cut, whoever reads it
+            if (chunk.content or chunk.reasoning) and watch is not None and watch.degenerate(acc):
+                call.cut = True
+                return acc.response(cut=True)
         return acc.response()
 
     def _uncopied(self, call: _Call, response: ModelResponse) -> ModelResponse:
