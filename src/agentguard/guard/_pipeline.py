@@ -543,14 +543,12 @@ class Pipeline:
             if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
                 call.usage_chunk = chunk  # passed on at the end, after the finish chunk
             if (chunk.content and live) or (chunk.reasoning and thinking):
-                content, raw = (chunk.content, chunk.raw) if live else (None, None)
-                if not live and not chunk.content:
-                    raw = chunk.raw  # reasoning alone: that event as it came
+                content = chunk.content if live else None
                 if gate is not None and content:
                     text = content if isinstance(content, str) else acc.content[-1]
                     content = gate.feed(text) or None
-                    if content != chunk.content:  # held back in part: no longer that event
-                        raw = None
+                # text held back, in part or whole: the chunk is no longer that event
+                raw = chunk.raw if (content or None) == (chunk.content or None) else None
                 call.content_sent = call.content_sent or bool(content)
                 if content or chunk.reasoning:
                     yield Emit(StreamChunk(content=content, raw=raw, reasoning=chunk.reasoning))
