@@ -1003,20 +1003,64 @@ def test_a_context_length_400_is_sent_again_without_repeated_results(
     assert any(w.startswith("quality: context_overflow") for w in report.warnings)
 
 
-def test_a_context_length_400_with_nothing_to_leave_out_is_raised() -> None:
-    model = _small_context(2, Reply.text("unused"))
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_context_length_400_with_nothing_to_leave_out_asks_from_the_results(
+    stream: bool,
+) -> None:
+    """Nothing repeats, yet the server's context is full (the recorded ``order_pending`` shape,
+    where llama-cpp-python's function-calling format overflowed on its own runaway): the answer
+    is asked for from the results, tools off, in a compact conversation — the system message
+    and one turn with the request and the results — instead of the run ending in the 400."""
+    model = _small_context(2, Reply.text("The mail server is down; Bob was not emailed."))
+    client = wrapped_client(model, CONFIG)
+    history = _emails(1)
+    before = copy.deepcopy(history)
+    kw: dict[str, Any] = {"model": "gpt-x", "messages": history, "tools": TOOLS}
+    if stream:
+        answer = client.chat.completions.create(**kw, stream=True)
+        text = _assemble(answer)["content"]
+    else:
+        answer = client.chat.completions.create(**kw)
+        text = answer.choices[0].message.content
+    assert text == "The mail server is down; Bob was not emailed."
+    assert history == before
+    first, second = model.requests
+    assert len(first.messages) == 4
+    system, turn = second.messages
+    assert system == QUESTION[0]
+    assert turn["role"] == "user"
+    assert turn["content"].startswith("Cheapest flight Oslo to Rome tomorrow?\nTool results:\n")
+    assert '-> {"error": "SMTP server down"}' in turn["content"]
+    assert second.params["tool_choice"] == "none"
+    report = report_of(answer)
+    assert any("compact conversation" in w for w in report.warnings)
+
+
+def test_a_context_length_400_without_tool_results_is_raised() -> None:
+    """A long chat with no tool results: nothing to answer from, the 400 is the caller's."""
+    model = _small_context(1, Reply.text("unused"))
     client = wrapped_client(model, CONFIG)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
-        client.chat.completions.create(model="gpt-x", messages=_emails(1), tools=TOOLS)
+        client.chat.completions.create(model="gpt-x", messages=QUESTION, tools=TOOLS)
     assert len(model.requests) == 1
 
 
-def test_a_context_length_400_after_shrinking_is_raised() -> None:
-    model = _small_context(3, Reply.text("unused"))
+def test_a_context_length_400_after_shrinking_asks_from_the_results() -> None:
+    """Shrunk and still too long: the compact conversation comes next, once."""
+    model = _small_context(3, Reply.text("The mail server is down."))
+    client = wrapped_client(model, CONFIG)
+    answer = client.chat.completions.create(model="gpt-x", messages=_emails(4), tools=TOOLS)
+    assert answer.choices[0].message.content == "The mail server is down."
+    assert [len(r.messages) for r in model.requests] == [10, 4, 2]
+
+
+def test_a_context_length_400_of_the_compact_conversation_is_raised() -> None:
+    """The compact conversation overflows too: raised, never a fourth request."""
+    model = _small_context(1, Reply.text("unused"))
     client = wrapped_client(model, CONFIG)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model="gpt-x", messages=_emails(4), tools=TOOLS)
-    assert len(model.requests) == 2  # sent once more, shrunk, never a third time
+    assert [len(r.messages) for r in model.requests] == [10, 4, 2]
 
 
 def test_another_400_is_not_shrunk() -> None:

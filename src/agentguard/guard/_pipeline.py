@@ -95,6 +95,8 @@ __all__ = ["Pipeline"]
 _SESSIONS = "guard:sessions"
 # attempts whose model call answered (usably or not): their output sizes the next one's estimate
 _ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
+#: The roles of a conversation's standing instructions, kept in a compact conversation.
+_INSTRUCTIONS = frozenset({"system", "developer"})
 _TRIGGER_OF = {
     ErrorClass.TIMEOUT: "timeout",
     ErrorClass.RATE_LIMITED: "rate_limited",
@@ -830,18 +832,25 @@ class Pipeline:
         return response
 
     def _from_results(
-        self, call: _Call, error: str, messages: Sequence[Mapping[str, Any]] | None = None
+        self,
+        call: _Call,
+        error: str,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        compact: bool = False,
     ) -> None:
         """Ask, once, for the answer from the results in hand: the forcing rung
         (``_recovery.force_answer``: tools off) with a turn that restates the request and its
         results (``_recovery.results_turn``), built from ``messages`` (the call's own when
-        ``None``)."""
+        ``None``). ``compact``: that turn follows the conversation's system messages alone
+        (the turn carries the request and the results; the exchanges do not fit)."""
         self._correction(call, error, 1)
         cfg = self.config.loop_detection.recovery
         source = call.base_messages if messages is None else messages
         question = current_request(source).text.strip()
         note = recovery.results_turn(source, cfg, question)
-        forced = recovery.force_answer(call.request, source, config=cfg, note=note)
+        sent = [m for m in source if m.get("role") in _INSTRUCTIONS] if compact else source
+        forced = recovery.force_answer(call.request, sent, config=cfg, note=note)
         call.rework.force(forced.params, note)
         call.rework.restated = True
         call.rework.quoted = question
@@ -988,7 +997,7 @@ class Pipeline:
         trigger = _TRIGGER_OF.get(error_class)
         if trigger is not None:
             return (yield from self._trigger(call, trigger, error))
-        if self._shrunk(call, error):
+        if self._shrunk(call, error) or self._compacted(call, error):
             return call.tier
         refusal = recovery.provider_refusal(error, session=call.b.session)
         if refusal is None:
@@ -1019,6 +1028,28 @@ class Pipeline:
             f"context overflow: sent again without {len(sent) - len(kept)} messages of "
             "repeated tool results"
         )
+        return True
+
+    def _compacted(self, call: _Call, error: Exception) -> bool:
+        """A context-length 400 that leaving out repeated results did not cure, or that found
+        none to leave out: when the caller's conversation holds tool results, the answer is
+        asked for, once, from them, tools off, in a compact conversation (its system messages
+        and one turn restating the request with the results, ``_from_results``). A run whose
+        transcript holds its answer does not end in the server's 400.
+
+        This also gets past a server that overflows on its own generation: llama-cpp-python's
+        function-calling format writes a call's arguments without the request's cap until the
+        context is full (FIELD-NOTES), a path a tools-off request does not take. ``False``: no
+        results to answer from, or the answer was asked for from them already."""
+        if call.rework.recovered or not context_overflow(error):
+            return False
+        source = call.request.messages
+        if not any(ex.result_at is not None for ex in recovery.exchanges(source)):
+            return False
+        call.b.warnings.append(
+            "context overflow: asked for the answer from the tool results in a compact conversation"
+        )
+        self._from_results(call, "context_overflow", source, compact=True)
         return True
 
     def _recover(self, call: _Call, verdict: Verdict, *, reask: bool = False) -> Plan[None]:
