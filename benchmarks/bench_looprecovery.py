@@ -91,6 +91,7 @@ STACKS: dict[str, dict[str, Any]] = {
 }
 #: what the guard's report warnings say when it acted outside the loop ladder's rungs
 _ANSWERED = {
+    "compact conversation": "context overflow: answer from results",
     "asked for the answer": "answered-repeat force",
     "answered from results": "answered from results",
 }
@@ -231,6 +232,7 @@ def _note(out: Run, report: Any) -> None:
         for marker, action in _ANSWERED.items():
             if marker in warning:
                 out.actions.append(action)
+                break
 
 
 def measure(
