@@ -5,9 +5,9 @@ For every call path (``create``, ``stream=True``, ``with_raw_response``,
 async, the same script is served to an unwrapped client and to a wrapped one. The upstream must
 receive byte-identical request bodies and the same headers (the session header aside, which the
 guard takes off), and the caller must receive equal answers: equal SDK objects, equal raw
-responses, equal streamed text chunk by chunk (tool-call deltas are held by the guard and
-released whole, so a stream's tool calls are compared once assembled). The guarded answer of
-every path carries a report.
+responses, equal streamed chunks (text, tool-call fragments, the finish and the usage chunk:
+a healthy answer streams as the upstream sent it). The guarded answer of every path carries a
+report.
 """
 
 from __future__ import annotations
@@ -150,7 +150,9 @@ async def chat_stream_tool_call(client: Any) -> Any:
     stream = await _maybe(
         client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=True)
     )
-    return stream, _stream_view(await _chunks(stream))
+    chunks = await _chunks(stream)
+    # a healthy call goes out as the upstream streamed it, fragment by fragment
+    return stream, (_stream_view(chunks), [_dump(c) for c in chunks])
 
 
 async def chat_raw_response(client: Any) -> Any:

@@ -397,11 +397,13 @@ def _stream(
 
 
 def _streamed_calls(chunks: list[Any]) -> list[str]:
+    """The names of the streamed calls (a call's later fragments carry none)."""
     return [
         tc.function.name
         for c in chunks
         if c.choices
         for tc in (c.choices[0].delta.tool_calls or [])
+        if tc.function is not None and tc.function.name
     ]
 
 

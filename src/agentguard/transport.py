@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Se
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._fingerprint import arguments_object, fingerprint
+from ._fingerprint import arguments_object, fingerprint, safe_canonical_text
 from ._redact import register_secret
 from .types import Message, Usage
 
@@ -35,6 +35,7 @@ __all__ = [
     "SCOPE",
     "SESSION_HEADER",
     "TRACE_PARENT",
+    "Accumulator",
     "AsyncTransport",
     "ModelRequest",
     "ModelResponse",
@@ -258,6 +259,8 @@ class StreamChunk:
         raw: the chunk object of the underlying client.
         reasoning: a reasoning delta, if any (``reasoning_content`` from llama.cpp, vLLM and
             DeepSeek, ``reasoning`` from OpenRouter and Ollama).
+        refusal: a refusal delta, if any (OpenAI's ``refusal``: the model declined, an answer
+            of its own, never an empty one).
     """
 
     content: str | None = None
@@ -266,6 +269,7 @@ class StreamChunk:
     usage: Usage | None = None
     raw: Any = None
     reasoning: str | None = None
+    refusal: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, raw: Any = None) -> StreamChunk:
@@ -283,7 +287,99 @@ class StreamChunk:
             usage=usage_from_body(body.get("usage")),
             raw=body if raw is None else raw,
             reasoning=reasoning_of(delta),
+            refusal=refusal if isinstance(refusal := delta.get("refusal"), str) else None,
         )
+
+
+class Accumulator:
+    """Assembles a streamed answer into one message (tool-call fragments joined by index): feed
+    it every :class:`StreamChunk` of one answer with :meth:`add`, read it with :meth:`response`.
+
+    Reads what the raw client reads without raising: a fragment without a usable ``index``
+    continues the last call (or starts the next one when it brings a new ``id``); a name,
+    arguments or content that are not text are taken as their JSON text.
+    """
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.chars = 0
+        self.reasoning: list[str] = []
+        self.reasoning_chars = 0
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+        self.id: str | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.content:
+            content = _streamed_text(chunk.content)
+            self.content.append(content)
+            self.chars += len(content)
+        if chunk.reasoning:
+            reasoning = _streamed_text(chunk.reasoning)
+            self.reasoning.append(reasoning)
+            self.reasoning_chars += len(reasoning)
+        if chunk.refusal:
+            self.refusal.append(_streamed_text(chunk.refusal))
+        deltas = chunk.tool_calls
+        for delta in deltas if isinstance(deltas, (list, tuple)) else ():
+            if not isinstance(delta, Mapping):
+                continue  # not a fragment of a call
+            call_id = delta.get("id")
+            slot = self.calls.setdefault(
+                self._index(delta.get("index"), call_id),
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if call_id:
+                slot["id"] = _streamed_text(call_id)
+            fn = delta.get("function")
+            fn = fn if isinstance(fn, Mapping) else {}
+            if fn.get("name"):
+                slot["function"]["name"] += _streamed_text(fn["name"])
+            if fn.get("arguments"):
+                slot["function"]["arguments"] += _streamed_text(fn["arguments"])
+        if chunk.finish_reason:
+            self.finish = chunk.finish_reason
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        raw = chunk.raw
+        if self.id is None and isinstance(raw, Mapping):
+            self.id = raw.get("id")
+
+    def _index(self, index: Any, call_id: Any) -> int:
+        """The slot of a fragment: its ``index`` when it is a number, else the last call's (the
+        next one's when the fragment brings an ``id`` of its own)."""
+        if index.__class__ is int:
+            return int(index)
+        if not self.calls:
+            return 0
+        last = max(self.calls)
+        if call_id and self.calls[last]["id"] not in (None, call_id):
+            return last + 1
+        return last
+
+    def response(self, *, cut: bool = False) -> ModelResponse:
+        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
+        # no text and no call is an empty text, as a whole answer has it (judged so: an empty
+        # answer where tools were offered is a failed call); beside calls or a refusal (the
+        # model declined: an answer, never an empty one), no text is None, as a whole answer
+        # has it
+        content = "".join(self.content) or (None if self.calls or self.refusal else "")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        if self.reasoning:  # judged like text by the loop checks (see LoopDetector.observe)
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls and not cut:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        finish = "length" if cut else self.finish
+        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+def _streamed_text(value: Any) -> str:
+    """A streamed field as text: itself, or its JSON text when the upstream sent another type."""
+    return value if isinstance(value, str) else safe_canonical_text(value)
 
 
 def reasoning_of(source: Any) -> str | None:

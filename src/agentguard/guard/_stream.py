@@ -4,94 +4,13 @@ held-back tool calls once they are valid."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
-from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import GuardConfig
 from agentguard.loops._text import degenerate_repeats
-from agentguard.transport import ModelResponse, StreamChunk
-from agentguard.types import Usage
+from agentguard.transport import Accumulator, ModelResponse, StreamChunk
 
 __all__ = ["Accumulator", "CallGate", "DegenerationWatch", "tool_call_chunks"]
-
-
-class Accumulator:
-    """Assembles a streamed answer into one message (tool-call fragments joined by index).
-
-    Reads what the raw client reads without raising: a fragment without a usable ``index``
-    continues the last call (or starts the next one when it brings a new ``id``); a name,
-    arguments or content that are not text are taken as their JSON text.
-    """
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.chars = 0
-        self.reasoning: list[str] = []
-        self.reasoning_chars = 0
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish: str | None = None
-        self.usage: Usage | None = None
-        self.id: str | None = None
-
-    def add(self, chunk: StreamChunk) -> None:
-        if chunk.content:
-            content = _text(chunk.content)
-            self.content.append(content)
-            self.chars += len(content)
-        if chunk.reasoning:
-            reasoning = _text(chunk.reasoning)
-            self.reasoning.append(reasoning)
-            self.reasoning_chars += len(reasoning)
-        deltas = chunk.tool_calls
-        for delta in deltas if isinstance(deltas, (list, tuple)) else ():
-            if not isinstance(delta, Mapping):
-                continue  # not a fragment of a call
-            call_id = delta.get("id")
-            slot = self.calls.setdefault(
-                self._index(delta.get("index"), call_id),
-                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-            )
-            if call_id:
-                slot["id"] = _text(call_id)
-            fn = delta.get("function")
-            fn = fn if isinstance(fn, Mapping) else {}
-            if fn.get("name"):
-                slot["function"]["name"] += _text(fn["name"])
-            if fn.get("arguments"):
-                slot["function"]["arguments"] += _text(fn["arguments"])
-        if chunk.finish_reason:
-            self.finish = chunk.finish_reason
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        raw = chunk.raw
-        if self.id is None and isinstance(raw, Mapping):
-            self.id = raw.get("id")
-
-    def _index(self, index: Any, call_id: Any) -> int:
-        """The slot of a fragment: its ``index`` when it is a number, else the last call's (the
-        next one's when the fragment brings an ``id`` of its own)."""
-        if index.__class__ is int:
-            return int(index)
-        if not self.calls:
-            return 0
-        last = max(self.calls)
-        if call_id and self.calls[last]["id"] not in (None, call_id):
-            return last + 1
-        return last
-
-    def response(self, *, cut: bool = False) -> ModelResponse:
-        """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
-        # no text and no call is an empty text, as a whole answer has it (judged so: an empty
-        # answer where tools were offered is a failed call); beside calls, no text is None
-        content = "".join(self.content) or (None if self.calls else "")
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.reasoning:  # judged like text by the loop checks (see LoopDetector.observe)
-            message["reasoning_content"] = "".join(self.reasoning)
-        if self.calls and not cut:
-            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        finish = "length" if cut else self.finish
-        return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
 
 
 class DegenerationWatch:
@@ -222,11 +141,6 @@ def _opening(window: str, *, first: bool) -> Literal["call", "wait", "no"]:
     if compact in _PREFIXES and len(window) < CallGate.LOOKAHEAD:
         return "wait"
     return "no"
-
-
-def _text(value: Any) -> str:
-    """A streamed field as text: itself, or its JSON text when the upstream sent another type."""
-    return value if isinstance(value, str) else safe_canonical_text(value)
 
 
 def tool_call_chunks(final: ModelResponse) -> list[StreamChunk]:

@@ -1,7 +1,13 @@
 """What a guarded ``chat.completions.create(stream=True)`` returns: the SDK's own chunk objects.
 
-Chunks the upstream sent pass through as the SDK objects they are; chunks the guard made (a
-repaired or corrected tool call, released whole) become ``ChatCompletionChunk`` objects with the
+Where the guard changes nothing, the caller gets the upstream's chunks themselves, in order:
+its text as the guard lets it through, and the chunks that carry nothing the guard judges (the
+opening ``role`` chunk, Azure's ``prompt_filter_results``, a ``refusal``, another choice's
+deltas when ``n`` > 1) beside it. Tool-call deltas, the finish chunk and the usage chunk wait
+for the guard's verdict: when the answer it serves is the upstream's own (the same text, calls
+and finish), they go out as the upstream sent them (with their ``logprobs``,
+``content_filter_results`` and any other field); when the guard changed the answer (a repaired
+or corrected call, another attempt), chunks made by the guard carry it, dated with the
 upstream's id and model. The report is attached to the stream once it is exhausted (and to
 whatever else holds it: the ``chat.completions.stream`` helper's stream).
 """
@@ -14,7 +20,7 @@ from typing import Any
 
 from agentguard.guard import AsyncGuardedStream, GuardedStream, GuardReport
 from agentguard.integrations._lazy import require
-from agentguard.transport import StreamChunk, attach_report
+from agentguard.transport import Accumulator, StreamChunk, attach_report
 
 from ._transport import RawCall
 
@@ -55,6 +61,8 @@ class _ChunkMaker:
             delta["content"] = chunk.content
         if chunk.reasoning:
             delta["reasoning_content"] = chunk.reasoning
+        if chunk.refusal:
+            delta["refusal"] = chunk.refusal
         if chunk.tool_calls:
             delta["tool_calls"] = [dict(c) for c in chunk.tool_calls]
         return self._cls.model_validate(
@@ -93,27 +101,154 @@ class _Response:
         return getattr(upstream.http_response, name)
 
 
+def _bare(chunk: StreamChunk) -> bool:
+    """Whether an upstream chunk carries nothing the guard holds back or judges: no text, call,
+    reasoning, finish or usage of the first answer (an opening ``role`` chunk, a filter report,
+    a refusal, another choice's delta). Such a chunk goes out as it came."""
+    return not (
+        chunk.content
+        or chunk.tool_calls
+        or chunk.reasoning
+        or chunk.finish_reason
+        or chunk.usage is not None
+    )
+
+
+def _closing(chunk: StreamChunk) -> bool:
+    """Whether a chunk of the guard's is one of its closing ones (a call released whole, the
+    finish, the usage), which wait for the end to decide whose chunks go out."""
+    return bool(chunk.tool_calls or chunk.finish_reason) or (
+        chunk.usage is not None and not chunk.content and not chunk.reasoning
+    )
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    out = []
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+    return out
+
+
+def _without_text(raw: Any, neutral: StreamChunk) -> Any:
+    """An upstream chunk held back for its text, which went out already (the guard released it
+    whole): the chunk without that text, or ``None`` when nothing else is in it."""
+    choices = getattr(raw, "choices", None)
+    if not isinstance(choices, list) or not hasattr(raw, "model_copy"):
+        return None
+    if (
+        len(choices) == 1
+        and not neutral.tool_calls
+        and not neutral.finish_reason
+        and neutral.usage is None
+        and not neutral.refusal
+        and getattr(choices[0], "logprobs", None) is None
+    ):
+        return None
+    out = []
+    for choice in choices:
+        delta = getattr(choice, "delta", None)
+        if delta is not None and delta.content and getattr(choice, "index", 0) in (0, None):
+            update = {"delta": delta.model_copy(update={"content": None})}
+            out.append(choice.model_copy(update=update))
+        else:
+            out.append(choice)
+    return raw.model_copy(update={"choices": out})
+
+
+class _Handing:
+    """Which chunks the caller gets for the guard's (shared by sync and async streams)."""
+
+    def __init__(self, make: _ChunkMaker, raw: RawCall | None) -> None:
+        self._make = make
+        self._raw = raw
+        self._attempt: list[tuple[Any, StreamChunk]] | None = None
+        self._at = 0  # the attempt's chunks before it were handed on or held
+        self._held: list[tuple[Any, StreamChunk]] = []  # held back for their text or calls
+        self._sent: list[str] = []  # the text the caller got
+        self._closing: list[StreamChunk] = []  # the guard's closing chunks, until the end
+
+    def _upstream(self) -> list[tuple[Any, StreamChunk]]:
+        chunks = self._raw.chunks if self._raw is not None else []
+        if chunks is not self._attempt:  # another attempt: its chunks are the ones served
+            self._attempt, self._at, self._held = chunks, 0, []
+        return chunks
+
+    def _bare(self, until: Any = None) -> list[Any]:
+        """The attempt's bare chunks up to ``until`` (an upstream chunk, which the caller hands
+        on; all read so far when ``None``), the others held."""
+        chunks = self._upstream()
+        out = []
+        while self._at < len(chunks):
+            raw, neutral = chunks[self._at]
+            self._at += 1
+            if raw is until:
+                break
+            if _bare(neutral):
+                out.append(raw)
+            else:
+                self._held.append((raw, neutral))
+        return out
+
+    def of(self, chunk: StreamChunk) -> list[Any]:
+        """The chunks to hand on now for one chunk of the guard's stream."""
+        if _closing(chunk):
+            self._closing.append(chunk)
+            return []
+        raw = chunk.raw
+        self._sent.append(chunk.content or "")
+        if raw is not None and not isinstance(raw, Mapping):  # the upstream's own
+            return [*self._bare(until=raw), raw]
+        return [*self._bare(), self._make(chunk)]
+
+    def end(self) -> list[Any]:
+        """The chunks after the guard's last text: the upstream's own when the answer served
+        is the upstream's, else the guard's."""
+        chunks = self._upstream()
+        rest = [*self._held, *chunks[self._at :]]
+        if self._unchanged(chunks):
+            out = []
+            for raw, neutral in rest:
+                # a chunk's text went out already when it was held: released whole
+                kept = _without_text(raw, neutral) if neutral.content else raw
+                if kept is not None:
+                    out.append(kept)
+            return out
+        bare = self._bare()
+        return [*bare, *(c.raw if _upstream(c) else self._make(c) for c in self._closing)]
+
+    def _unchanged(self, chunks: list[tuple[Any, StreamChunk]]) -> bool:
+        if self._raw is None:
+            return False
+        upstream, guard = Accumulator(), Accumulator()
+        for _, neutral in chunks:
+            upstream.add(neutral)
+        for chunk in self._closing:
+            guard.add(chunk)
+        mine, theirs = guard.response(), upstream.response()
+        return (
+            "".join(self._sent) == "".join(upstream.content)
+            and _calls(mine.message) == _calls(theirs.message)
+            and mine.finish_reason == theirs.finish_reason
+        )
+
+
+def _upstream(chunk: StreamChunk) -> bool:
+    return chunk.raw is not None and not isinstance(chunk.raw, Mapping)
+
+
 class _Base:
     def __init__(self, model: str, raw: RawCall | None) -> None:
-        self._make = _ChunkMaker(model, raw)
+        self._hand = _Handing(_ChunkMaker(model, raw), raw)
         self._raw = raw
         self._head: list[Any] = []  # chunks read ahead by prime()
+        self._primed = False
         self.owners: list[Any] = []  # objects that get the report too
-        self._opened = False
 
     @property
     def response(self) -> _Response:
         """Stands for the HTTP response (the SDK's stream helper closes it)."""
         return _Response(self, self._raw)
-
-    def _first(self, chunk: Any) -> list[Any]:
-        """``chunk``, after the upstream's opening chunk (``role: assistant``, no text) if it
-        is the first: the guard does not pass that one on, the stream replays it."""
-        if self._opened:
-            return [chunk]
-        self._opened = True
-        opening = self._raw.opening if self._raw is not None else None
-        return [chunk] if opening is None or opening is chunk else [opening, chunk]
 
     def _done(self, report: GuardReport | None) -> None:
         if report is not None:
@@ -155,16 +290,19 @@ class Stream(Iterating, _Base):
     def prime(self) -> None:
         """Start the guarded call now (the first chunk is read ahead): a raw response's
         headers exist once the upstream answered, and errors surface here as the SDK's do."""
-        if not self._head:
+        if not self._primed:
+            self._primed = True
             for chunk in self._inner:
-                self._head.append(self._make(chunk))
+                self._head.extend(self._hand.of(chunk))
                 break
 
     def _chunks(self) -> Iterator[Any]:
+        self._primed = True
         while self._head:
-            yield from self._first(self._head.pop(0))
+            yield self._head.pop(0)
         for chunk in self._inner:
-            yield from self._first(self._make(chunk))
+            yield from self._hand.of(chunk)
+        yield from self._hand.end()
         self._done(self._inner.report)
 
 
@@ -202,16 +340,19 @@ class AsyncStream(AsyncIterating, _Base):
 
     async def prime(self) -> None:
         """Async twin of :meth:`Stream.prime`."""
-        if not self._head:
+        if not self._primed:
+            self._primed = True
             async for chunk in self._inner:
-                self._head.append(self._make(chunk))
+                self._head.extend(self._hand.of(chunk))
                 break
 
     async def _chunks(self) -> AsyncIterator[Any]:
+        self._primed = True
         while self._head:
-            for out in self._first(self._head.pop(0)):
-                yield out
+            yield self._head.pop(0)
         async for chunk in self._inner:
-            for out in self._first(self._make(chunk)):
+            for out in self._hand.of(chunk):
                 yield out
+        for out in self._hand.end():
+            yield out
         self._done(self._inner.report)

@@ -56,17 +56,17 @@ class RawCall:
     headers, status, request id) of a call made through ``with_raw_response`` or
     ``with_streaming_response``; the last attempt's, which is the one whose answer is served.
     ``chunk``: the last chunk a streamed call received (what the chunks the guard makes are
-    dated by). ``opening``: the upstream's opening chunk (``role: assistant`` and no text),
-    which the guard does not pass on and the wrapped client's stream replays first.
-    ``events``: every event of the last streamed Responses attempt, in order.
+    dated by). ``chunks``: every chunk of the last streamed chat attempt, in order, each with
+    its neutral reading (what the wrapped client's stream hands on where the guard changed
+    nothing). ``events``: every event of the last streamed Responses attempt, in order.
     """
 
-    __slots__ = ("chunk", "events", "opening", "response")
+    __slots__ = ("chunk", "chunks", "events", "response")
 
     def __init__(self) -> None:
         self.response: Any = None
         self.chunk: Any = None
-        self.opening: Any = None
+        self.chunks: list[tuple[Any, StreamChunk]] = []
         self.events: list[Any] = []
 
 
@@ -188,8 +188,8 @@ def dump(obj: Any) -> dict[str, Any]:
 
 def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
     """What turns one streamed SDK object into a neutral chunk, noting in ``holder`` (if
-    any) what the wrapped client hands on: for chat, the last chunk and the opening one (role
-    only, no text); for Responses, every event of this attempt."""
+    any) what the wrapped client hands on: for chat, every chunk of this attempt and the last
+    one; for Responses, every event of this attempt."""
     if is_responses(request):
         calls: dict[int, int] = {}
         events: list[Any] = []
@@ -203,18 +203,14 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
         return event
     if not isinstance(holder, RawCall):
         return _chunk
+    chunks: list[tuple[Any, StreamChunk]] = []
+    holder.chunks = chunks
 
     def chunk(raw: Any) -> StreamChunk:
         holder.chunk = raw
-        if holder.opening is None:
-            delta = getattr(choice_of(raw), "delta", None)
-            if (
-                getattr(delta, "role", None)
-                and not getattr(delta, "content", None)
-                and not getattr(delta, "tool_calls", None)
-            ):
-                holder.opening = raw
-        return _chunk(raw)
+        neutral = _chunk(raw)
+        chunks.append((raw, neutral))
+        return neutral
 
     return chunk
 
@@ -340,10 +336,24 @@ def _usage(usage: Any) -> Usage | None:
     )
 
 
+def _first_choice(raw: Any) -> Any:
+    """A chunk's choice of the first answer: the one with ``index`` 0 (a lenient server's
+    choice without a number counts as it). With ``n`` > 1 a chunk may carry only another
+    answer's choice: ``None``, that chunk is not the guard's to read."""
+    choices = getattr(raw, "choices", None)
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        index = getattr(choice, "index", None)
+        if index == 0 or index.__class__ is not int:
+            return choice
+    return None
+
+
 def _chunk(raw: Any) -> StreamChunk:
     """An SDK ``ChatCompletionChunk`` as a neutral chunk (its raw object kept)."""
     usage = _usage(getattr(raw, "usage", None))
-    choice = choice_of(raw)
+    choice = _first_choice(raw)
     if choice is None:
         return StreamChunk(usage=usage, raw=raw)
     delta = getattr(choice, "delta", None)
@@ -360,6 +370,7 @@ def _chunk(raw: Any) -> StreamChunk:
         usage=usage,
         raw=raw,
         reasoning=reasoning_of(delta),
+        refusal=_text(getattr(delta, "refusal", None)),
     )
 
 

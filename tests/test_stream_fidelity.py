@@ -1,0 +1,240 @@
+"""Streams as real servers send them: a healthy answer reaches the caller chunk for chunk.
+
+Each case is the byte stream of a real server's shape (Azure OpenAI's ``prompt_filter_results``
+chunk with no choices and its per-choice ``content_filter_results``, OpenAI's ``refusal`` deltas
+and ``logprobs``, vLLM's ``reasoning_content`` and ``stop_reason``, Ollama's finish chunk with
+an empty ``content`` and a ``role``, a finish and usage in one chunk, ``n`` = 2 answers, a call
+streamed in fragments) served through the real openai client to an unwrapped client and to a
+wrapped one: the wrapped client's chunks must equal the raw client's, field for field, with
+tools offered or not, sync and async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from _hostile import RawUpstream, guarded_client, raw_client, sse
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def _chunk(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "small",
+        **fields,
+    }
+
+
+def _choice(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "finish_reason": finish, **extra}
+
+
+SAFE = {"hate": {"filtered": False, "severity": "safe"}}
+USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+SHAPES: dict[str, list[dict[str, Any]]] = {
+    "azure content filters": [
+        {
+            "id": "",
+            "object": "",
+            "created": 0,
+            "model": "",
+            "choices": [],
+            "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": SAFE}],
+        },
+        _chunk(choices=[_choice({"role": "assistant", "content": ""}, content_filter_results={})]),
+        _chunk(choices=[_choice({"content": "Hello"}, content_filter_results=SAFE)]),
+        _chunk(choices=[_choice({}, "stop", content_filter_results={})]),
+    ],
+    "openai refusal": [
+        _chunk(choices=[_choice({"role": "assistant", "content": None, "refusal": ""})]),
+        _chunk(choices=[_choice({"refusal": "I can't"})]),
+        _chunk(choices=[_choice({"refusal": " help with that."})]),
+        _chunk(choices=[_choice({}, "stop")]),
+    ],
+    "openai logprobs": [
+        _chunk(
+            choices=[
+                _choice(
+                    {"role": "assistant", "content": "Hi"},
+                    logprobs={"content": [{"token": "Hi", "logprob": -0.1, "top_logprobs": []}]},
+                )
+            ]
+        ),
+        _chunk(
+            choices=[
+                _choice(
+                    {"content": " there"},
+                    "stop",
+                    logprobs={
+                        "content": [{"token": " there", "logprob": -0.2, "top_logprobs": []}]
+                    },
+                )
+            ]
+        ),
+    ],
+    "finish and usage in one chunk": [
+        _chunk(choices=[_choice({"role": "assistant", "content": "Yes"}, "stop")], usage=USAGE),
+    ],
+    "usage chunk last": [
+        _chunk(choices=[_choice({"role": "assistant", "content": "Yes"})]),
+        _chunk(choices=[_choice({}, "stop")]),
+        _chunk(choices=[], usage=USAGE),
+    ],
+    "vllm reasoning": [
+        _chunk(choices=[_choice({"role": "assistant", "reasoning_content": "think"})]),
+        _chunk(choices=[_choice({"reasoning_content": " more"})]),
+        _chunk(choices=[_choice({"content": "Answer"})]),
+        _chunk(choices=[_choice({}, "stop", stop_reason=None)]),
+    ],
+    "ollama finish chunk": [
+        _chunk(
+            system_fingerprint="fp_ollama",
+            choices=[_choice({"role": "assistant", "content": "Hi"})],
+        ),
+        _chunk(
+            system_fingerprint="fp_ollama",
+            choices=[_choice({"role": "assistant", "content": ""}, "stop")],
+        ),
+    ],
+    "two answers (n=2)": [
+        _chunk(
+            choices=[
+                _choice({"role": "assistant", "content": "A"}),
+                {"index": 1, "delta": {"role": "assistant", "content": "B"}, "finish_reason": None},
+            ]
+        ),
+        _chunk(choices=[{"index": 1, "delta": {"content": " and more"}, "finish_reason": None}]),
+        _chunk(
+            choices=[
+                _choice({}, "stop"),
+                {"index": 1, "delta": {}, "finish_reason": "stop"},
+            ]
+        ),
+    ],
+    "a call in fragments": [
+        _chunk(choices=[_choice({"role": "assistant", "content": None})]),
+        _chunk(
+            choices=[
+                _choice(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            ]
+        ),
+        _chunk(
+            choices=[_choice({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]})]
+        ),
+        _chunk(
+            choices=[
+                _choice({"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Oslo"}'}}]})
+            ]
+        ),
+        _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+    ],
+}
+
+
+def _read(client: Any, tools: bool, asynchronous: bool) -> list[dict[str, Any]]:
+    kw: dict[str, Any] = {
+        "model": "small",
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "stream": True,
+    }
+    if tools:
+        kw["tools"] = TOOLS
+
+    async def read_async() -> list[Any]:
+        return [c async for c in await client.chat.completions.create(**kw)]
+
+    chunks = (
+        asyncio.run(read_async()) if asynchronous else list(client.chat.completions.create(**kw))
+    )
+    return [c.model_dump() for c in chunks]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("tools", [False, True], ids=["no tools", "tools"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_healthy_stream_reaches_the_caller_chunk_for_chunk(
+    shape: str, tools: bool, asynchronous: bool
+) -> None:
+    if shape == "a call in fragments" and not tools:
+        pytest.skip("a call answers a request with tools")
+    body = sse(SHAPES[shape])
+    raw_upstream = RawUpstream([(200, "text/event-stream", body)])
+    guarded_upstream = RawUpstream([(200, "text/event-stream", body)])
+    raw = _read(raw_client(raw_upstream, asynchronous=asynchronous), tools, asynchronous)
+    guarded = _read(
+        guarded_client(guarded_upstream, asynchronous=asynchronous), tools, asynchronous
+    )
+    assert guarded == raw
+    assert guarded_upstream.requests == raw_upstream.requests
+
+
+def test_a_streamed_refusal_is_an_answer_not_an_empty_one() -> None:
+    """A refusal streams no text and no call: it is the model's answer, as a whole answer's
+    ``refusal`` is, never re-asked as an empty one (which tools offered would make it)."""
+    upstream = RawUpstream([(200, "text/event-stream", sse(SHAPES["openai refusal"]))])
+    client = guarded_client(upstream)
+    stream = client.chat.completions.create(
+        model="small",
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=TOOLS,
+        stream=True,
+    )
+    refusal = "".join(c.choices[0].delta.refusal or "" for c in stream if c.choices)
+    assert refusal == "I can't help with that."
+    assert len(upstream.requests) == 1
+
+
+def test_a_repaired_call_still_reaches_the_caller_as_the_guard_made_it() -> None:
+    """Where the guard changed the answer (a call written as text, handed over as a call), the
+    caller gets the guard's chunks, not the upstream's text."""
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    chunks = [
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})]),
+        _chunk(choices=[_choice({"content": text[:20]})]),
+        _chunk(choices=[_choice({"content": text[20:]})]),
+        _chunk(choices=[_choice({}, "stop")]),
+    ]
+    upstream = RawUpstream([(200, "text/event-stream", sse(chunks))])
+    client = guarded_client(upstream)
+    got = list(
+        client.chat.completions.create(
+            model="small",
+            messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=TOOLS,
+            stream=True,
+        )
+    )
+    deltas = [c.choices[0].delta for c in got if c.choices]
+    assert "".join(d.content or "" for d in deltas) == ""
+    names = [tc.function.name for d in deltas for tc in d.tool_calls or ()]
+    assert names == ["get_weather"]
+    assert [c.choices[0].finish_reason for c in got if c.choices][-1] == "tool_calls"
