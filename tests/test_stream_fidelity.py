@@ -15,6 +15,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _hostile import RawUpstream, guarded_client, raw_client, sse
 
@@ -238,3 +240,52 @@ def test_a_repaired_call_still_reaches_the_caller_as_the_guard_made_it() -> None
     names = [tc.function.name for d in deltas for tc in d.tool_calls or ()]
     assert names == ["get_weather"]
     assert [c.choices[0].finish_reason for c in got if c.choices][-1] == "tool_calls"
+
+
+# -- any healthy stream, generated ------------------------------------------------------------
+
+_PIECE = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_KIND = st.sampled_from(["text", "reasoning", "refusal", "filter", "role", "other answer"])
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A stream of a healthy text answer as servers send it: pieces of several kinds in any
+    order, then a finish (its usage in the same chunk or the next)."""
+    chunks: list[dict[str, Any]] = []
+    for kind in draw(st.lists(_KIND, max_size=12)):
+        piece = draw(_PIECE)
+        if kind == "text":
+            extra = {"logprobs": {"content": []}} if draw(st.booleans()) else {}
+            chunks.append(_chunk(choices=[_choice({"content": piece}, **extra)]))
+        elif kind == "reasoning":
+            chunks.append(_chunk(choices=[_choice({"reasoning_content": piece})]))
+        elif kind == "refusal":
+            chunks.append(_chunk(choices=[_choice({"refusal": piece})]))
+        elif kind == "filter":
+            chunks.append(
+                _chunk(choices=[], prompt_filter_results=[{"prompt_index": 0, "x": piece}])
+            )
+        elif kind == "role":
+            chunks.append(_chunk(choices=[_choice({"role": "assistant", "content": ""})]))
+        else:
+            chunks.append(
+                _chunk(choices=[{"index": 1, "delta": {"content": piece}, "finish_reason": None}])
+            )
+    if draw(st.booleans()):
+        chunks.append(_chunk(choices=[_choice({}, "stop")], usage=USAGE))
+    else:
+        chunks += [_chunk(choices=[_choice({}, "stop")]), _chunk(choices=[], usage=USAGE)]
+    return chunks
+
+
+@settings(max_examples=60, deadline=None)
+@given(_streams())
+def test_any_healthy_text_stream_reaches_the_caller_chunk_for_chunk(
+    chunks: list[dict[str, Any]],
+) -> None:
+    body = sse(chunks)
+    raw_upstream = RawUpstream([(200, "text/event-stream", body)])
+    guarded_upstream = RawUpstream([(200, "text/event-stream", body)])
+    raw = _read(raw_client(raw_upstream), False, False)
+    assert _read(guarded_client(guarded_upstream), False, False) == raw

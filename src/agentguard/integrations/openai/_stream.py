@@ -20,7 +20,8 @@ from typing import Any
 
 from agentguard.guard import AsyncGuardedStream, GuardedStream, GuardReport
 from agentguard.integrations._lazy import require
-from agentguard.transport import Accumulator, StreamChunk, attach_report
+from agentguard.integrations._replay import ChatReplay, text_only
+from agentguard.transport import StreamChunk, attach_report
 
 from ._transport import RawCall
 
@@ -101,49 +102,12 @@ class _Response:
         return getattr(upstream.http_response, name)
 
 
-def _bare(chunk: StreamChunk) -> bool:
-    """Whether an upstream chunk carries nothing the guard holds back or judges: no text, call,
-    reasoning, finish or usage of the first answer (an opening ``role`` chunk, a filter report,
-    a refusal, another choice's delta). Such a chunk goes out as it came."""
-    return not (
-        chunk.content
-        or chunk.tool_calls
-        or chunk.reasoning
-        or chunk.finish_reason
-        or chunk.usage is not None
-    )
-
-
-def _closing(chunk: StreamChunk) -> bool:
-    """Whether a chunk of the guard's is one of its closing ones (a call released whole, the
-    finish, the usage), which wait for the end to decide whose chunks go out."""
-    return bool(chunk.tool_calls or chunk.finish_reason) or (
-        chunk.usage is not None and not chunk.content and not chunk.reasoning
-    )
-
-
-def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
-    out = []
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
-    return out
-
-
 def _without_text(raw: Any, neutral: StreamChunk) -> Any:
-    """An upstream chunk held back for its text, which went out already (the guard released it
-    whole): the chunk without that text, or ``None`` when nothing else is in it."""
+    """An SDK chunk without the first answer's text (``None`` when nothing else is in it)."""
     choices = getattr(raw, "choices", None)
     if not isinstance(choices, list) or not hasattr(raw, "model_copy"):
         return None
-    if (
-        len(choices) == 1
-        and not neutral.tool_calls
-        and not neutral.finish_reason
-        and neutral.usage is None
-        and not neutral.refusal
-        and getattr(choices[0], "logprobs", None) is None
-    ):
+    if text_only(neutral, len(choices), getattr(choices[0], "logprobs", None)):
         return None
     out = []
     for choice in choices:
@@ -156,90 +120,10 @@ def _without_text(raw: Any, neutral: StreamChunk) -> Any:
     return raw.model_copy(update={"choices": out})
 
 
-class _Handing:
-    """Which chunks the caller gets for the guard's (shared by sync and async streams)."""
-
-    def __init__(self, make: _ChunkMaker, raw: RawCall | None) -> None:
-        self._make = make
-        self._raw = raw
-        self._attempt: list[tuple[Any, StreamChunk]] | None = None
-        self._at = 0  # the attempt's chunks before it were handed on or held
-        self._held: list[tuple[Any, StreamChunk]] = []  # held back for their text or calls
-        self._sent: list[str] = []  # the text the caller got
-        self._closing: list[StreamChunk] = []  # the guard's closing chunks, until the end
-
-    def _upstream(self) -> list[tuple[Any, StreamChunk]]:
-        chunks = self._raw.chunks if self._raw is not None else []
-        if chunks is not self._attempt:  # another attempt: its chunks are the ones served
-            self._attempt, self._at, self._held = chunks, 0, []
-        return chunks
-
-    def _bare(self, until: Any = None) -> list[Any]:
-        """The attempt's bare chunks up to ``until`` (an upstream chunk, which the caller hands
-        on; all read so far when ``None``), the others held."""
-        chunks = self._upstream()
-        out = []
-        while self._at < len(chunks):
-            raw, neutral = chunks[self._at]
-            self._at += 1
-            if raw is until:
-                break
-            if _bare(neutral):
-                out.append(raw)
-            else:
-                self._held.append((raw, neutral))
-        return out
-
-    def of(self, chunk: StreamChunk) -> list[Any]:
-        """The chunks to hand on now for one chunk of the guard's stream."""
-        if _closing(chunk):
-            self._closing.append(chunk)
-            return []
-        raw = chunk.raw
-        self._sent.append(chunk.content or "")
-        if raw is not None and not isinstance(raw, Mapping):  # the upstream's own
-            return [*self._bare(until=raw), raw]
-        return [*self._bare(), self._make(chunk)]
-
-    def end(self) -> list[Any]:
-        """The chunks after the guard's last text: the upstream's own when the answer served
-        is the upstream's, else the guard's."""
-        chunks = self._upstream()
-        rest = [*self._held, *chunks[self._at :]]
-        if self._unchanged(chunks):
-            out = []
-            for raw, neutral in rest:
-                # a chunk's text went out already when it was held: released whole
-                kept = _without_text(raw, neutral) if neutral.content else raw
-                if kept is not None:
-                    out.append(kept)
-            return out
-        bare = self._bare()
-        return [*bare, *(c.raw if _upstream(c) else self._make(c) for c in self._closing)]
-
-    def _unchanged(self, chunks: list[tuple[Any, StreamChunk]]) -> bool:
-        if self._raw is None:
-            return False
-        upstream, guard = Accumulator(), Accumulator()
-        for _, neutral in chunks:
-            upstream.add(neutral)
-        for chunk in self._closing:
-            guard.add(chunk)
-        mine, theirs = guard.response(), upstream.response()
-        return (
-            "".join(self._sent) == "".join(upstream.content)
-            and _calls(mine.message) == _calls(theirs.message)
-            and mine.finish_reason == theirs.finish_reason
-        )
-
-
-def _upstream(chunk: StreamChunk) -> bool:
-    return chunk.raw is not None and not isinstance(chunk.raw, Mapping)
-
-
 class _Base:
     def __init__(self, model: str, raw: RawCall | None) -> None:
-        self._hand = _Handing(_ChunkMaker(model, raw), raw)
+        self._make = _ChunkMaker(model, raw)
+        self._replay = ChatReplay((lambda: raw.chunks) if raw is not None else None, _without_text)
         self._raw = raw
         self._head: list[Any] = []  # chunks read ahead by prime()
         self._primed = False
@@ -249,6 +133,10 @@ class _Base:
     def response(self) -> _Response:
         """Stands for the HTTP response (the SDK's stream helper closes it)."""
         return _Response(self, self._raw)
+
+    def _out(self, items: list[Any]) -> list[Any]:
+        """The replay's items as SDK chunks: the upstream's as they are, the guard's made."""
+        return [self._make(i) if isinstance(i, StreamChunk) else i for i in items]
 
     def _done(self, report: GuardReport | None) -> None:
         if report is not None:
@@ -293,7 +181,7 @@ class Stream(Iterating, _Base):
         if not self._primed:
             self._primed = True
             for chunk in self._inner:
-                self._head.extend(self._hand.of(chunk))
+                self._head.extend(self._out(self._replay.of(chunk)))
                 break
 
     def _chunks(self) -> Iterator[Any]:
@@ -301,8 +189,8 @@ class Stream(Iterating, _Base):
         while self._head:
             yield self._head.pop(0)
         for chunk in self._inner:
-            yield from self._hand.of(chunk)
-        yield from self._hand.end()
+            yield from self._out(self._replay.of(chunk))
+        yield from self._out(self._replay.end())
         self._done(self._inner.report)
 
 
@@ -343,7 +231,7 @@ class AsyncStream(AsyncIterating, _Base):
         if not self._primed:
             self._primed = True
             async for chunk in self._inner:
-                self._head.extend(self._hand.of(chunk))
+                self._head.extend(self._out(self._replay.of(chunk)))
                 break
 
     async def _chunks(self) -> AsyncIterator[Any]:
@@ -351,8 +239,8 @@ class AsyncStream(AsyncIterating, _Base):
         while self._head:
             yield self._head.pop(0)
         async for chunk in self._inner:
-            for out in self._hand.of(chunk):
+            for out in self._out(self._replay.of(chunk)):
                 yield out
-        for out in self._hand.end():
+        for out in self._out(self._replay.end()):
             yield out
         self._done(self._inner.report)

@@ -1,0 +1,168 @@
+"""A guarded chat stream as the upstream's own chunks, wherever the guard changed nothing.
+
+Shared by the openai client's guarded stream (SDK chunk objects) and ``agentguard serve``
+(server-sent events): both record every chunk of the attempt being served beside its neutral
+reading, and :class:`ChatReplay` decides, for each chunk of the guard's stream, which chunks the
+caller gets.
+
+- Text the guard lets through goes out as the upstream's chunk, preceded by the chunks before it
+  that carry nothing the guard judges (:func:`bare`: the opening ``role`` chunk, Azure's
+  ``prompt_filter_results``, a ``refusal``, another answer's delta when ``n`` > 1).
+- The guard's closing chunks (its calls, released whole; the finish; the usage) wait for the
+  end. When the answer served is the upstream's own (the same text, calls and finish), the
+  upstream's chunks not handed on go out instead, as sent: a call's fragments, the finish chunk
+  with its ``logprobs`` or ``content_filter_results``, the usage chunk. A chunk held back for its
+  text (released whole by the guard) goes without that text, or not at all when nothing else is
+  in it.
+- When the guard changed the answer, its own chunks go out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentguard.transport import Accumulator, StreamChunk
+
+__all__ = ["ChatReplay", "bare", "text_only"]
+
+#: The chunks of the attempt being served, each with its neutral reading, in order.
+Chunks = list[tuple[Any, StreamChunk]]
+
+
+def bare(chunk: StreamChunk) -> bool:
+    """Whether an upstream chunk carries nothing the guard holds back or judges: no text, call,
+    reasoning, finish or usage of the first answer. Such a chunk goes out as it came."""
+    return not (
+        chunk.content
+        or chunk.tool_calls
+        or chunk.reasoning
+        or chunk.finish_reason
+        or chunk.usage is not None
+    )
+
+
+def text_only(chunk: StreamChunk, choices: int, logprobs: Any) -> bool:
+    """Whether a chunk with ``choices`` choices (the first's ``logprobs``) holds nothing besides
+    the first answer's text and reasoning: nothing is left of it once they went out."""
+    return (
+        choices == 1
+        and not chunk.tool_calls
+        and not chunk.finish_reason
+        and chunk.usage is None
+        and not chunk.refusal
+        and logprobs is None
+    )
+
+
+def _closing(chunk: StreamChunk) -> bool:
+    """Whether a chunk of the guard's is one of its closing ones (a call released whole, the
+    finish, the usage), which wait for the end to decide whose chunks go out."""
+    return bool(chunk.tool_calls or chunk.finish_reason) or (
+        chunk.usage is not None and not chunk.content and not chunk.reasoning
+    )
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    out = []
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+    return out
+
+
+class ChatReplay:
+    """Which chunks the caller gets for each chunk of a guarded chat stream.
+
+    :meth:`of` and :meth:`end` return the upstream's own chunk objects (to pass on as they are)
+    and :class:`StreamChunk` objects (the guard's, for the caller to make into its chunk type).
+
+    Args:
+        chunks: the chunks of the attempt being served so far (a new list for each attempt),
+            or ``None`` when they are not recorded: then every closing chunk is the guard's.
+        without_text: an upstream chunk without the first answer's text, or ``None`` when
+            nothing else is in it.
+    """
+
+    def __init__(
+        self,
+        chunks: Callable[[], Chunks] | None,
+        without_text: Callable[[Any, StreamChunk], Any],
+    ) -> None:
+        self._chunks = chunks
+        self._without_text = without_text
+        self._attempt: Chunks | None = None
+        self._at = 0  # the attempt's chunks before it were handed on or held
+        self._held: Chunks = []  # held back for their text, calls, finish or usage
+        self._sent: list[str] = []  # the text the caller got
+        self._closing: list[StreamChunk] = []  # the guard's closing chunks, until the end
+
+    def _upstream(self) -> Chunks:
+        chunks = self._chunks() if self._chunks is not None else []
+        if chunks is not self._attempt:  # another attempt: its chunks are the ones served
+            self._attempt, self._at, self._held = chunks, 0, []
+        return chunks
+
+    def _find(self, raw: Any) -> int | None:
+        """Where ``raw`` is among the attempt's chunks not handed on yet."""
+        chunks = self._upstream()
+        for at in range(self._at, len(chunks)):
+            if chunks[at][0] is raw:
+                return at
+        return None
+
+    def _bare(self, upto: int) -> list[Any]:
+        """The attempt's bare chunks before ``upto``; the others are held."""
+        chunks = self._upstream()
+        out = []
+        for at in range(self._at, min(upto, len(chunks))):
+            raw, neutral = chunks[at]
+            if bare(neutral):
+                out.append(raw)
+            else:
+                self._held.append((raw, neutral))
+        self._at = max(self._at, upto)
+        return out
+
+    def of(self, chunk: StreamChunk) -> list[Any]:
+        """What to hand on now for one chunk of the guard's stream."""
+        if _closing(chunk):
+            self._closing.append(chunk)
+            return []
+        self._sent.append(chunk.content or "")
+        at = self._find(chunk.raw) if chunk.raw is not None else None
+        if at is not None:  # the upstream's own chunk
+            out = self._bare(at)
+            self._at = at + 1
+            return [*out, chunk.raw]
+        return [*self._bare(len(self._upstream())), chunk]
+
+    def end(self) -> list[Any]:
+        """What to hand on once the guard's stream ended: the upstream's chunks when the
+        answer served is the upstream's, else the guard's closing chunks."""
+        chunks = self._upstream()
+        if self._chunks is not None and self._unchanged(chunks):
+            out = []
+            for raw, neutral in [*self._held, *chunks[self._at :]]:
+                kept = self._without_text(raw, neutral) if neutral.content else raw
+                if kept is not None:
+                    out.append(kept)
+            return out
+        out = self._bare(len(chunks))
+        own = {id(raw) for raw, _ in chunks}
+        for chunk in self._closing:
+            out.append(chunk.raw if chunk.raw is not None and id(chunk.raw) in own else chunk)
+        return out
+
+    def _unchanged(self, chunks: Chunks) -> bool:
+        upstream, guard = Accumulator(), Accumulator()
+        for _, neutral in chunks:
+            upstream.add(neutral)
+        for chunk in self._closing:
+            guard.add(chunk)
+        mine, theirs = guard.response(), upstream.response()
+        return (
+            "".join(self._sent) == "".join(upstream.content)
+            and _calls(mine.message) == _calls(theirs.message)
+            and mine.finish_reason == theirs.finish_reason
+        )
