@@ -30,7 +30,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool
-from ._text import ResponseWindow, degenerate_repeats
+from ._text import ResponseWindow, degenerate_repeats, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -766,8 +766,10 @@ class DegenerateText(Detector):
     __slots__ = ()
 
     def check(self, event: TextEvent) -> Verdict:
-        n = degenerate_repeats(event.text)
         m = self.config.degenerate_min_repeats
+        if repeats_below(event.text, m):
+            return OK  # a sentence or two: no unit can come back m times
+        n = degenerate_repeats(event.text)
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)
 
 
