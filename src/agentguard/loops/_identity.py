@@ -315,6 +315,8 @@ def policies_from(
 
 def content_text(content: Any) -> str:
     """The text of a message ``content`` (a string or a list of OpenAI content parts)."""
+    if content.__class__ is str:
+        return content
     if content is None:
         return ""
     if isinstance(content, str):
@@ -347,7 +349,8 @@ def is_error_result(content: Any) -> bool:
     text = content_text(content)
     if _FAILED.match(text):
         return True
-    stripped = text.lstrip()
+    # a long result is not copied just to look at its first character
+    stripped = text.lstrip() if text[:1].isspace() else text
     if stripped.startswith("{") and _may_report_failure(stripped):
         data = decoded(stripped)
         if isinstance(data, Mapping):
