@@ -245,8 +245,12 @@ class LoopDetector:
         """
         sticky, loose = self._runs_on[event.kind]
         state = event.state
-        found = [d.check(event) for d in sticky if not d.quiet(event)]
-        verdict = pick(found) if found else OK
+        verdict = OK
+        for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
+            if not d.quiet(event):
+                found = d.check(event)
+                if found is not OK:
+                    verdict = pick((verdict, found))
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
