@@ -251,3 +251,22 @@ def test_stripping_while_decoding_equals_stripping_the_decoded_value(
     walked = _identity._strip(_identity.decoded(text, canonical=True), volatile)
     assert _identity._stripped_json(text, volatile) == walked
     assert result_key(text, policy) == _identity.compact_key(canonical_text_of_decoded(walked))
+
+
+@given(
+    st.sampled_from(["{", "[", "[File: /a.py]\n", "[auth]\n"]),
+    st.lists(
+        _NOISY | st.sampled_from(['"', ":", ",", "]", "}", "\n", "time: 5\n", "id=", "1", "x"]),
+        max_size=12,
+    ).map("".join),
+)
+def test_a_bracketed_text_that_is_no_json_is_judged_as_text(head: str, rest: str) -> None:
+    """A text that opens like JSON but is none ("[File: ...]" views) is decoded once: its
+    identity is the general path's, which decodes it, fails, and judges the denoised text."""
+    from agentguard._fingerprint import canonical_text
+    from agentguard.loops import _identity
+
+    text = head + rest
+    volatile = _identity.DEFAULT_VOLATILE_FIELDS
+    general = canonical_text(_identity._strip(_identity.decoded(text, canonical=True), volatile))
+    assert _identity._result_text(text, None) == general

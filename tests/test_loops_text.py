@@ -187,3 +187,38 @@ def test_the_periodicity_gate_on_known_texts() -> None:
     assert not _text_module._periodic("")
     # equal low bytes of different characters pass the gate (the regex then decides)
     assert _text_module._periodic("\u0101\u0201" * 8)
+
+
+_PIECES = st.sampled_from(
+    [
+        "ab", "ab ", "abc", "abc. ", "Same line.\n", "x" * 17, "the ", "\n", "? ", "!", " ",
+        "```\n", "| a | b |\n", "\u2003", "\r\n", "\x1c", "\u00c9t\u00e9. ", "ab ab ab ab ",
+    ]
+)  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=40).map("".join), st.integers(min_value=2, max_value=12))
+def test_the_cheap_bound_never_hides_degeneration(text: str, limit: int) -> None:
+    """``repeats_below`` says "below the limit" only when the full analysis agrees (it lets
+    DegenerateText skip the analysis for most outputs)."""
+    from agentguard.loops._text import repeats_below
+
+    if repeats_below(text, limit):
+        assert degenerate_repeats(text) < limit
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
+def test_normalise_text_is_the_regex_collapse(text: str) -> None:
+    """Whitespace is collapsed by ``str.split`` as the ``\\s+`` regex collapsed it."""
+    import re
+
+    assert normalise_text(text) == re.sub(r"\s+", " ", text).strip().lower()
+
+
+def test_the_cheap_bound_passes_only_short_prose() -> None:
+    from agentguard.loops._text import repeats_below
+
+    assert repeats_below("Let me look at the file.", 5)
+    assert not repeats_below("A. B. C. D. E.", 5)  # five sentences: the analysis decides
+    assert not repeats_below("see " * 8, 5)  # a word eight times: the run search decides
+    assert not repeats_below("x" * 16, 5)  # a long token: the run search decides

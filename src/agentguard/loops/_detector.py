@@ -245,8 +245,12 @@ class LoopDetector:
         """
         sticky, loose = self._runs_on[event.kind]
         state = event.state
-        found = [d.check(event) for d in sticky if not d.quiet(event)]
-        verdict = pick(found) if found else OK
+        verdict = OK
+        for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
+            if not d.quiet(event):
+                found = d.check(event)
+                if found is not OK:
+                    verdict = pick((verdict, found))
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
@@ -293,7 +297,8 @@ class LoopDetector:
         each ``tool_calls`` entry that is not a call object (or ``tool_calls`` that is not a list).
         """
         untrusted: object = message  # typed a Message, but read from the wire
-        if not isinstance(untrusted, Mapping):
+        # (a dict is tested by its class first: isinstance against an ABC is a Python call)
+        if untrusted.__class__ is not dict and not isinstance(untrusted, Mapping):
             return []
         role = message.get("role")
         out: list[Verdict] = []
@@ -310,17 +315,22 @@ class LoopDetector:
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
-                if not isinstance(call, Mapping):
+                if call.__class__ is not dict and not isinstance(call, Mapping):
                     continue
                 fn = call.get("function")
-                fn = fn if isinstance(fn, Mapping) else {}
-                name = _text_of(fn.get("name", ""))
+                if fn.__class__ is not dict and not isinstance(fn, Mapping):
+                    fn = {}
+                name = fn.get("name", "")
+                if name.__class__ is not str:
+                    name = _text_of(name)
                 arguments = fn.get("arguments", "")
                 verdict = self.check_tool_call(name, arguments)
                 out.append(verdict if verdict.detector else self._ok_about(name))
                 call_id = call.get("id")
                 if call_id is not None and self._tooled:  # (not when detection is off)
-                    self._pending_calls[_text_of(call_id)] = (name, arguments)
+                    if call_id.__class__ is not str:
+                        call_id = _text_of(call_id)
+                    self._pending_calls[call_id] = (name, arguments)
                     if len(self._pending_calls) > self.config.tool_window:
                         self._pending_calls.popitem(last=False)
         elif role == "user":

@@ -30,7 +30,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool
-from ._text import ResponseWindow, degenerate_repeats
+from ._text import ResponseWindow, degenerate_repeats, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -570,7 +570,7 @@ def same_question(first: Any, later: Any) -> bool:
 class _Run:
     """The current run of one tool's results that were all the same."""
 
-    __slots__ = ("arguments", "count", "epoch", "flagged", "fps", "key")
+    __slots__ = ("_arguments", "_raw", "count", "epoch", "flagged", "fps", "key")
 
     def __init__(self, key: str, epoch: int, event: ToolEvent) -> None:
         self.key = key
@@ -578,9 +578,23 @@ class _Run:
         self.epoch = epoch
         self.flagged = False  # a verdict about this tool came with one of the run's results
         self.fps = {event.fp}  # call identities in the run: a repeat of one needs no comparing
-        self.arguments = decoded(event.arguments)
-        if isinstance(self.arguments, Mapping):  # a caller reusing its dict changes nothing here
-            self.arguments = dict(self.arguments)
+        arguments = event.arguments
+        # JSON text (what the API sends) is decoded only when a later call is compared with it:
+        # most runs end at their first result
+        self._raw = arguments.__class__ is str
+        if not self._raw:
+            arguments = decoded(arguments)
+            if isinstance(arguments, Mapping):  # a caller reusing its dict changes nothing here
+                arguments = dict(arguments)
+        self._arguments: Any = arguments
+
+    @property
+    def arguments(self) -> Any:
+        """The first call's arguments, decoded."""
+        if self._raw:
+            self._arguments = decoded(self._arguments)
+            self._raw = False
+        return self._arguments
 
 
 class SameResult(Detector):
@@ -752,8 +766,10 @@ class DegenerateText(Detector):
     __slots__ = ()
 
     def check(self, event: TextEvent) -> Verdict:
-        n = degenerate_repeats(event.text)
         m = self.config.degenerate_min_repeats
+        if repeats_below(event.text, m):
+            return OK  # a sentence or two: no unit can come back m times
+        n = degenerate_repeats(event.text)
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)
 
 

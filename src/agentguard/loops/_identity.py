@@ -178,6 +178,8 @@ def _strip(value: Any, volatile: frozenset[str]) -> Any:
 
 #: :func:`_stripped_json` leaves the text to the general path.
 _UNDECIDED: Any = object()
+#: :func:`_stripped_json` found the text is no JSON value.
+_NOT_JSON: Any = object()
 
 
 @functools.lru_cache(maxsize=16)  # one per set of volatile fields: the default, per policy
@@ -214,16 +216,16 @@ def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Call
 
 def _stripped_json(text: str, volatile: frozenset[str]) -> Any:
     """:func:`_strip` of the canonically decoded JSON ``text`` (an object or array text), in one
-    pass; :data:`_UNDECIDED` when the general path must judge it (not JSON, or a text opening
-    more containers than :data:`MAX_DEPTH`: whether it is too deep to decode is the general
-    path's to say, on the value before volatile fields are dropped)."""
+    pass; :data:`_NOT_JSON` when it is not JSON, :data:`_UNDECIDED` when the general path must
+    judge it (a text opening more containers than :data:`MAX_DEPTH`: whether it is too deep to
+    decode is the general path's to say, on the value before volatile fields are dropped)."""
     if not _containers_at_most(text, MAX_DEPTH):
         return _UNDECIDED
     decoder, clean_list = _stripping_decoder(volatile)
     try:
         value = _decode(decoder, text)
-    except (ValueError, RecursionError):
-        return _UNDECIDED
+    except ValueError:  # the canonical decoder would refuse it too (no RecursionError: the
+        return _NOT_JSON  # containers are bounded above)
     return clean_list(value) if value.__class__ is list else value
 
 
@@ -260,6 +262,8 @@ def _result_text_of(result: Any, policy: ToolLoopPolicy | None) -> str:
         volatile = volatile | policy.volatile_results
     if result.__class__ is str and result[:1] in ("{", "["):
         stripped = _stripped_json(result.rstrip(), volatile)
+        if stripped is _NOT_JSON:  # as below, without decoding it again: judged as that text
+            return canonical_text(_denoise(result))
         if stripped is not _UNDECIDED:
             return canonical_text_of_decoded(stripped)
     value = decoded(result, canonical=True)
@@ -315,6 +319,8 @@ def policies_from(
 
 def content_text(content: Any) -> str:
     """The text of a message ``content`` (a string or a list of OpenAI content parts)."""
+    if content.__class__ is str:
+        return content
     if content is None:
         return ""
     if isinstance(content, str):
@@ -347,7 +353,8 @@ def is_error_result(content: Any) -> bool:
     text = content_text(content)
     if _FAILED.match(text):
         return True
-    stripped = text.lstrip()
+    # a long result is not copied just to look at its first character
+    stripped = text.lstrip() if text[:1].isspace() else text
     if stripped.startswith("{") and _may_report_failure(stripped):
         data = decoded(stripped)
         if isinstance(data, Mapping):

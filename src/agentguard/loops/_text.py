@@ -10,9 +10,8 @@ from rapidfuzz import fuzz
 
 from agentguard._fingerprint import fingerprint_bytes
 
-__all__ = ["ResponseWindow", "degenerate_repeats", "normalise_text"]
+__all__ = ["ResponseWindow", "degenerate_repeats", "normalise_text", "repeats_below"]
 
-_SPACE = re.compile(r"\s+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE = re.compile(r"^\s*\|.*\|\s*$|^\s*[-:| ]{3,}\s*$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -28,7 +27,8 @@ _CANDIDATES = 8
 
 def normalise_text(text: str) -> str:
     """``text`` lower-cased with runs of whitespace collapsed, for exact and fuzzy comparison."""
-    return _SPACE.sub(" ", text).strip().lower()
+    # str.split() splits at the whitespace the regex \s matches: one C pass, no regex
+    return " ".join(text.split()).lower()
 
 
 def _prose_lines(text: str) -> list[str]:
@@ -87,6 +87,27 @@ def _periodic(text: str) -> bool:
         if bytes(7 * period) in same:
             return True
     return False
+
+
+def repeats_below(text: str, limit: int) -> bool:
+    """True when :func:`degenerate_repeats` of ``text`` is surely below ``limit``, told by a few
+    C passes instead of the line and sentence analysis (most outputs, narration above all, are
+    a sentence or two).
+
+    Sure because each bound is one of the analysis's own: the units compared are lines, or the
+    sentences of the one line, so there are at most as many as line breaks and sentence ends
+    plus one; and the run search, which could count more, only runs when the words pass its
+    gate, which they cannot when the text's words (a superset of the prose's) do not.
+    """
+    if len(text) > _SCAN_CHARS:
+        return False
+    units = len(text.splitlines()) + text.count(".") + text.count("!") + text.count("?")
+    if units >= limit:
+        return False
+    words = text.lower().split()
+    if max(map(len, words), default=0) >= 16:
+        return False
+    return len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
 
 
 def degenerate_repeats(text: str) -> int:
