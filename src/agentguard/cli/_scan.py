@@ -16,6 +16,7 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,15 +109,14 @@ def _scan(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     progress = not args.no_progress and err.is_terminal
     try:
-        with _collecting_rarely():
-            audits = scan_file(
-                args.file,
-                config,
-                timeline=bool(args.html),
-                progress=progress,
-                fmt=args.format,
-                prices=prices,
-            )
+        audits = scan_file(
+            args.file,
+            config,
+            timeline=bool(args.html),
+            progress=progress,
+            fmt=args.format,
+            prices=prices,
+        )
     except InputError as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
@@ -141,20 +141,33 @@ def _scan(args: argparse.Namespace) -> int:
     return 1 if any(i.severity >= bar for a in audits for i in a.issues) else 0
 
 
+_gc_lock = threading.Lock()
+_gc_scans = 0  # scans under way in this process (threads): the first sets the collector aside
+_gc_threshold: tuple[int, ...] = ()  # the thresholds it found, restored by the last
+
+
 @contextlib.contextmanager
 def _collecting_rarely() -> Iterator[None]:
-    """The cyclic garbage collector, while the command scans, set aside what start-up built and
-    run rarely: it would otherwise walk the growing heap of audits again and again (a fifth of
-    the scan's time). What the scan frees is freed by reference counting; cycles wait a little
-    longer. Restored afterwards (the command may run inside a larger process)."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    """The cyclic garbage collector, while a scan runs, set aside what was there before and
+    run rarely: it would otherwise walk the growing heap of audits (and whatever the process
+    holds) again and again, a tenth of the scan's time. What the scan frees is freed by
+    reference counting; cycles wait a little longer. Restored when the last scan under way
+    ends (the scan may run inside a larger process, in several threads)."""
+    global _gc_scans, _gc_threshold  # noqa: PLW0603 - one count per process, under the lock
+    with _gc_lock:
+        _gc_scans += 1
+        if _gc_scans == 1:
+            _gc_threshold = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(50_000, 20, 100)
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
+        with _gc_lock:
+            _gc_scans -= 1
+            if _gc_scans == 0:
+                gc.set_threshold(*_gc_threshold)
+                gc.unfreeze()
 
 
 def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
@@ -176,6 +189,7 @@ def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
     return PriceTable(table)
 
 
+@_collecting_rarely()
 def scan_file(
     path: str,
     config: GuardConfig,
@@ -185,7 +199,9 @@ def scan_file(
     fmt: str | None = None,
     prices: PriceTable | None = None,
 ) -> list[SessionAudit]:
-    """Audit every session in ``path``; raises :class:`InputError` on unusable input."""
+    """Audit every session in ``path``; raises :class:`InputError` on unusable input.
+
+    The cyclic garbage collector runs rarely meanwhile (:func:`_collecting_rarely`)."""
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
     with stream:
