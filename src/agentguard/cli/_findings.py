@@ -21,9 +21,11 @@ from typing import Any
 from agentguard._redact import redact
 from agentguard.types import Severity
 
-__all__ = ["Issue", "ToolStats", "context_line"]
+__all__ = ["SEVERITY_NAMES", "Issue", "ToolStats", "context_line"]
 
 _CONTEXT_CHARS = 400
+#: ``str(severity)`` looked up once: the enum's name property costs microseconds per finding
+SEVERITY_NAMES: dict[Severity, str] = {s: str(s) for s in Severity}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ class Issue:
         return {
             "index": self.index,
             "step": self.step,
-            "severity": str(self.severity),
+            "severity": SEVERITY_NAMES[self.severity],
             "category": self.category,
             "detector": self.detector,
             "count": self.count,

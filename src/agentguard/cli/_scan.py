@@ -21,9 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
 from agentguard.types import Severity
@@ -32,7 +29,7 @@ from . import _output
 from ._audit import SessionAudit
 from ._formats import FORMATS, InputError, Record, open_counted, records
 
-if TYPE_CHECKING:  # imported when prices are given: start-up time is throughput on small files
+if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is throughput
     from agentguard.budget import PriceTable
 
 _PROGRESS_EVERY = 2048
@@ -106,8 +103,7 @@ def _scan(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
-    err = Console(stderr=True)
-    progress = not args.no_progress and err.is_terminal
+    progress = not args.no_progress and _terminal()
     try:
         audits = scan_file(
             args.file,
@@ -133,6 +129,8 @@ def _scan(args: argparse.Namespace) -> int:
     else:
         _output.print_tables(args.file, audits)
         if args.html:
+            from rich.console import Console  # noqa: PLC0415 - the tables only
+
             Console(highlight=False).print(f"[dim]HTML report: {args.html}[/]")
     sys.stdout.flush()  # a closed pipe is reported here, inside the handler
     if args.fail_on == "never":
@@ -230,7 +228,23 @@ def scan_file(
     return list(audits.values())
 
 
+def _terminal() -> bool:
+    """Whether stderr is a terminal (rich's rule: ``FORCE_TERMINAL`` and the like included)."""
+    from rich.console import Console  # noqa: PLC0415 - not needed with --no-progress
+
+    return Console(stderr=True).is_terminal
+
+
 def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
+    from rich.console import Console  # noqa: PLC0415 - a progress bar only on a terminal
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     size = os.path.getsize(path)
     columns = (
         TextColumn("scanning {task.description}"),
