@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentguard.config import GuardConfig
@@ -239,7 +239,7 @@ class SessionAudit:
             tokens, cost = self._burn.get(id(issue), (0, 0.0))
             context = tuple(self._context.get(id(issue), ()))
             action = self._actions.get(id(issue), issue.action)
-            done.append(replace(issue, tokens=tokens, cost=cost, context=context, action=action))
+            done.append(issue.settled(tokens, cost, context, action))
             if issue.tool is not None:
                 stats = self.calls.stats(issue.tool)
                 stats.findings += 1

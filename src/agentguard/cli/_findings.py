@@ -62,6 +62,15 @@ class Issue:
     cost: float = 0.0
     context: tuple[tuple[int, str, str], ...] = ()
 
+    def settled(self, tokens: int, cost: float, context: tuple[tuple[int, str, str], ...],
+                action: str) -> Issue:  # fmt: skip
+        """This finding with what it cost, its context and the guard's action, as the audit
+        knows them at the end of the trace (``dataclasses.replace``, without its per-field
+        introspection: a trace may hold many findings)."""
+        return Issue(self.index, self.severity, self.category, self.detector, self.tool,
+                     self.count, self.message, self.step, action, tokens, cost,
+                     context)  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (the context is for the HTML report only)."""
         return {
