@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -15,6 +16,8 @@ import pytest
 
 import agentguard
 from agentguard.cli._audit import SessionAudit
+from agentguard.cli._formats import InputError
+from agentguard.cli._scan import _collecting_rarely, scan_file
 from agentguard.config import GuardConfig
 from agentguard.loops import is_error_result
 
@@ -397,3 +400,34 @@ def test_scan_decodes_arguments_as_the_guard_does() -> None:
     fn = {"name": "lookup", "arguments": "  "}
     audit.feed({"role": "assistant", "tool_calls": [{"id": "c0", "function": fn}]})
     assert [i.detector for i in audit.issues] == ["invalid_json"]
+
+
+def test_the_library_scan_gives_the_garbage_collector_back(tmp_path: Path) -> None:
+    """``scan_file`` sets the cyclic collector aside while it scans (it would walk the growing
+    heap of audits again and again) and restores it when the last scan under way ends: nested,
+    in several threads, or ended by bad input."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]) + "\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    config = GuardConfig.from_dict({}, env={})
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    seen: list[tuple[int, int, int]] = []
+    with _collecting_rarely():  # an outer scan under way: the inner ones leave it set aside
+        seen.append(gc.get_threshold())
+        threads = [threading.Thread(target=scan_file, args=(str(path), config)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with pytest.raises(InputError):
+            scan_file(str(bad), config)
+        seen.append(gc.get_threshold())
+    assert seen == [(50_000, 20, 100)] * 2
+    assert gc.get_threshold() == threshold
+    assert gc.get_freeze_count() == frozen
+    with pytest.raises(InputError):
+        scan_file(str(bad), config)
+    assert gc.get_threshold() == threshold
+    assert len(scan_file(str(path), config)) == 1
+    assert gc.get_threshold() == threshold

@@ -4,6 +4,7 @@ HTML report shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from agentguard.budget import PriceTable
 from agentguard.cli._audit import SessionAudit
+from agentguard.cli._findings import Issue
 from agentguard.config import GuardConfig
 from agentguard.types import Severity
 from agentguard.validation import ToolCallValidator
@@ -242,3 +244,16 @@ def test_per_tool_tallies_are_bounded() -> None:
     audit.finish()
     assert len(audit.tools) == _MAX_NAMES + 1
     assert audit.tools[OTHER_TOOLS].calls == 50
+
+
+def test_a_settled_finding_keeps_every_field_as_replace_would() -> None:
+    """``Issue.settled`` (the audit's fast ``dataclasses.replace``) drops no field, whatever
+    fields the finding gains."""
+    issue = Issue(7, Severity.CRITICAL, "loop", "same_result", "get_build", 4, "stalled", 3,
+                  "warn", 11, 0.5, ((1, "tool", "x"),))  # fmt: skip
+    context = ((6, "assistant", "→ get_build({})"),)
+    settled = issue.settled(250, 0.0125, context, "hint")
+    assert settled == dataclasses.replace(
+        issue, tokens=250, cost=0.0125, context=context, action="hint"
+    )
+    assert len(dataclasses.fields(Issue)) == 12  # a new field must be passed on by settled()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentguard.config import GuardConfig
@@ -80,7 +80,9 @@ class SessionAudit:
         self._open: Issue | None = None  # the loop finding the turns in a loop are charged to
         self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
-        self._recent: deque[tuple[int, Mapping[str, Any]]] = deque(maxlen=3)
+        #: the latest messages: ``[index, message, its context line once made]`` (a line is
+        #: made once, however many findings around it show it)
+        self._recent: deque[list[Any]] = deque(maxlen=3)
         self._context: dict[int, list[tuple[int, str, str]]] = {}  # id(issue) -> messages
         self._following: list[tuple[Issue, int]] = []  # issues still collecting what follows
 
@@ -190,7 +192,7 @@ class SessionAudit:
         if issue.category == "loop":
             self._open = issue  # the turns in a loop from here on are charged to it
         if self.timeline is not None and len(self._context) < _CONTEXT_FINDINGS:
-            self._context[id(issue)] = [(n, *context_line(m)) for n, m in self._recent]
+            self._context[id(issue)] = [_line(entry) for entry in self._recent]
             self._following.append((issue, 3))  # its own message and the two after it
 
     def _charge(self, issue: Issue) -> None:
@@ -199,9 +201,10 @@ class SessionAudit:
         burn[1] += self._turn[1]
 
     def _remember(self, index: int, message: Mapping[str, Any]) -> None:
-        self._recent.append((index, message))
+        entry = [index, message, None]
+        self._recent.append(entry)
         if self._following:
-            line = (index, *context_line(message))
+            line = _line(entry)
             for issue, _ in self._following:
                 self._context[id(issue)].append(line)
             self._following = [(i, n - 1) for i, n in self._following if n > 1]
@@ -239,7 +242,7 @@ class SessionAudit:
             tokens, cost = self._burn.get(id(issue), (0, 0.0))
             context = tuple(self._context.get(id(issue), ()))
             action = self._actions.get(id(issue), issue.action)
-            done.append(replace(issue, tokens=tokens, cost=cost, context=context, action=action))
+            done.append(issue.settled(tokens, cost, context, action))
             if issue.tool is not None:
                 stats = self.calls.stats(issue.tool)
                 stats.findings += 1
@@ -284,3 +287,11 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+def _line(entry: list[Any]) -> tuple[int, str, str]:
+    """The context line of a remembered message (``[index, message, line]``), made once."""
+    line: tuple[int, str, str] | None = entry[2]
+    if line is None:
+        line = entry[2] = (entry[0], *context_line(entry[1]))
+    return line

@@ -21,9 +21,11 @@ from typing import Any
 from agentguard._redact import redact
 from agentguard.types import Severity
 
-__all__ = ["Issue", "ToolStats", "context_line"]
+__all__ = ["SEVERITY_NAMES", "Issue", "ToolStats", "context_line"]
 
 _CONTEXT_CHARS = 400
+#: ``str(severity)`` looked up once: the enum's name property costs microseconds per finding
+SEVERITY_NAMES: dict[Severity, str] = {s: str(s) for s in Severity}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +62,21 @@ class Issue:
     cost: float = 0.0
     context: tuple[tuple[int, str, str], ...] = ()
 
+    def settled(self, tokens: int, cost: float, context: tuple[tuple[int, str, str], ...],
+                action: str) -> Issue:  # fmt: skip
+        """This finding with what it cost, its context and the guard's action, as the audit
+        knows them at the end of the trace (``dataclasses.replace``, without its per-field
+        introspection: a trace may hold many findings)."""
+        return Issue(self.index, self.severity, self.category, self.detector, self.tool,
+                     self.count, self.message, self.step, action, tokens, cost,
+                     context)  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (the context is for the HTML report only)."""
         return {
             "index": self.index,
             "step": self.step,
-            "severity": str(self.severity),
+            "severity": SEVERITY_NAMES[self.severity],
             "category": self.category,
             "detector": self.detector,
             "count": self.count,

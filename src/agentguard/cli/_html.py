@@ -189,10 +189,14 @@ def _timeline(audit: SessionAudit) -> str:
     rects = []
     for k in range(marks):
         lo, hi = int(k * per), max(int((k + 1) * per), int(k * per) + 1)
-        bucket = codes[lo:hi]
-        severity = max((c >> 2) & 0x3 for c in bucket)
-        flagged = any(c & ISSUE_BIT for c in bucket)
-        role = max(c & 0x3 for c in bucket)
+        if hi - lo == 1:  # a mark per message (a short session): its code, read once
+            c = codes[lo]
+            severity, flagged, role = (c >> 2) & 0x3, c & ISSUE_BIT, c & 0x3
+        else:
+            bucket = codes[lo:hi]
+            severity = max((c >> 2) & 0x3 for c in bucket)
+            flagged = any(c & ISSUE_BIT for c in bucket)
+            role = max(c & 0x3 for c in bucket)
         colour = _SEVERITY_COLOUR.get(severity) or _ROLE_COLOUR.get(role, "#d5dbe1")
         x = k * width
         label = f"messages {lo}–{hi - 1}" if hi - lo > 1 else f"message {lo}"

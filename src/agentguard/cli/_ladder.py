@@ -84,9 +84,16 @@ class Ladder:
         return action
 
 
+_RECOVERY: tuple[Callable[..., int], frozenset[str]] | None = None
+
+
 def _recovery() -> tuple[Callable[..., int], frozenset[str]]:
     """The guard's ladder rule, imported when a loop first needs it (the guard package is
-    large; a scan of healthy runs never loads it)."""
-    from agentguard.guard._recovery import TEXT_DETECTORS, climb  # noqa: PLC0415
+    large; a scan of healthy runs never loads it), then kept: an import statement run at every
+    rung costs more than the climb."""
+    global _RECOVERY  # noqa: PLW0603 - a cache filled once
+    if _RECOVERY is None:
+        from agentguard.guard._recovery import TEXT_DETECTORS, climb  # noqa: PLC0415
 
-    return climb, TEXT_DETECTORS
+        _RECOVERY = climb, TEXT_DETECTORS
+    return _RECOVERY

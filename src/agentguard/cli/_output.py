@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from agentguard.types import Severity
 
 from ._audit import SessionAudit
-from ._findings import ToolStats
+from ._findings import SEVERITY_NAMES, ToolStats
+
+if TYPE_CHECKING:  # rich is imported for the tables only: --json starts faster without it
+    from rich.console import Console
 
 __all__ = ["print_json", "print_tables", "report", "tool_totals"]
 
@@ -27,11 +27,15 @@ _MAX_SHOWN = 50
 _MAX_TOOLS = 20
 
 
-class _Console(Console):
+def _console() -> Console:
     """A console whose closed pipe is the scan's to handle (rich would exit with 1 itself)."""
+    from rich.console import Console  # noqa: PLC0415 - the tables only
 
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return _Console(highlight=False)
 
 
 def tool_totals(audits: Sequence[SessionAudit]) -> dict[str, ToolStats]:
@@ -48,7 +52,7 @@ def report(path: str, audits: Sequence[SessionAudit]) -> dict[str, Any]:
     counts = {str(s): 0 for s in (Severity.WARNING, Severity.CRITICAL, Severity.BREAK)}
     for a in audits:
         for i in a.issues:
-            counts[str(i.severity)] += 1
+            counts[SEVERITY_NAMES[i.severity]] += 1
     tools = tool_totals(audits)
     return {
         "file": path,
@@ -93,7 +97,7 @@ def _money(cost: float) -> str:
 def print_tables(path: str, audits: Sequence[SessionAudit]) -> None:
     """A table per session with findings (the first :data:`_MAX_SHOWN`), then the tools and
     the totals."""
-    console = _Console(highlight=False)
+    console = _console()
     for shown, a in enumerate(audits):
         if shown == _MAX_SHOWN:
             rest = len(audits) - _MAX_SHOWN
@@ -120,6 +124,8 @@ def print_tables(path: str, audits: Sequence[SessionAudit]) -> None:
 
 
 def _session(console: Console, a: SessionAudit) -> None:
+    from rich.table import Table  # noqa: PLC0415 - the tables only
+
     est = " (est.)" if a.estimated else ""
     cost = f" ({_money(a.cost)})" if a.cost else ""
     tokens = (
@@ -162,6 +168,8 @@ def _session(console: Console, a: SessionAudit) -> None:
 
 
 def _tools(console: Console, audits: Sequence[SessionAudit]) -> None:
+    from rich.table import Table  # noqa: PLC0415 - the tables only
+
     totals = tool_totals(audits)
     flagged = sorted(
         ((n, s) for n, s in totals.items() if s.findings or s.errors),

@@ -16,12 +16,10 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
@@ -31,7 +29,7 @@ from . import _output
 from ._audit import SessionAudit
 from ._formats import FORMATS, InputError, Record, open_counted, records
 
-if TYPE_CHECKING:  # imported when prices are given: start-up time is throughput on small files
+if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is throughput
     from agentguard.budget import PriceTable
 
 _PROGRESS_EVERY = 2048
@@ -105,18 +103,16 @@ def _scan(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
-    err = Console(stderr=True)
-    progress = not args.no_progress and err.is_terminal
+    progress = not args.no_progress and _terminal()
     try:
-        with _collecting_rarely():
-            audits = scan_file(
-                args.file,
-                config,
-                timeline=bool(args.html),
-                progress=progress,
-                fmt=args.format,
-                prices=prices,
-            )
+        audits = scan_file(
+            args.file,
+            config,
+            timeline=bool(args.html),
+            progress=progress,
+            fmt=args.format,
+            prices=prices,
+        )
     except InputError as exc:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
@@ -133,6 +129,8 @@ def _scan(args: argparse.Namespace) -> int:
     else:
         _output.print_tables(args.file, audits)
         if args.html:
+            from rich.console import Console  # noqa: PLC0415 - the tables only
+
             Console(highlight=False).print(f"[dim]HTML report: {args.html}[/]")
     sys.stdout.flush()  # a closed pipe is reported here, inside the handler
     if args.fail_on == "never":
@@ -141,20 +139,33 @@ def _scan(args: argparse.Namespace) -> int:
     return 1 if any(i.severity >= bar for a in audits for i in a.issues) else 0
 
 
+_gc_lock = threading.Lock()
+_gc_scans = 0  # scans under way in this process (threads): the first sets the collector aside
+_gc_threshold: tuple[int, ...] = ()  # the thresholds it found, restored by the last
+
+
 @contextlib.contextmanager
 def _collecting_rarely() -> Iterator[None]:
-    """The cyclic garbage collector, while the command scans, set aside what start-up built and
-    run rarely: it would otherwise walk the growing heap of audits again and again (a fifth of
-    the scan's time). What the scan frees is freed by reference counting; cycles wait a little
-    longer. Restored afterwards (the command may run inside a larger process)."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    """The cyclic garbage collector, while a scan runs, set aside what was there before and
+    run rarely: it would otherwise walk the growing heap of audits (and whatever the process
+    holds) again and again, a tenth of the scan's time. What the scan frees is freed by
+    reference counting; cycles wait a little longer. Restored when the last scan under way
+    ends (the scan may run inside a larger process, in several threads)."""
+    global _gc_scans, _gc_threshold  # noqa: PLW0603 - one count per process, under the lock
+    with _gc_lock:
+        _gc_scans += 1
+        if _gc_scans == 1:
+            _gc_threshold = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(50_000, 20, 100)
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
+        with _gc_lock:
+            _gc_scans -= 1
+            if _gc_scans == 0:
+                gc.set_threshold(*_gc_threshold)
+                gc.unfreeze()
 
 
 def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
@@ -176,6 +187,7 @@ def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
     return PriceTable(table)
 
 
+@_collecting_rarely()
 def scan_file(
     path: str,
     config: GuardConfig,
@@ -185,7 +197,9 @@ def scan_file(
     fmt: str | None = None,
     prices: PriceTable | None = None,
 ) -> list[SessionAudit]:
-    """Audit every session in ``path``; raises :class:`InputError` on unusable input."""
+    """Audit every session in ``path``; raises :class:`InputError` on unusable input.
+
+    The cyclic garbage collector runs rarely meanwhile (:func:`_collecting_rarely`)."""
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
     with stream:
@@ -214,7 +228,23 @@ def scan_file(
     return list(audits.values())
 
 
+def _terminal() -> bool:
+    """Whether stderr is a terminal (rich's rule: ``FORCE_TERMINAL`` and the like included)."""
+    from rich.console import Console  # noqa: PLC0415 - not needed with --no-progress
+
+    return Console(stderr=True).is_terminal
+
+
 def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
+    from rich.console import Console  # noqa: PLC0415 - a progress bar only on a terminal
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     size = os.path.getsize(path)
     columns = (
         TextColumn("scanning {task.description}"),

@@ -36,6 +36,11 @@ FORMATS: dict[str, Reader] = {
     "otlp": _otel.otlp,
 }
 _CLAUDE_KEYS = ("sessionId", "uuid", "leafUuid", "messageId")
+#: keys by which :func:`detect` tells a format from a plain chat message (``role``)
+_NOT_A_MESSAGE = frozenset(
+    ("resourceSpans", "action", "observation", "payload", "steps", "traj", "history",
+     "trajectory_format", "request", "messages")
+)  # fmt: skip
 
 
 def detect(item: Any) -> str | None:
@@ -44,6 +49,8 @@ def detect(item: Any) -> str | None:
         return "openai"
     if not isinstance(item, dict):
         return None
+    if "role" in item and _NOT_A_MESSAGE.isdisjoint(item):
+        return "openai"  # a chat message (a file of them): no other rule below can match
     if "resourceSpans" in item:
         return "otlp"
     if "action" in item or "observation" in item:
@@ -93,6 +100,14 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
                     yield Record("transcript", _chat.message(message, where), where)
                 continue
             reader = forced or FORMATS.get(detect(item) or "")
+            if (
+                reader is _chat.openai
+                and item.__class__ is dict
+                and "role" in item
+                and not isinstance(item.get("messages"), list)  # that is a transcript
+            ):
+                yield _chat.message_record(item, where)  # one message: no reader generator
+                continue
             if reader is None or not isinstance(item, (dict, list)):
                 raise InputError(f"{where}: {_unknown(item)}")
             if isinstance(item, list) and reader is not _chat.openai:

@@ -47,10 +47,15 @@ def openai(item: Any, where: str, state: State) -> Iterator[Record]:
         for m in item["messages"]:
             yield Record(session, message(m, where), where, tools=tools)
     elif "role" in item:
-        session = item.get("session") or item.get("session_id") or "default"
-        yield Record(str(session), item, where)
+        yield message_record(item, where)
     else:
         raise InputError(f"{where}: not an OpenAI chat transcript or message")
+
+
+def message_record(item: Mapping[str, Any], where: str) -> Record:
+    """One message of a file of messages, in the session it names (``default`` when none)."""
+    session = item.get("session") or item.get("session_id") or "default"
+    return Record(str(session), item, where)
 
 
 # -- request logs ----------------------------------------------------------------------------
