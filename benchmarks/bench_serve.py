@@ -154,6 +154,19 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _stack(pid: int) -> str:
+    """The event loop and HTTP parser a uvicorn process runs on, read from the shared
+    libraries it has loaded (uvicorn picks uvloop and httptools when they are installed)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown (no /proc)"
+    loop = "uvloop" if "/uvloop/" in maps else "asyncio"
+    http = "httptools" if "/httptools/" in maps else "h11"
+    client = "aiohttp" if "/aiohttp/" in maps else "httpcore"
+    return f"uvicorn on {loop} + {http}, upstream connections on {client}"
+
+
 # -- load ------------------------------------------------------------------------------------
 
 
@@ -338,6 +351,7 @@ def run(quick: bool = False) -> list[Table]:
         _process([python, str(Path(__file__)), "upstream", str(up_port)], f"{upstream}/health"),
         _process([*serve, "--port", str(serve_port)], f"{served}/health") as server,
     ):
+        stack = _stack(server.pid)
         for clients in concurrency:
             rounds = 1 if quick else 5
             count = (20 if quick else 100) * max(1, min(clients, 4))
@@ -400,6 +414,7 @@ def run(quick: bool = False) -> list[Table]:
         "for a CPU behind the server's own work (its CPU per request, last column but one).",
         "proxied: the same request through the server on a path it forwards unguarded — the "
         "cost of one more HTTP hop; the guard's own share is the difference to via serve.",
+        f"The server process: {stack} (read from the libraries it loaded).",
         "Reproduce: `PYTHONPATH=src python benchmarks/run.py --only serve`.",
     ]
     ttft.notes = [

@@ -46,6 +46,7 @@ ANSWER = json.dumps(
     ensure_ascii=False,
     indent=1,  # not the server's own serialisation: a re-encoding would show
 ).encode()
+CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
 ANSWER_HEADERS = [
     (b"Content-Type", b"application/json"),
     (b"X-Request-Id", b"req-7 with  spaces"),
@@ -85,6 +86,13 @@ class RawUpstream:
                 length = next((int(v) for k, v in headers if k.lower() == b"content-length"), 0)
                 body = await reader.readexactly(length)
                 self.requests.append((line, headers, body))  # type: ignore[arg-type]
+                if b"/chunked" in line:  # an answer of unknown length, in pieces
+                    pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in CHUNKS] + [b"0\r\n\r\n"]
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for piece in pieces:
+                        writer.write(piece)
+                        await writer.drain()
+                    continue
                 head_out = [b"HTTP/1.1 200 OK"]
                 head_out += [k + b": " + v for k, v in ANSWER_HEADERS]
                 head_out.append(b"Content-Length: %d" % len(ANSWER))
@@ -150,6 +158,31 @@ async def test_the_upstream_gets_the_callers_bytes_and_the_caller_the_upstreams(
         assert sorted((k.lower(), v) for k, v in headers) == expected  # nothing added
         assert content == body
     assert raw.connections == 1  # one kept-alive connection for the three
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_an_answer_of_unknown_length_is_forwarded_as_it_comes(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    raw, base = upstream
+    server = GuardServer(ag.GuardConfig.from_dict({}), f"{base}/v1", transport=make())
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
+        ) as http:
+            answer = await http.get("/v1/chunked/files")
+            again = await http.get("/v1/files")  # the connection was kept
+    finally:
+        await server.aclose()
+    assert answer.status_code == again.status_code == 200
+    assert answer.content == b"".join(CHUNKS)
+    assert "content-length" not in answer.headers
+    assert again.content == ANSWER
+    assert [line for line, _, _ in raw.requests] == [
+        b"GET /v1/chunked/files HTTP/1.1",
+        b"GET /v1/files HTTP/1.1",
+    ]
+    assert raw.connections == 1
 
 
 @pytest.mark.parametrize("make", _transports())

@@ -768,6 +768,16 @@ async def forward(
         )
     except (UpstreamError, ModelTimeout) as exc:
         return upstream_error(exc)
+    headers = _upstream_headers(answer.headers)
+    if _small(answer):
+        # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
+        # listening for the caller to leave) and no chunked framing (a write less)
+        try:
+            content = await answer.aread()
+        finally:
+            await answer.aclose()
+        out: Response = Response(content, status_code=answer.status_code, headers=headers)
+        return _repeated(out, answer.headers)
 
     async def body_of() -> AsyncIterator[bytes]:
         try:
@@ -776,9 +786,23 @@ async def forward(
         finally:
             await answer.aclose()
 
-    headers = _upstream_headers(answer.headers)
     out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers)
     return _repeated(out, answer.headers)
+
+
+#: Answers of at most this many bytes (by their ``Content-Length``) are forwarded whole.
+_WHOLE_BYTES = 1 << 20
+
+
+def _small(answer: httpx.Response) -> bool:
+    """Whether an answer is forwarded whole: its length is known and small, and it is no
+    event stream (whose events go out as they come)."""
+    length = answer.headers.get("content-length", "")
+    return (
+        length.isdigit()
+        and int(length) <= _WHOLE_BYTES
+        and not answer.headers.get("content-type", "").startswith("text/event-stream")
+    )
 
 
 async def models(server: GuardServer, request: Request) -> Response:

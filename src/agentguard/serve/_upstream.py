@@ -68,7 +68,8 @@ class Answer(dict[str, Any]):
     def __init__(self, body: Mapping[str, Any], content: bytes, headers: Mapping[str, str]):
         super().__init__(body)
         self.content = content
-        self.headers = httpx.Headers(headers)  # a header sent twice (Set-Cookie) stays two
+        # as httpx.Headers: a header sent twice (Set-Cookie) stays two
+        self.headers = headers if isinstance(headers, httpx.Headers) else httpx.Headers(headers)
 
 
 class Event(dict[str, Any]):
@@ -277,7 +278,7 @@ class HTTPUpstream:
             model=request.model,
         )
         if forward is not None:
-            forward.headers = httpx.Headers(response.headers)
+            forward.headers = response.headers
         if response.status_code >= 400:
             try:
                 content = await response.aread()
