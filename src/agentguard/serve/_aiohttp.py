@@ -38,10 +38,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     Args:
         max_connections: connections open at once, to all hosts together.
-        keepalive_expiry: seconds an idle connection is kept for reuse.
+        keepalive_expiry: seconds an idle connection is kept for reuse: less than the 5 s
+            after which uvicorn, Node.js and httpx's own pool close an idle connection, so that
+            a request is not sent on a connection the upstream is closing at that moment
+            (aiohttp retries such a request only for idempotent methods, and model calls are
+            POSTs).
     """
 
-    def __init__(self, *, max_connections: int = 512, keepalive_expiry: float = 5.0) -> None:
+    def __init__(self, *, max_connections: int = 512, keepalive_expiry: float = 4.0) -> None:
         self._max_connections = max_connections
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
