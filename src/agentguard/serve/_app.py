@@ -263,6 +263,21 @@ def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if not hop_by_hop(k)}
 
 
+def _repeated(response: Response, upstream: Mapping[str, str]) -> Response:
+    """``response`` with each header the upstream sent more than once (``Set-Cookie``) as it
+    came, not joined into one (a ``Mapping`` of headers holds one value per name)."""
+    if not isinstance(upstream, httpx.Headers):
+        return response
+    pairs = [(k.lower(), v) for k, v in upstream.multi_items() if not hop_by_hop(k)]
+    counts = collections.Counter(k for k, _ in pairs)
+    repeated = {k.encode("latin-1") for k, n in counts.items() if n > 1}
+    if repeated:
+        kept = [h for h in response.raw_headers if h[0] not in repeated]
+        again = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
+        response.raw_headers = kept + [h for h in again if h[0] in repeated]
+    return response
+
+
 def guard_error(exc: AgentGuardError) -> Response:
     """A guard decision as an OpenAI-shaped error answer (with ``x-agentguard-*`` headers).
 
@@ -293,7 +308,8 @@ def upstream_error(exc: UpstreamError | ModelTimeout) -> Response:
     extra = headers_of(report) if report is not None else {}
     if isinstance(exc, UpstreamError) and exc.status_code is not None:
         headers = {**_upstream_headers(exc.headers), **extra}
-        return Response(exc.content, status_code=exc.status_code, headers=headers)
+        answer = Response(exc.content, status_code=exc.status_code, headers=headers)
+        return _repeated(answer, exc.headers)
     status, kind = (
         (504, "upstream_timeout")
         if isinstance(exc, ModelTimeout)
@@ -437,7 +453,8 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
         return JSONResponse(dict(response.message), headers=headers)
     make = _responses_body if path == "/responses" else _completion_body
     out = make(raw, response)
-    return Response(out, headers={**_upstream_headers(raw.headers), **headers})
+    answer = Response(out, headers={**_upstream_headers(raw.headers), **headers})
+    return _repeated(answer, raw.headers)
 
 
 async def chat_completions(server: GuardServer, request: Request) -> Response:
@@ -545,7 +562,7 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
     except BaseException:
         await events.aclose()  # settles the stream
         raise
-    return _EventStream(opening, events, headers=headers)
+    return _repeated(_EventStream(opening, events, headers=headers), forward.headers)
 
 
 class _EventStream(StreamingResponse):
@@ -751,6 +768,16 @@ async def forward(
         )
     except (UpstreamError, ModelTimeout) as exc:
         return upstream_error(exc)
+    headers = _upstream_headers(answer.headers)
+    if _small(answer):
+        # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
+        # listening for the caller to leave) and no chunked framing (a write less)
+        try:
+            content = await answer.aread()
+        finally:
+            await answer.aclose()
+        out: Response = Response(content, status_code=answer.status_code, headers=headers)
+        return _repeated(out, answer.headers)
 
     async def body_of() -> AsyncIterator[bytes]:
         try:
@@ -759,8 +786,23 @@ async def forward(
         finally:
             await answer.aclose()
 
-    headers = _upstream_headers(answer.headers)
-    return StreamingResponse(body_of(), status_code=answer.status_code, headers=headers)
+    out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers)
+    return _repeated(out, answer.headers)
+
+
+#: Answers of at most this many bytes (by their ``Content-Length``) are forwarded whole.
+_WHOLE_BYTES = 1 << 20
+
+
+def _small(answer: httpx.Response) -> bool:
+    """Whether an answer is forwarded whole: its length is known and small, and it is no
+    event stream (whose events go out as they come)."""
+    length = answer.headers.get("content-length", "")
+    return (
+        length.isdigit()
+        and int(length) <= _WHOLE_BYTES
+        and not answer.headers.get("content-type", "").startswith("text/event-stream")
+    )
 
 
 async def models(server: GuardServer, request: Request) -> Response:

@@ -68,7 +68,8 @@ class Answer(dict[str, Any]):
     def __init__(self, body: Mapping[str, Any], content: bytes, headers: Mapping[str, str]):
         super().__init__(body)
         self.content = content
-        self.headers = dict(headers)
+        # as httpx.Headers: a header sent twice (Set-Cookie) stays two
+        self.headers = headers if isinstance(headers, httpx.Headers) else httpx.Headers(headers)
 
 
 class Event(dict[str, Any]):
@@ -103,7 +104,7 @@ class Forward:
     path: str
     body: Mapping[str, Any]
     content: bytes
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
     opening: Event | None = None
     last: Event | None = None
     finish: Event | None = None
@@ -125,7 +126,7 @@ class UpstreamError(ModelError):
     ) -> None:
         super().__init__(message, status_code=status_code, headers=headers, model=model)
         self.content = content
-        self.headers = dict(headers or {})
+        self.headers = httpx.Headers(headers or {})
 
 
 def _responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -161,8 +162,11 @@ class Pool:
     would add each of these; the transport alone is also several times cheaper per request.
 
     Args:
-        transport: the httpx transport (default: ``httpx.AsyncHTTPTransport`` with
-            ``max_connections`` and no retries; tests give an ``httpx.MockTransport``).
+        transport: the httpx transport (default: aiohttp's connections behind httpx's
+            interface, :class:`~agentguard.serve._aiohttp.AiohttpTransport`, when aiohttp is
+            installed — the ``serve`` extra installs it — else ``httpx.AsyncHTTPTransport``;
+            both with ``max_connections`` and no retries; tests give an
+            ``httpx.MockTransport``).
         timeout: seconds for each read, write and pool wait (connect: at most 10).
         max_connections: connections open at once, to all upstreams together.
     """
@@ -177,7 +181,7 @@ class Pool:
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
-        self.transport = transport or httpx.AsyncHTTPTransport(limits=limits, retries=0)
+        self.transport = transport or _default_transport(limits)
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
         self._urls: dict[str, httpx.URL] = {}
 
@@ -233,6 +237,14 @@ class Pool:
         await self.transport.aclose()
 
 
+def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    try:
+        from ._aiohttp import AiohttpTransport  # noqa: PLC0415 - aiohttp is optional
+    except ImportError:
+        return httpx.AsyncHTTPTransport(limits=limits, retries=0)
+    return AiohttpTransport(max_connections=limits.max_connections or 512)
+
+
 class HTTPUpstream:
     """An async transport to one OpenAI-compatible base URL.
 
@@ -266,7 +278,7 @@ class HTTPUpstream:
             model=request.model,
         )
         if forward is not None:
-            forward.headers = dict(response.headers)
+            forward.headers = response.headers
         if response.status_code >= 400:
             try:
                 content = await response.aread()

@@ -1,0 +1,232 @@
+"""``agentguard serve``'s upstream connections on the wire: what reaches a real socket.
+
+The server's app with its real pooled transport (aiohttp's connections behind httpx's
+interface when aiohttp is installed, httpx's own transport otherwise: both are tested) in
+front of a loopback upstream that records the raw bytes of each request and answers fixed raw
+bytes. The upstream gets exactly what the caller sent (request target as encoded, headers,
+body) and nothing added; the caller gets exactly what the upstream answered. Errors of the
+connection are the httpx errors the server classifies (a refused connection is no timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason='needs the serve extra: pip install "agentguard[serve]"')
+
+import agentguard as ag
+from _processes import free_port
+from agentguard.serve import GuardServer, create_app
+from agentguard.serve._upstream import hop_by_hop
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-wire-caller-0123456789abcdef"
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-wire",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Voilà: the docs  are at /docs."},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 17},
+    },
+    ensure_ascii=False,
+    indent=1,  # not the server's own serialisation: a re-encoding would show
+).encode()
+CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
+ANSWER_HEADERS = [
+    (b"Content-Type", b"application/json"),
+    (b"X-Request-Id", b"req-7 with  spaces"),
+    (b"Set-Cookie", b"a=1; Path=/"),
+    (b"Set-Cookie", b"b=2; Path=/"),
+]
+
+
+def _transports() -> list[Any]:
+    out: list[Any] = [pytest.param(lambda: httpx.AsyncHTTPTransport(retries=0), id="httpx")]
+    try:
+        from agentguard.serve._aiohttp import AiohttpTransport
+    except ImportError:
+        out.append(pytest.param(None, id="aiohttp", marks=pytest.mark.skip("no aiohttp")))
+    else:
+        out.append(pytest.param(AiohttpTransport, id="aiohttp"))
+    return out
+
+
+class RawUpstream:
+    """An HTTP/1.1 server on loopback that records each request's raw bytes (keep-alive)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[bytes, list[tuple[bytes, bytes]], bytes]] = []
+        self.connections = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                line, *lines = head[:-4].split(b"\r\n")
+                headers = [tuple(h.split(b": ", 1)) for h in lines]
+                length = next((int(v) for k, v in headers if k.lower() == b"content-length"), 0)
+                body = await reader.readexactly(length)
+                self.requests.append((line, headers, body))  # type: ignore[arg-type]
+                if b"/chunked" in line:  # an answer of unknown length, in pieces
+                    pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in CHUNKS] + [b"0\r\n\r\n"]
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for piece in pieces:
+                        writer.write(piece)
+                        await writer.drain()
+                    continue
+                head_out = [b"HTTP/1.1 200 OK"]
+                head_out += [k + b": " + v for k, v in ANSWER_HEADERS]
+                head_out.append(b"Content-Length: %d" % len(ANSWER))
+                writer.write(b"\r\n".join(head_out) + b"\r\n\r\n" + ANSWER)
+                await writer.drain()
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[RawUpstream, str]]:
+    raw = RawUpstream()
+    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield raw, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_the_upstream_gets_the_callers_bytes_and_the_caller_the_upstreams(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    raw, base = upstream
+    server = GuardServer(ag.GuardConfig.from_dict({}), f"{base}/v1", transport=make())
+    app = create_app(server)
+    body = b'{"model": "m",  "messages": [{"role": "user", "content": "caf\xc3\xa9 docs?"}]}'
+    sent = {"authorization": f"Bearer {KEY}", "content-type": "application/json", "x-trace": "t1"}
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://serve.invalid"
+        ) as http:
+            guarded = await http.post("/v1/chat/completions", content=body, headers=sent)
+            forwarded = await http.post(
+                "/v1/other/path?y=%2f&z=%7e&w=a+b", content=body, headers=sent
+            )
+            again = await http.post("/v1/chat/completions", content=body, headers=sent)
+    finally:
+        await server.aclose()
+
+    for answer in (guarded, forwarded, again):
+        assert answer.status_code == 200
+        assert answer.content == ANSWER  # the upstream's bytes, not a re-encoding
+        assert answer.headers.get_list("set-cookie") == ["a=1; Path=/", "b=2; Path=/"]
+        assert answer.headers["x-request-id"] == "req-7 with  spaces"
+    assert guarded.headers["x-agentguard-tier"]  # the guard's own headers beside them
+    lines = [line for line, _, _ in raw.requests]
+    assert lines == [
+        b"POST /v1/chat/completions HTTP/1.1",
+        b"POST /v1/other/path?y=%2f&z=%7e&w=a+b HTTP/1.1",  # the target as encoded
+        b"POST /v1/chat/completions HTTP/1.1",
+    ]
+    port = base.rsplit(":", 1)[1]
+    for answer, (_, headers, content) in zip(
+        (guarded, forwarded, again), raw.requests, strict=True
+    ):
+        # what the caller's client sent, but the headers of its connection: the upstream's
+        # own connection has its host and the body's length
+        sent_raw = answer.request.headers.raw
+        callers = [(k.lower(), v) for k, v in sent_raw if not hop_by_hop(k.decode())]
+        host = (b"host", f"127.0.0.1:{port}".encode())
+        expected = sorted([*callers, host, (b"content-length", b"%d" % len(body))])
+        assert (b"authorization", f"Bearer {KEY}".encode()) in expected
+        assert sorted((k.lower(), v) for k, v in headers) == expected  # nothing added
+        assert content == body
+    assert raw.connections == 1  # one kept-alive connection for the three
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_an_answer_of_unknown_length_is_forwarded_as_it_comes(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    raw, base = upstream
+    server = GuardServer(ag.GuardConfig.from_dict({}), f"{base}/v1", transport=make())
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
+        ) as http:
+            answer = await http.get("/v1/chunked/files")
+            again = await http.get("/v1/files")  # the connection was kept
+    finally:
+        await server.aclose()
+    assert answer.status_code == again.status_code == 200
+    assert answer.content == b"".join(CHUNKS)
+    assert "content-length" not in answer.headers
+    assert again.content == ANSWER
+    assert [line for line, _, _ in raw.requests] == [
+        b"GET /v1/chunked/files HTTP/1.1",
+        b"GET /v1/files HTTP/1.1",
+    ]
+    assert raw.connections == 1
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_a_refused_connection_is_unreachable_not_a_timeout(
+    make: Callable[[], httpx.AsyncBaseTransport],
+) -> None:
+    server = GuardServer(
+        ag.GuardConfig.from_dict({}), f"http://127.0.0.1:{free_port()}/v1", transport=make()
+    )
+    app = create_app(server)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://serve.invalid"
+        ) as http:
+            forwarded = await http.get("/v1/files")
+    finally:
+        await server.aclose()
+    assert forwarded.status_code == 502
+    assert forwarded.json()["error"]["code"] == "upstream_unreachable"
+
+
+def test_aiohttp_errors_are_the_httpx_errors_they_are() -> None:
+    """Timeouts are timeouts (the server answers 504), connection failures are not (502)."""
+    aiohttp = pytest.importorskip("aiohttp")
+    from agentguard.serve._aiohttp import _httpx_error
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    refused = aiohttp.ClientConnectorError(
+        aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None),
+        ConnectionRefusedError(111, "refused"),
+    )
+    cases: list[tuple[BaseException, bool, type[Exception]]] = [
+        (aiohttp.ConnectionTimeoutError("connect"), False, httpx.ConnectTimeout),
+        (aiohttp.SocketTimeoutError("read"), False, httpx.ReadTimeout),
+        (asyncio.TimeoutError(), False, httpx.PoolTimeout),
+        (asyncio.TimeoutError(), True, httpx.ReadTimeout),
+        (refused, False, httpx.ConnectError),
+        (aiohttp.ServerDisconnectedError(), False, httpx.RemoteProtocolError),
+        (aiohttp.ServerDisconnectedError(), True, httpx.ReadError),
+        (aiohttp.ClientPayloadError("cut"), True, httpx.ReadError),
+    ]
+    for exc, reading, kind in cases:
+        error = _httpx_error(exc, request, reading=reading)
+        assert type(error) is kind, (exc, reading)
+        assert isinstance(error, httpx.TimeoutException) == issubclass(kind, httpx.TimeoutException)
+    cancelled = asyncio.CancelledError()
+    assert _httpx_error(cancelled, request) is cancelled
