@@ -273,13 +273,19 @@ class StreamChunk:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, raw: Any = None) -> StreamChunk:
-        """Parse one OpenAI ``chat.completion.chunk`` JSON body."""
-        choices = body.get("choices") or []
+        """Parse one OpenAI ``chat.completion.chunk`` JSON body: the first answer's choice
+        (``index`` 0, or none given). With ``n`` > 1 a chunk may carry only another answer's
+        choice: then it holds nothing of the first answer."""
+        choices = body.get("choices")
         delta: Mapping[str, Any] = {}
         finish = None
-        if choices and isinstance(choices[0], Mapping):
-            delta = choices[0].get("delta") or {}
-            finish = choices[0].get("finish_reason")
+        for choice in choices if isinstance(choices, list) else ():
+            index = choice.get("index") if isinstance(choice, Mapping) else 1
+            if index == 0 or index.__class__ is not int:  # no number: the first answer's
+                found = choice.get("delta")
+                delta = found if isinstance(found, Mapping) else {}
+                finish = choice.get("finish_reason")
+                break
         return cls(
             content=delta.get("content"),
             tool_calls=tuple(delta.get("tool_calls") or ()),

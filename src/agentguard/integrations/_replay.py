@@ -128,7 +128,7 @@ class ChatReplay:
         """What to hand on now for one chunk of the guard's stream."""
         if _closing(chunk):
             self._closing.append(chunk)
-            return []
+            return self._bare(len(self._upstream()))
         self._sent.append(chunk.content or "")
         at = self._find(chunk.raw) if chunk.raw is not None else None
         if at is not None:  # the upstream's own chunk

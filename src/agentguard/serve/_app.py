@@ -43,6 +43,7 @@ from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
+from agentguard.integrations._replay import ChatReplay, text_only
 from agentguard.integrations._tiers import tier_api_key
 from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
@@ -472,44 +473,22 @@ async def responses(server: GuardServer, request: Request) -> Response:
 _HEAD = ("id", "object", "created", "model", "system_fingerprint", "service_tier")
 
 
-def _whole(chunk: StreamChunk) -> bool:
-    """Whether ``chunk`` is exactly the upstream event it came from (so its text can go out)."""
-    raw = chunk.raw
-    if not isinstance(raw, Event):
-        return False
-    if raw.name is not None:  # a Responses event: the guard passes its text on unchanged
-        return True
-    mine = raw.chunk or StreamChunk.from_body(raw)  # the chunk as the transport read it
-    return (
-        mine.content == chunk.content
-        and tuple(mine.tool_calls) == tuple(chunk.tool_calls)
-        and mine.finish_reason == chunk.finish_reason
-    )
-
-
 def _sse(data: str, name: str | None = None) -> bytes:
     head = f"event: {name}\n" if name else ""
     return f"{head}data: {data}\n\n".encode()
 
 
-def _chat_event(chunk: StreamChunk, forward: Forward) -> bytes:
-    """One guarded chunk as a server-sent event: the upstream's own text when unchanged."""
-    if _whole(chunk):
-        assert isinstance(chunk.raw, Event)
-        return _sse(chunk.raw.data)
-    finish = forward.finish
-    if (
-        finish is not None
-        and not chunk.content
-        and not chunk.tool_calls
-        and chunk.finish_reason == (finish.chunk or StreamChunk.from_body(finish)).finish_reason
-    ):
-        return _sse(finish.data)
+def _made(chunk: StreamChunk, forward: Forward) -> bytes:
+    """A chunk the guard made as a server-sent event, dated like the upstream's last."""
     last: Mapping[str, Any] = forward.last or {}
     head = {k: last[k] for k in _HEAD if k in last}
     delta: dict[str, Any] = {}
     if chunk.content:
         delta["content"] = chunk.content
+    if chunk.reasoning:
+        delta["reasoning_content"] = chunk.reasoning
+    if chunk.refusal:
+        delta["refusal"] = chunk.refusal
     if chunk.tool_calls:
         delta["tool_calls"] = [dict(c) for c in chunk.tool_calls]
     data = {
@@ -518,6 +497,47 @@ def _chat_event(chunk: StreamChunk, forward: Forward) -> bytes:
         "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}],
     }
     return _sse(json.dumps(data, ensure_ascii=False))
+
+
+def _without_text(event: Event, neutral: StreamChunk) -> Event | None:
+    """A chat event without the first answer's text (``None`` when nothing else is in it)."""
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return None
+    first = choices[0] if isinstance(choices[0], Mapping) else {}
+    if text_only(neutral, len(choices), first.get("logprobs")):
+        return None
+    out = []
+    for choice in choices:
+        delta = choice.get("delta") if isinstance(choice, Mapping) else None
+        first_answer = isinstance(choice, Mapping) and choice.get("index", 0) in (0, None)
+        if first_answer and isinstance(delta, Mapping) and delta.get("content"):
+            out.append({**choice, "delta": {k: v for k, v in delta.items() if k != "content"}})
+        else:
+            out.append(choice)
+    body = {**event, "choices": out}
+    return Event(body, json.dumps(body, ensure_ascii=False), event.name)
+
+
+class _ChatEvents:
+    """A guarded chat stream as events: the upstream's own wherever the guard changed nothing
+    (see :class:`~agentguard.integrations._replay.ChatReplay`), the guard's made otherwise."""
+
+    def __init__(self, forward: Forward) -> None:
+        self._forward = forward
+        self._replay = ChatReplay(lambda: forward.chat, _without_text)
+
+    def _bytes(self, items: list[Any]) -> bytes:
+        return b"".join(
+            _made(i, self._forward) if isinstance(i, StreamChunk) else _sse(i.data, i.name)
+            for i in items
+        )
+
+    def out(self, chunk: StreamChunk) -> bytes:
+        return self._bytes(self._replay.of(chunk))
+
+    def end(self) -> bytes:
+        return self._bytes(self._replay.end())
 
 
 def _error_event(exc: Exception) -> bytes:
@@ -611,25 +631,22 @@ async def _events(
 ) -> AsyncGenerator[bytes, None]:
     """The stream's events as they go out; the first piece is its head (the upstream's opening
     event and the first chunk), the last the report and ``[DONE]``."""
-    replay = _Replay(forward) if forward.path == "/responses" else None
+    chat = forward.path != "/responses"
+    replay: _ChatEvents | _Replay = _ChatEvents(forward) if chat else _Replay(forward)
     try:
-        pending = _sse(forward.opening.data) if forward.opening is not None else b""
         try:
-            if first is not None:
-                pending += replay.out(first) if replay is not None else _chat_event(first, forward)
-            head, pending = pending, b""
+            head = replay.out(first) if first is not None else b""
             yield head
             async for chunk in stream:
-                yield replay.out(chunk) if replay is not None else _chat_event(chunk, forward)
+                yield replay.out(chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
-            yield pending + _error_event(exc)
+            yield _error_event(exc)
             return
-        if replay is not None:
-            yield replay.end()
+        yield replay.end()
         report = stream.report
         if report is not None:  # a comment line: clients skip it, a person can read it
             yield f": agentguard {json.dumps(headers_of(report))}\n\n".encode()
-        if replay is None:
+        if chat:
             yield b"data: [DONE]\n\n"
     finally:
         await _settle(server, stream)

@@ -93,10 +93,9 @@ class Forward:
         body: the caller's JSON body as parsed.
         content: the caller's body bytes, forwarded as they are while the guard changes nothing.
         headers: the upstream's answer headers of the last attempt (set by the transport).
-        opening: the upstream stream's opening chunk (role only), which the guard does not pass
-            on and the server replays first.
         last: the last chunk the upstream streamed (what chunks the guard makes are dated by).
-        finish: the upstream's own finish chunk (a finish reason and nothing else).
+        chat: every event of the last attempt's chat stream, in order, each with the chunk the
+            transport read from it (the server hands them on where the guard changed nothing).
         events: every event of the last attempt's Responses stream, in order (the guard
             passes on only their text; the server replays the others around it).
     """
@@ -105,9 +104,8 @@ class Forward:
     body: Mapping[str, Any]
     content: bytes
     headers: httpx.Headers = field(default_factory=httpx.Headers)
-    opening: Event | None = None
     last: Event | None = None
-    finish: Event | None = None
+    chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
 
@@ -317,33 +315,20 @@ class HTTPUpstream:
         responses = _is_responses(forward)
         calls: dict[int, int] = {}
         response = await self._open(request, stream=True)
-        if forward is not None:
+        if forward is not None:  # a new attempt: its own record
             forward.events = []
+            forward.chat = []
         try:
             async for event in _events(response):
                 if forward is not None and responses:
                     forward.events.append(event)
                 chunk = _event_chunk(event, calls) if responses else _chat_chunk(event)
                 if forward is not None and not responses:
-                    _note(forward, event, chunk)
+                    forward.last = event
+                    forward.chat.append((event, chunk))
                 yield chunk
         finally:
             await response.aclose()
-
-
-def _note(forward: Forward, event: Event, chunk: StreamChunk) -> None:
-    """Keep what the server needs to replay and date the chunks of a chat stream."""
-    forward.last = event
-    if chunk.content or chunk.tool_calls:
-        return
-    choices = event.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    delta = first.get("delta") if isinstance(first, Mapping) else None
-    if chunk.finish_reason:
-        if not delta:
-            forward.finish = event
-    elif forward.opening is None and isinstance(delta, Mapping) and delta.get("role"):
-        forward.opening = event
 
 
 def _chat_chunk(event: Event) -> StreamChunk:
