@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +402,41 @@ def test_scan_decodes_arguments_as_the_guard_does() -> None:
     fn = {"name": "lookup", "arguments": "  "}
     audit.feed({"role": "assistant", "tool_calls": [{"id": "c0", "function": fn}]})
     assert [i.detector for i in audit.issues] == ["invalid_json"]
+
+
+@contextlib.contextmanager
+def _frozen(anything: bool) -> Iterator[None]:
+    """A process that froze something (``gc.freeze()``, as a server does after its start-up)
+    or nothing; the collector's frozen set as it was is put back afterwards (as a set frozen
+    or not)."""
+    was = gc.get_freeze_count()
+    gc.unfreeze()
+    if anything:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.freeze()
+
+
+def test_the_library_scan_leaves_what_the_process_froze_frozen() -> None:
+    """``gc.unfreeze`` releases every frozen object: a scan in a process that froze its own
+    objects neither freezes nor unfreezes, it only raises the thresholds."""
+    with _frozen(True):
+        before = gc.get_freeze_count()
+        with _collecting_rarely():
+            assert gc.get_freeze_count() == before
+            assert gc.get_threshold() == (50_000, 20, 100)
+        assert gc.get_freeze_count() == before > 0
+
+
+def test_the_library_scan_freezes_only_what_it_found_and_gives_it_back() -> None:
+    with _frozen(False):
+        with _collecting_rarely():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() == 0
 
 
 def test_the_library_scan_gives_the_garbage_collector_back(tmp_path: Path) -> None:

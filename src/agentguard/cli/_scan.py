@@ -142,6 +142,7 @@ def _scan(args: argparse.Namespace) -> int:
 _gc_lock = threading.Lock()
 _gc_scans = 0  # scans under way in this process (threads): the first sets the collector aside
 _gc_threshold: tuple[int, ...] = ()  # the thresholds it found, restored by the last
+_gc_froze = False  # whether the first froze what was there (and the last unfreezes it)
 
 
 @contextlib.contextmanager
@@ -150,13 +151,19 @@ def _collecting_rarely() -> Iterator[None]:
     run rarely: it would otherwise walk the growing heap of audits (and whatever the process
     holds) again and again, a tenth of the scan's time. What the scan frees is freed by
     reference counting; cycles wait a little longer. Restored when the last scan under way
-    ends (the scan may run inside a larger process, in several threads)."""
-    global _gc_scans, _gc_threshold  # noqa: PLW0603 - one count per process, under the lock
+    ends (the scan may run inside a larger process, in several threads).
+
+    ``gc.unfreeze`` releases every frozen object, so the scan freezes only in a process that
+    froze nothing itself (a server that called ``gc.freeze()`` after its start-up keeps its
+    frozen objects frozen); there it raises the thresholds alone."""
+    global _gc_scans, _gc_threshold, _gc_froze  # noqa: PLW0603 - one count per process, locked
     with _gc_lock:
         _gc_scans += 1
         if _gc_scans == 1:
             _gc_threshold = gc.get_threshold()
-            gc.freeze()
+            _gc_froze = gc.get_freeze_count() == 0
+            if _gc_froze:
+                gc.freeze()
             gc.set_threshold(50_000, 20, 100)
     try:
         yield
@@ -165,7 +172,8 @@ def _collecting_rarely() -> Iterator[None]:
             _gc_scans -= 1
             if _gc_scans == 0:
                 gc.set_threshold(*_gc_threshold)
-                gc.unfreeze()
+                if _gc_froze:
+                    gc.unfreeze()
 
 
 def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
