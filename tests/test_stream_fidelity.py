@@ -19,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _hostile import RawUpstream, guarded_client, raw_client, sse
+from agentguard.integrations._replay import ChatReplay
+from agentguard.transport import StreamChunk
 
 TOOLS = [
     {
@@ -289,3 +291,32 @@ def test_any_healthy_text_stream_reaches_the_caller_chunk_for_chunk(
     guarded_upstream = RawUpstream([(200, "text/event-stream", body)])
     raw = _read(raw_client(raw_upstream), False, False)
     assert _read(guarded_client(guarded_upstream), False, False) == raw
+
+
+def test_a_long_stream_reaches_the_caller_chunk_for_chunk() -> None:
+    """Long enough for the replay to cut what it decided on from its record as it goes."""
+    pieces = [_chunk(choices=[_choice({"role": "assistant", "content": ""})])]
+    pieces += [_chunk(choices=[_choice({"content": f"w{i} "})]) for i in range(1200)]
+    pieces.append(_chunk(choices=[_choice({}, "stop")], usage=USAGE))
+    body = sse(pieces)
+    raw = _read(raw_client(RawUpstream([(200, "text/event-stream", body)])), True, False)
+    guarded = _read(guarded_client(RawUpstream([(200, "text/event-stream", body)])), True, False)
+    assert guarded == raw
+
+
+def test_the_replay_keeps_only_what_it_may_still_hand_on() -> None:
+    """A record of 10,000 passed-on chunks is cut as the replay goes: what stays is bounded by
+    what is still held, not by the stream's length."""
+    record: list[tuple[Any, StreamChunk]] = []
+    replay = ChatReplay(lambda: record, lambda raw, neutral: None)
+    longest = 0
+    for i in range(10_000):
+        neutral = StreamChunk(content=f"w{i} ", raw=object())
+        record.append((neutral.raw, neutral))
+        assert replay.of(neutral) == [neutral.raw]
+        longest = max(longest, len(record))
+    finish = StreamChunk(finish_reason="stop", raw=object())
+    record.append((finish.raw, finish))
+    assert replay.of(StreamChunk(finish_reason="stop")) == []
+    assert replay.end() == [finish.raw]
+    assert longest <= 2 * ChatReplay._COMPACT + 1

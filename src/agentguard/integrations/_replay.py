@@ -77,12 +77,21 @@ class ChatReplay:
     :meth:`of` and :meth:`end` return the upstream's own chunk objects (to pass on as they are)
     and :class:`StreamChunk` objects (the guard's, for the caller to make into its chunk type).
 
+    The replay consumes the recorded chunks as it decides on them: it removes them from the
+    front of the list it reads and keeps only what it may still hand on (a call's fragments,
+    the finish and usage chunks, a chunk's fields besides text already released), so a long
+    stream is not held in memory twice.
+
     Args:
-        chunks: the chunks of the attempt being served so far (a new list for each attempt),
-            or ``None`` when they are not recorded: then every closing chunk is the guard's.
+        chunks: the chunks of the attempt being served so far (a new list for each attempt,
+            which the recorder only appends to), or ``None`` when they are not recorded: then
+            every closing chunk is the guard's.
         without_text: an upstream chunk without the first answer's text, or ``None`` when
             nothing else is in it.
     """
+
+    #: consumed chunks are cut from the list once this many have gathered at its front
+    _COMPACT = 256
 
     def __init__(
         self,
@@ -92,8 +101,10 @@ class ChatReplay:
         self._chunks = chunks
         self._without_text = without_text
         self._attempt: Chunks | None = None
-        self._at = 0  # the attempt's chunks before it were handed on or held
-        self._held: Chunks = []  # held back for their text, calls, finish or usage
+        self._at = 0  # the attempt's chunks before it were decided on
+        self._upstream_answer = Accumulator()  # the attempt's answer, from the chunks decided
+        # held back (as they would go out if unchanged), each with whether it is bare
+        self._held: list[tuple[Any, bool]] = []
         self._sent: list[str] = []  # the text the caller got
         self._closing: list[StreamChunk] = []  # the guard's closing chunks, until the end
 
@@ -101,68 +112,75 @@ class ChatReplay:
         chunks = self._chunks() if self._chunks is not None else []
         if chunks is not self._attempt:  # another attempt: its chunks are the ones served
             self._attempt, self._at, self._held = chunks, 0, []
+            self._upstream_answer = Accumulator()
         return chunks
 
     def _find(self, raw: Any) -> int | None:
-        """Where ``raw`` is among the attempt's chunks not handed on yet."""
+        """Where ``raw`` is among the attempt's chunks not decided on yet."""
         chunks = self._upstream()
         for at in range(self._at, len(chunks)):
             if chunks[at][0] is raw:
                 return at
         return None
 
-    def _bare(self, upto: int) -> list[Any]:
-        """The attempt's bare chunks before ``upto``; the others are held."""
+    def _decide(self, upto: int, *, until: Any = None) -> list[Any]:
+        """The attempt's chunks before ``upto`` decided on: bare ones go out, unless a chunk
+        before them is held (then they wait behind it, in order); the others are held. And
+        ``until``, the upstream chunk at ``upto`` the guard passes on, if any."""
         chunks = self._upstream()
+        end = min(upto, len(chunks))
         out = []
-        for at in range(self._at, min(upto, len(chunks))):
+        for at in range(self._at, end):
             raw, neutral = chunks[at]
+            self._upstream_answer.add(neutral)
             if bare(neutral):
-                out.append(raw)
-            else:
-                self._held.append((raw, neutral))
-        self._at = max(self._at, upto)
+                if self._held:
+                    self._held.append((raw, True))
+                else:
+                    out.append(raw)
+                continue
+            # its text, if any, goes out as the guard releases it: kept without it
+            kept = self._without_text(raw, neutral) if neutral.content else raw
+            if kept is not None:
+                self._held.append((kept, False))
+        self._at = max(self._at, end)
+        if until is not None and self._at < len(chunks):
+            self._upstream_answer.add(chunks[self._at][1])
+            self._at += 1
+            out.append(until)
+        if self._at >= self._COMPACT and 2 * self._at >= len(chunks):
+            del chunks[: self._at]  # decided on: the recorder only appends
+            self._at = 0
         return out
 
     def of(self, chunk: StreamChunk) -> list[Any]:
         """What to hand on now for one chunk of the guard's stream."""
         if _closing(chunk):
             self._closing.append(chunk)
-            return self._bare(len(self._upstream()))
+            return self._decide(len(self._upstream()))
         self._sent.append(chunk.content or "")
         at = self._find(chunk.raw) if chunk.raw is not None else None
         if at is not None:  # the upstream's own chunk
-            out = self._bare(at)
-            self._at = at + 1
-            return [*out, chunk.raw]
-        return [*self._bare(len(self._upstream())), chunk]
+            return self._decide(at, until=chunk.raw)
+        return [*self._decide(len(self._upstream())), chunk]
 
     def end(self) -> list[Any]:
         """What to hand on once the guard's stream ended: the upstream's chunks when the
-        answer served is the upstream's, else the guard's closing chunks."""
-        chunks = self._upstream()
-        if self._chunks is not None and self._unchanged(chunks):
-            out = []
-            for raw, neutral in [*self._held, *chunks[self._at :]]:
-                kept = self._without_text(raw, neutral) if neutral.content else raw
-                if kept is not None:
-                    out.append(kept)
-            return out
-        out = self._bare(len(chunks))
-        own = {id(raw) for raw, _ in chunks}
-        for chunk in self._closing:
-            out.append(chunk.raw if chunk.raw is not None and id(chunk.raw) in own else chunk)
-        return out
+        answer served is the upstream's, else its bare chunks and the guard's closing ones."""
+        tail = self._decide(len(self._upstream()))
+        if self._chunks is not None and self._unchanged():
+            return [*(item for item, _ in self._held), *tail]
+        bare_held = [item for item, is_bare in self._held if is_bare]
+        # the usage chunk among the guard's closing ones is the upstream's own
+        return [*bare_held, *tail, *(c.raw if c.raw is not None else c for c in self._closing)]
 
-    def _unchanged(self, chunks: Chunks) -> bool:
-        upstream, guard = Accumulator(), Accumulator()
-        for _, neutral in chunks:
-            upstream.add(neutral)
+    def _unchanged(self) -> bool:
+        guard = Accumulator()
         for chunk in self._closing:
             guard.add(chunk)
-        mine, theirs = guard.response(), upstream.response()
+        mine, theirs = guard.response(), self._upstream_answer.response()
         return (
-            "".join(self._sent) == "".join(upstream.content)
+            "".join(self._sent) == "".join(self._upstream_answer.content)
             and _calls(mine.message) == _calls(theirs.message)
             and mine.finish_reason == theirs.finish_reason
         )
