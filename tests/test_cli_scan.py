@@ -427,9 +427,12 @@ def test_the_library_scan_leaves_what_the_process_froze_frozen() -> None:
     with _frozen(True):
         before = gc.get_freeze_count()
         with _collecting_rarely():
-            assert gc.get_freeze_count() == before
             assert gc.get_threshold() == (50_000, 20, 100)
-        assert gc.get_freeze_count() == before > 0
+            during = gc.get_freeze_count()
+        after = gc.get_freeze_count()
+        # frozen objects may die meanwhile (the count falls by those), never all of them; a
+        # freeze would have added every object made since
+        assert before // 2 < after <= during <= before
 
 
 def test_the_library_scan_freezes_only_what_it_found_and_gives_it_back() -> None:
@@ -448,9 +451,9 @@ def test_the_library_scan_gives_the_garbage_collector_back(tmp_path: Path) -> No
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     config = GuardConfig.from_dict({}, env={})
-    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    threshold = gc.get_threshold()
     seen: list[tuple[int, int, int]] = []
-    with _collecting_rarely():  # an outer scan under way: the inner ones leave it set aside
+    with _frozen(False), _collecting_rarely():  # an outer scan: the inner ones leave it aside
         seen.append(gc.get_threshold())
         threads = [threading.Thread(target=scan_file, args=(str(path), config)) for _ in range(4)]
         for t in threads:
@@ -460,9 +463,10 @@ def test_the_library_scan_gives_the_garbage_collector_back(tmp_path: Path) -> No
         with pytest.raises(InputError):
             scan_file(str(bad), config)
         seen.append(gc.get_threshold())
+        inside = gc.get_freeze_count()
     assert seen == [(50_000, 20, 100)] * 2
     assert gc.get_threshold() == threshold
-    assert gc.get_freeze_count() == frozen
+    assert inside > 0
     with pytest.raises(InputError):
         scan_file(str(bad), config)
     assert gc.get_threshold() == threshold
