@@ -21,20 +21,7 @@ from hypothesis import strategies as st
 from _hostile import RawUpstream, guarded_client, raw_client, sse
 from agentguard.integrations._replay import ChatReplay
 from agentguard.transport import StreamChunk
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+from test_differential import TOOLS
 
 
 def _chunk(**fields: Any) -> dict[str, Any]:

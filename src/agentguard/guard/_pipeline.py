@@ -1039,7 +1039,7 @@ class Pipeline:
 
         This also gets past a server that overflows on its own generation: llama-cpp-python's
         function-calling format writes a call's arguments without the request's cap until the
-        context is full (FIELD-NOTES), a path a tools-off request does not take. ``False``: no
+        context is full (``docs/loops.md``), a path a tools-off request does not take. ``False``: no
         results to answer from, or the answer was asked for from them already."""
         if call.rework.recovered or not context_overflow(error):
             return False

@@ -19,12 +19,12 @@ caller gets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentguard.transport import Accumulator, StreamChunk
 
-__all__ = ["ChatReplay", "bare", "text_only"]
+__all__ = ["ChatReplay", "bare", "call_keys", "text_only"]
 
 #: The chunks of the attempt being served, each with its neutral reading, in order.
 Chunks = list[tuple[Any, StreamChunk]]
@@ -63,10 +63,13 @@ def _closing(chunk: StreamChunk) -> bool:
     )
 
 
-def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+def call_keys(calls: Iterable[Mapping[str, Any]]) -> list[tuple[Any, Any, Any]]:
+    """Tool calls (chat form) as comparable ``(id, name, arguments)`` triples: whether the
+    calls served are the upstream's own."""
     out = []
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
+    for call in calls:
+        fn = call.get("function")
+        fn = fn if isinstance(fn, Mapping) else {}
         out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
     return out
 
@@ -181,6 +184,7 @@ class ChatReplay:
         mine, theirs = guard.response(), self._upstream_answer.response()
         return (
             "".join(self._sent) == "".join(self._upstream_answer.content)
-            and _calls(mine.message) == _calls(theirs.message)
+            and call_keys(mine.message.get("tool_calls") or ())
+            == call_keys(theirs.message.get("tool_calls") or ())
             and mine.finish_reason == theirs.finish_reason
         )

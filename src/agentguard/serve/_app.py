@@ -43,7 +43,7 @@ from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
-from agentguard.integrations._replay import ChatReplay, text_only
+from agentguard.integrations._replay import ChatReplay, call_keys, text_only
 from agentguard.integrations._tiers import tier_api_key
 from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
@@ -677,12 +677,6 @@ def _text_event(event: Event) -> bool:
     return is_text_event(event.get("type"), item.get("type") if isinstance(item, Mapping) else None)
 
 
-def _call_key(call: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    fn = call.get("function")
-    fn = fn if isinstance(fn, Mapping) else {}
-    return call.get("id"), fn.get("name"), fn.get("arguments")
-
-
 class _Replay:
     """A guarded Responses stream as the upstream's events: the guard passes on the text
     deltas; the events between them go out in order around them; the function-call events and
@@ -732,8 +726,8 @@ class _Replay:
         text = "".join(self._text)
         same_text = text == (upstream.get("content") or "")
         rest = self._flush(len(received), text=same_text)
-        theirs = [_call_key(c) for c in upstream.get("tool_calls") or ()]
-        if same_text and [_call_key(c) for c in self._calls] == theirs:
+        theirs = call_keys(upstream.get("tool_calls") or ())
+        if same_text and call_keys(self._calls) == theirs:
             return rest + b"".join(_sse(e.data, e.name) for e in self._held)
         from agentguard.integrations.openai._responses import responses_output  # noqa: PLC0415
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from agentguard.guard import AsyncGuardedStream, GuardedStream, GuardReport
 from agentguard.integrations._lazy import require
+from agentguard.integrations._replay import call_keys
 from agentguard.transport import StreamChunk, attach_report
 
 from ._responses import ENDS, is_text_event, response_from_responses, responses_output
@@ -48,15 +49,6 @@ def _is_text_event(event: Any) -> bool:
     return is_text_event(
         getattr(event, "type", None), getattr(getattr(event, "item", None), "type", None)
     )
-
-
-def _calls(calls: Any) -> list[tuple[Any, Any, Any]]:
-    """Tool calls as comparable (id, name, arguments) triples."""
-    out = []
-    for call in calls:
-        fn = call.get("function") or {}
-        out.append((call.get("id"), fn.get("name"), fn.get("arguments")))
-    return out
 
 
 class _Events:
@@ -113,7 +105,7 @@ class _Events:
         if end is not None:
             upstream = response_from_responses(dump(end.response)).message
             same_text = text == (upstream.get("content") or "")
-            if same_text and _calls(self._calls) == _calls(upstream.get("tool_calls") or ()):
+            if same_text and call_keys(self._calls) == call_keys(upstream.get("tool_calls") or ()):
                 return [self._emit(e) for e in self._pending()]
         return self._rebuilt(end, text, same_text=same_text)
 
