@@ -231,6 +231,26 @@ def test_a_value_the_request_names_and_no_call_covered_gets_its_call() -> None:
     assert _calls(response) == [("get_weather", {"city": "Oslo"})]
 
 
+def test_no_call_is_asked_for_once_the_answer_was_asked_for_from_the_results() -> None:
+    """Seen on the real model (``docs_empty`` of the loop-recovery benchmark): the guard asked
+    for the answer from the results in hand, tools off, then asked the answer's uncovered value
+    back as a pinned call; the pinned calls came back broken and the run ended in
+    ToolValidationFailed with its answer in the transcript. On the forcing rung the guard asks
+    for no further call: the answer given there is the run's answer."""
+    line = CASES["uncovered_city"]
+    empty = {
+        "content": "",
+        "tool_calls": None,
+        "finish_reason": "stop",
+        "usage": line["answers"][0]["usage"],
+    }
+    model, response = _run("uncovered_city", answers=[empty, line["answers"][0]])
+    assert len(model.requests) == 2
+    assert model.requests[1].params["tool_choice"] == "none"
+    assert response.message["content"] == line["answers"][0]["content"]
+    assert not response.message.get("tool_calls")
+
+
 def test_a_tool_the_request_asks_for_and_no_call_made_gets_its_call() -> None:
     """Recorded: weather looked up, no flight search; the guard pins search_flights, the model
     writes Cairo to Nairobi (the prompt's example), the choices mend it to London to Paris."""

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentguard as ag
+from _localmodels import tool
 from _openai_upstream import wrapped_client
 from agentguard.config import LoopRecoveryConfig
 from agentguard.events import LoopRecovery
@@ -1061,6 +1062,38 @@ def test_a_context_length_400_of_the_compact_conversation_is_raised() -> None:
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model="gpt-x", messages=_emails(4), tools=TOOLS)
     assert [len(r.messages) for r in model.requests] == [10, 4, 2]
+
+
+def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() -> None:
+    """The recorded ``email_down`` run (SmolLM2, llama.cpp's function-calling format): the
+    context overflowed, the guard sent the call again without the repeated results, and the
+    model, seeing less, wrote again a call the caller's history had answered already. What
+    the guard left out of the request was answered all the same: the repeat is recovered
+    (the answer asked for from the results, tools off), not handed back to the agent."""
+    history = _emails(4)
+    again = history[2 + 2 * 2]["tool_calls"][0]["function"]["arguments"]  # attempt 2
+    tools = [tool("send_email", "to", "body")]
+
+    def step(request: ModelRequest) -> Reply | Fault:
+        if len(request.messages) > 6:
+            return Fault(400, {}, "This model's maximum context length is 2048 tokens.")
+        if request.params.get("tool_choice") == "none":
+            return Reply.text("The mail server is down; Bob was not emailed.")
+        return Reply.call("send_email", json.loads(again))
+
+    model = ScriptedModel([step], cycle=True)
+    config = ag.GuardConfig.from_dict(
+        {"memory_pressure": {"enabled": False}, "tool_validation": {"answered_repeats_after": 1}},
+        env={},
+    )
+    client = wrapped_client(model, config)
+    answer = client.chat.completions.create(model="gpt-x", messages=history, tools=tools)
+    assert answer.choices[0].message.content == "The mail server is down; Bob was not emailed."
+    assert not answer.choices[0].message.tool_calls
+    assert [len(r.messages) for r in model.requests][:2] == [10, 4]
+    assert model.requests[-1].params["tool_choice"] == "none"
+    report = report_of(answer)
+    assert any("repeated answered calls (send_email)" in w for w in report.warnings)
 
 
 def test_another_400_is_not_shrunk() -> None:

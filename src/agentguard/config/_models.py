@@ -355,7 +355,7 @@ class ToolValidationConfig(Section):
         False,
         description="A final answer while the request names values (two cities) that no call "
         "covered: the call for them is asked for once (pinned, its arguments narrowed to the "
-        "request's values).",
+        "request's values); not once the answer was asked for from the results in hand.",
     )
     cut_off_text_is_failure: bool = Field(
         False,

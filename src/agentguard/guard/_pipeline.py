@@ -669,7 +669,9 @@ class Pipeline:
         times = 1 if report.invented else cfg.answered_repeats_after
         if times is None:
             return response
-        known = answered_calls(call.base_messages, cfg.known_results_window)
+        # the caller's own history: what the guard left out of the request sent (a context
+        # overflow's repeated results, a pruned loop) was answered all the same
+        known = answered_calls(call.request.messages, cfg.known_results_window)
         repeats = repeated(report.tool_calls, known, times) if known else []
         if not repeats:
             return response
@@ -789,10 +791,11 @@ class Pipeline:
 
     def _answered(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
         """A final answer after tool calls, checked against the request (both opt-in): values
-        the request names that no call covered get their call asked for, once
-        (``uncovered_values``); an answer that shares no value with a result is asked for once
-        more from the results in hand, then moved up a tier, else kept with a warning
-        (``ungrounded_answers``). ``None``: ask again."""
+        the request names that no call covered get their call asked for, once, unless the
+        answer was already asked for from the results in hand (``uncovered_values``); an
+        answer that shares no value with a result is asked for once more from the results in
+        hand, then moved up a tier, else kept with a warning (``ungrounded_answers``).
+        ``None``: ask again."""
         cfg, b = self.config.tool_validation, call.b
         content = response.message.get("content")
         if not isinstance(content, str) or not content.strip():
@@ -800,7 +803,10 @@ class Pipeline:
         request = current_request(call.base_messages, cfg.known_results_window)
         if not request.calls:
             return response
-        missing = uncovered_values(request) if cfg.uncovered_values else []
+        # once the answer was asked for from the results in hand (tools off), the guard asks
+        # for no further call: a run on that rung ends on an answer, never on a new call
+        cover = cfg.uncovered_values and not call.rework.recovered
+        missing = uncovered_values(request) if cover else []
         if missing and call.request.tools:
             called = [(name, args) for name, args, _ in request.calls]
             reask = call.rework.cover(
