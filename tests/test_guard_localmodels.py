@@ -196,6 +196,57 @@ def test_an_empty_answer_is_re_asked() -> None:
     assert "empty" in json.dumps(model.requests[1].messages[len(ASKED) :])
 
 
+#: recorded from SmolLM2 (loop-recovery benchmark, ``file_missing``): its answer on the forcing
+#: rung, the wire syntax of a call with HTML-escaped arguments
+BEGUN = "functions.get_weather:\n{&#34;error&#34;}"
+
+
+@pytest.mark.parametrize("failed", [BEGUN, "", "functions.get_weather:"])
+def test_no_answer_on_the_forcing_rung_is_answered_from_the_results(failed: str) -> None:
+    """Asked for its answer from the results in hand (tools off), the model answers with no
+    answer. The guard asks for no call now (a correction would pin the tool): with no tier
+    above, the results in hand are the answer."""
+    model = ScriptedModel([Reply.call("get_weather", {"city": "Paris"}), Reply.text(failed)])
+    guard = _guard(model, tool_validation={"answered_repeats_after": 1})
+    response = guard.complete(_req(ANSWERED))
+    assert response.message["content"].startswith("The results in hand:")
+    assert '{"temperature_c": 18}' in response.message["content"]
+    assert not response.message.get("tool_calls")
+    assert [r.params.get("tool_choice") for r in model.requests] == [None, "none"]
+    report = report_of(response)
+    assert report is not None
+    assert any("no answer from the results in hand" in w for w in report.warnings)
+
+
+def test_no_answer_on_the_forcing_rung_is_streamed_as_the_results() -> None:
+    model = ScriptedModel([Reply.call("get_weather", {"city": "Paris"}), Reply.text(BEGUN)])
+    guard = _guard(model, tool_validation={"answered_repeats_after": 1})
+    chunks = list(guard.stream(_req(ANSWERED)))
+    text = "".join(chunk.content or "" for chunk in chunks)
+    assert text.startswith("The results in hand:")
+    assert "functions." not in text
+    assert not any(chunk.tool_calls for chunk in chunks)
+
+
+def test_no_answer_on_the_forcing_rung_moves_up_a_tier_when_there_is_one() -> None:
+    small = ScriptedModel([Reply.call("get_weather", {"city": "Paris"}), Reply.text(BEGUN)])
+    strong = ScriptedModel([Reply.text("It is 18 C in Paris.")])
+    clock = FakeClock()
+    guard = Guard(
+        config=GuardConfig.from_dict(
+            {**TWO_TIERS, "tool_validation": {"answered_repeats_after": 1}}, env={}
+        ),
+        tier_transport=lambda tier: {"small": small, "strong": strong}[tier.name],
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(0),
+    )
+    response = guard.complete(_req(ANSWERED))
+    assert response.message["content"] == "It is 18 C in Paris."
+    assert len(small.requests) == 2
+    assert all(r.params.get("tool_choice") in (None, "none") for r in small.requests)
+
+
 # -- corrections that change something ----------------------------------------------------------
 
 

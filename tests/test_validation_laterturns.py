@@ -85,6 +85,25 @@ def test_a_half_written_call_is_a_failed_call_naming_its_tool() -> None:
     assert (error.kind, error.tool_name) == ("incomplete_call", "get_weather")
 
 
+def test_the_wire_syntax_with_unreadable_arguments_is_a_failed_call() -> None:
+    """Recorded from SmolLM2 in llama-cpp-python's function-calling format, which HTML-escapes
+    the prompt: ``functions.read_file:`` then arguments no call can be read from. A call
+    begun, not an answer: incomplete_call, naming the tool."""
+    report = ToolCallValidator(TOOLS).validate(
+        _assistant("functions.get_weather:\n{&#34;error&#34;}"), "stop"
+    )
+    assert not report.ok
+    (error,) = report.errors
+    assert (error.kind, error.tool_name) == ("incomplete_call", "get_weather")
+    assert "cannot be read" in error.message
+    # the wire syntax named inside a text answer is not a call begun
+    assert (
+        ToolCallValidator(TOOLS)
+        .validate(_assistant("I would call functions.get_weather: with the city."), "stop")
+        .ok
+    )
+
+
 def test_an_empty_answer_when_tools_were_offered_is_a_failure() -> None:
     """An empty text that says it is complete, tools on offer: empty_answer."""
     report = ToolCallValidator(TOOLS).validate(_assistant(""), "stop")

@@ -737,6 +737,24 @@ class Pipeline:
             b.warnings.append("an empty answer after the tool results: asked from the results")
             self._from_results(call, kind)
             return None
+        recovered = call.rework.recovered
+        in_hand = _in_hand(call.request.messages, cfg.known_results_window) if recovered else []
+        if in_hand:
+            # the answer was asked for from the results in hand, tools off, and what came
+            # back is none: the guard asks for no call now (a correction pins a tool); the
+            # next tier answers, and with none above, the results in hand are the answer
+            _relabel(b, "tool_validation_failure", kind)
+            if self._above(call):
+                error = ToolValidationFailed(report)
+                call.tier = b.tier = yield from self._trigger(
+                    call, "tool_validation_failure", error
+                )
+                return None
+            b.warnings.append(f"no answer from the results in hand ({kind}): answered from results")
+            answered = _from_results_in_hand(response, in_hand)
+            return answered, dataclasses.replace(
+                report, ok=True, errors=(), tool_calls=(), message=answered.message
+            )
         reask = None
         # a call doubted only for its values is kept only once the request's values were
         # offered as choices for each: that re-ask is owed even past max_retries
@@ -1304,6 +1322,16 @@ def _soft(report: ValidationReport) -> bool:
 
 def _paths(report: ValidationReport) -> str:
     return ", ".join(f"{e.tool_name} {e.path.removeprefix('$.')}" for e in report.errors)
+
+
+def _in_hand(messages: Sequence[Mapping[str, Any]], window: int) -> list[Answered]:
+    """The current request's calls that have their result, in order, each once."""
+    found: dict[tuple[str, str, str], Answered] = {}
+    for name, args, result in current_request(messages, window).calls:
+        if result is not None:
+            text = json.dumps(dict(args), ensure_ascii=False)
+            found.setdefault((name, text, result), Answered(name, text, result))
+    return list(found.values())
 
 
 def _from_results_in_hand(response: ModelResponse, answered: Sequence[Answered]) -> ModelResponse:

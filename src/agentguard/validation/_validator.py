@@ -383,6 +383,8 @@ class ToolCallValidator:
 
 #: llama.cpp's function-calling wire syntax cut short: a tool named, no arguments written
 _HALF_WRITTEN = re.compile(r"\s*functions\.([\w.\-]+)\s*:?\s*")
+#: the same wire syntax begun, with text after it that no call could be read from
+_BEGUN = re.compile(r"\s*functions\.([\w.\-]+)\s*:")
 
 
 def _unanswered(
@@ -407,6 +409,13 @@ def _unanswered(
     if half is not None:
         name = half.group(1)
         message = f"the call to {name} was begun but has no arguments"
+        return [ToolCallError("incomplete_call", None, name, "$", message, short(content))]
+    begun = _BEGUN.match(content)
+    if begun is not None:
+        # ``functions.read_file:\n{&#34;error&#34;}`` (SmolLM2 in llama-cpp-python's
+        # function-calling format, which HTML-escapes the prompt): a call, not an answer
+        name = begun.group(1)
+        message = f"the call to {name} was begun but its arguments cannot be read"
         return [ToolCallError("incomplete_call", None, name, "$", message, short(content))]
     return []
 
