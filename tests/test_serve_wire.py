@@ -11,6 +11,7 @@ connection are the httpx errors the server classifies (a refused connection is n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -111,26 +112,33 @@ async def upstream() -> AsyncIterator[tuple[RawUpstream, str]]:
         yield raw, f"http://127.0.0.1:{port}"
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    upstream: str, make: Callable[[], httpx.AsyncBaseTransport]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the server's app in front of ``upstream`` (its ``/v1``), on ``make()``'s
+    pooled transport; the server is closed after the block."""
+    server = GuardServer(ag.GuardConfig.from_dict({}), f"{upstream}/v1", transport=make())
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
+        ) as http:
+            yield http
+    finally:
+        await server.aclose()
+
+
 @pytest.mark.parametrize("make", _transports())
 async def test_the_upstream_gets_the_callers_bytes_and_the_caller_the_upstreams(
     upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
 ) -> None:
     raw, base = upstream
-    server = GuardServer(ag.GuardConfig.from_dict({}), f"{base}/v1", transport=make())
-    app = create_app(server)
     body = b'{"model": "m",  "messages": [{"role": "user", "content": "caf\xc3\xa9 docs?"}]}'
     sent = {"authorization": f"Bearer {KEY}", "content-type": "application/json", "x-trace": "t1"}
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://serve.invalid"
-        ) as http:
-            guarded = await http.post("/v1/chat/completions", content=body, headers=sent)
-            forwarded = await http.post(
-                "/v1/other/path?y=%2f&z=%7e&w=a+b", content=body, headers=sent
-            )
-            again = await http.post("/v1/chat/completions", content=body, headers=sent)
-    finally:
-        await server.aclose()
+    async with _serving(base, make) as http:
+        guarded = await http.post("/v1/chat/completions", content=body, headers=sent)
+        forwarded = await http.post("/v1/other/path?y=%2f&z=%7e&w=a+b", content=body, headers=sent)
+        again = await http.post("/v1/chat/completions", content=body, headers=sent)
 
     for answer in (guarded, forwarded, again):
         assert answer.status_code == 200
@@ -165,15 +173,9 @@ async def test_an_answer_of_unknown_length_is_forwarded_as_it_comes(
     upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
 ) -> None:
     raw, base = upstream
-    server = GuardServer(ag.GuardConfig.from_dict({}), f"{base}/v1", transport=make())
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
-        ) as http:
-            answer = await http.get("/v1/chunked/files")
-            again = await http.get("/v1/files")  # the connection was kept
-    finally:
-        await server.aclose()
+    async with _serving(base, make) as http:
+        answer = await http.get("/v1/chunked/files")
+        again = await http.get("/v1/files")  # the connection was kept
     assert answer.status_code == again.status_code == 200
     assert answer.content == b"".join(CHUNKS)
     assert "content-length" not in answer.headers
@@ -189,17 +191,8 @@ async def test_an_answer_of_unknown_length_is_forwarded_as_it_comes(
 async def test_a_refused_connection_is_unreachable_not_a_timeout(
     make: Callable[[], httpx.AsyncBaseTransport],
 ) -> None:
-    server = GuardServer(
-        ag.GuardConfig.from_dict({}), f"http://127.0.0.1:{free_port()}/v1", transport=make()
-    )
-    app = create_app(server)
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://serve.invalid"
-        ) as http:
-            forwarded = await http.get("/v1/files")
-    finally:
-        await server.aclose()
+    async with _serving(f"http://127.0.0.1:{free_port()}", make) as http:
+        forwarded = await http.get("/v1/files")
     assert forwarded.status_code == 502
     assert forwarded.json()["error"]["code"] == "upstream_unreachable"
 

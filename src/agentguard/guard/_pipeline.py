@@ -737,8 +737,7 @@ class Pipeline:
             b.warnings.append("an empty answer after the tool results: asked from the results")
             self._from_results(call, kind)
             return None
-        recovered = call.rework.recovered
-        in_hand = _in_hand(call.request.messages, cfg.known_results_window) if recovered else []
+        in_hand = self._in_hand(call) if call.rework.recovered else []
         if in_hand:
             # the answer was asked for from the results in hand, tools off, and what came
             # back is none: the guard asks for no call now (a correction pins a tool); the
@@ -905,13 +904,18 @@ class Pipeline:
             )
             call.tier = b.tier = yield from self._trigger(call, "loop_detected", error)
             return None
-        window = self.config.tool_validation.known_results_window
-        answered = list(answered_calls(call.request.messages, window).values())
+        answered = self._in_hand(call)
         if not answered:
             b.warnings.append("the answer copied the recovery turn back; no results to give")
             return response
         b.warnings.append("the answer copied the recovery turn back: answered with the results")
         return _from_results_in_hand(response, answered)
+
+    def _in_hand(self, call: _Call) -> list[Answered]:
+        """The answered calls of the caller's own conversation (not one the guard added its
+        notes to or left exchanges out of), each once: the results in hand."""
+        window = self.config.tool_validation.known_results_window
+        return list(answered_calls(call.request.messages, window).values())
 
     def _correction(self, call: _Call, error: str, errors: int) -> None:
         call.corrections += 1
@@ -1322,16 +1326,6 @@ def _soft(report: ValidationReport) -> bool:
 
 def _paths(report: ValidationReport) -> str:
     return ", ".join(f"{e.tool_name} {e.path.removeprefix('$.')}" for e in report.errors)
-
-
-def _in_hand(messages: Sequence[Mapping[str, Any]], window: int) -> list[Answered]:
-    """The current request's calls that have their result, in order, each once."""
-    found: dict[tuple[str, str, str], Answered] = {}
-    for name, args, result in current_request(messages, window).calls:
-        if result is not None:
-            text = json.dumps(dict(args), ensure_ascii=False)
-            found.setdefault((name, text, result), Answered(name, text, result))
-    return list(found.values())
 
 
 def _from_results_in_hand(response: ModelResponse, answered: Sequence[Answered]) -> ModelResponse:
