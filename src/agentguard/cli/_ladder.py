@@ -7,20 +7,16 @@ asks the model: a loop there, at WARNING or above, climbs one rung of
 ladder. It judges the answer too: at BREAK the answer is not delivered and the model is asked
 again one rung higher (``stop`` when there is none); below BREAK the answer passes with a
 warning in the report (``warn``). The rungs are climbed by the guard's own
-:func:`agentguard.guard._recovery.climb`; ``escalate`` is resolved by the escalation policy
+:func:`agentguard._rungs.climb`; ``escalate`` is resolved by the escalation policy
 (``stop`` when no stronger tier takes ``loop_detected``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from agentguard._rungs import TEXT_DETECTORS, climb
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationPolicy
 from agentguard.types import Severity
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 __all__ = ["Ladder"]
 
@@ -69,10 +65,9 @@ class Ladder:
         return self._climb(step, severity, detector, reask=True)
 
     def _climb(self, step: int, severity: Severity, detector: str | None, *, reask: bool) -> str:
-        climb, text_detectors = _recovery()
         cfg = self.config.loop_detection.recovery
         before = self._rung
-        self._rung = climb(before, severity, cfg, tool_loop=detector not in text_detectors)
+        self._rung = climb(before, severity, cfg, tool_loop=detector not in TEXT_DETECTORS)
         rung = "stop" if reask and self._rung <= before else cfg.rungs[self._rung]
         self.taken.append((step, rung))
         action: str = rung
@@ -83,17 +78,3 @@ class Ladder:
         self.acts.append((step, action, detector))
         return action
 
-
-_RECOVERY: tuple[Callable[..., int], frozenset[str]] | None = None
-
-
-def _recovery() -> tuple[Callable[..., int], frozenset[str]]:
-    """The guard's ladder rule, imported when a loop first needs it (the guard package is
-    large; a scan of healthy runs never loads it), then kept: an import statement run at every
-    rung costs more than the climb."""
-    global _RECOVERY  # noqa: PLW0603 - a cache filled once
-    if _RECOVERY is None:
-        from agentguard.guard._recovery import TEXT_DETECTORS, climb  # noqa: PLC0415
-
-        _RECOVERY = climb, TEXT_DETECTORS
-    return _RECOVERY
