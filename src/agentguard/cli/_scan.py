@@ -104,6 +104,15 @@ def _scan(args: argparse.Namespace) -> int:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
     progress = not args.no_progress and _terminal()
+    # the reports are written under the scan's collector setting too: they build an object
+    # per finding over the heap of audits, which would make the collector walk it again
+    with _collecting_rarely():
+        return _scan_and_report(args, config, prices, progress=progress)
+
+
+def _scan_and_report(
+    args: argparse.Namespace, config: GuardConfig, prices: PriceTable | None, *, progress: bool
+) -> int:
     try:
         audits = scan_file(
             args.file,
@@ -210,27 +219,25 @@ def scan_file(
     The cyclic garbage collector runs rarely meanwhile (:func:`_collecting_rarely`)."""
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
+    session: str | None = None
+    audit: SessionAudit | None = None
     with stream:
         found = records(stream, path, fmt)
         for record in _with_progress(found, counter, path) if progress else found:
-            audit = audits.get(record.session)
-            if audit is None:
-                timeline_bytes = bytearray() if timeline else None
-                audit = SessionAudit(record.session, config, timeline_bytes, prices)
-                audits[record.session] = audit
-            if record.tools:
-                audit.declare(record.tools)
-            if record.message is None:
-                audit.retry_tokens += record.retry_tokens
-                audit.tokens += record.tokens or 0
+            name, message, _, tokens, tools, retry, model, prompt_tokens = record
+            if name != session or audit is None:  # runs of one session's messages are common
+                session = name
+                audit = audits.get(name)
+                if audit is None:
+                    timeline_bytes = bytearray() if timeline else None
+                    audit = audits[name] = SessionAudit(name, config, timeline_bytes, prices)
+            if tools:
+                audit.declare(tools)
+            if message is None:
+                audit.retry_tokens += retry
+                audit.tokens += tokens or 0
                 continue
-            audit.feed(
-                record.message,
-                record.tokens,
-                record.retry_tokens,
-                model=record.model,
-                prompt_tokens=record.prompt_tokens,
-            )
+            audit.feed(message, tokens, retry, model=model, prompt_tokens=prompt_tokens)
     for audit in audits.values():
         audit.finish()
     return list(audits.values())

@@ -99,6 +99,14 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
                 for message in item:
                     yield Record("transcript", _chat.message(message, where), where)
                 continue
+            if (
+                forced is None
+                and item.__class__ is dict
+                and "role" in item
+                and _NOT_A_MESSAGE.isdisjoint(item)
+            ):  # a chat message, as detect() finds first: read without a reader generator
+                yield _chat.message_record(item, where)
+                continue
             reader = forced or FORMATS.get(detect(item) or "")
             if (
                 reader is _chat.openai
