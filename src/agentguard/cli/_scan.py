@@ -27,7 +27,8 @@ from agentguard.types import Severity
 
 from . import _output
 from ._audit import SessionAudit
-from ._formats import FORMATS, InputError, Record, open_counted, records
+from ._formats import FORMATS, InputError, Messages, Record, open_counted, runs
+from ._formats import message as checked
 
 if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is throughput
     from agentguard.budget import PriceTable
@@ -222,15 +223,26 @@ def scan_file(
     session: str | None = None
     audit: SessionAudit | None = None
     with stream:
-        found = records(stream, path, fmt)
-        for record in _with_progress(found, counter, path) if progress else found:
-            name, message, _, tokens, tools, retry, model, prompt_tokens = record
+        found = runs(stream, path, fmt)
+        for run in _with_progress(found, counter, path) if progress else found:
+            name = run[0]
             if name != session or audit is None:  # runs of one session's messages are common
                 session = name
                 audit = audits.get(name)
                 if audit is None:
                     timeline_bytes = bytearray() if timeline else None
                     audit = audits[name] = SessionAudit(name, config, timeline_bytes, prices)
+            if isinstance(run, Messages):  # a transcript: its messages fed in one loop
+                _, messages, where, tools, _ = run
+                if tools:
+                    audit.declare(tools)  # once: declaring the same tools again changes nothing
+                feed = audit.feed
+                for message in messages:
+                    if message.__class__ is not dict:
+                        checked(message, where)  # an InputError when it is no message
+                    feed(message)
+                continue
+            _, message, _, tokens, tools, retry, model, prompt_tokens = run
             if tools:
                 audit.declare(tools)
             if message is None:
@@ -250,7 +262,8 @@ def _terminal() -> bool:
     return Console(stderr=True).is_terminal
 
 
-def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
+def _with_progress(items: Iterator[Record | Messages], counter: Any,
+                   path: str) -> Iterator[Record | Messages]:  # fmt: skip
     from rich.console import Console  # noqa: PLC0415 - a progress bar only on a terminal
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
@@ -269,8 +282,11 @@ def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(os.path.basename(path), total=size)
-        for n, item in enumerate(items):
-            if n % _PROGRESS_EVERY == 0:
+        due = 0  # messages until the next update
+        for item in items:
+            if due <= 0:
                 bar.update(task, completed=counter.count)
+                due = _PROGRESS_EVERY
+            due -= len(item.messages) if isinstance(item, Messages) else 1
             yield item
         bar.update(task, completed=size)

@@ -16,10 +16,20 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from . import _agents, _chat, _otel
-from ._base import InputError, Record, State
+from ._base import InputError, Messages, Record, State, message
 from ._stream import Batch, items, open_counted
 
-__all__ = ["FORMATS", "InputError", "Record", "detect", "open_counted", "records"]
+__all__ = [
+    "FORMATS",
+    "InputError",
+    "Messages",
+    "Record",
+    "detect",
+    "message",
+    "open_counted",
+    "records",
+    "runs",
+]
 
 Reader = Callable[[Any, str, State], Iterator[Record]]
 
@@ -90,14 +100,23 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
     Raises:
         InputError: the file is not UTF-8, not JSON, or holds a value of no known format.
     """
+    for item in runs(stream, path, fmt):
+        if isinstance(item, Messages):
+            yield from item.records()
+        else:
+            yield item
+
+
+def runs(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Record | Messages]:
+    """As :func:`records`, but a transcript's messages come as one :class:`Messages` run (read
+    as a whole, without a record per message)."""
     state = State()
     forced = FORMATS[fmt] if fmt is not None else None
     try:
         for line_no, item in items(stream, path):
             where = f"{path}:{line_no}"
             if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
-                for message in item:
-                    yield Record("transcript", _chat.message(message, where), where)
+                yield Messages("transcript", item, where)
                 continue
             if (
                 forced is None
@@ -108,14 +127,14 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
                 yield _chat.message_record(item, where)
                 continue
             reader = forced or FORMATS.get(detect(item) or "")
-            if (
-                reader is _chat.openai
-                and item.__class__ is dict
-                and "role" in item
-                and not isinstance(item.get("messages"), list)  # that is a transcript
-            ):
-                yield _chat.message_record(item, where)  # one message: no reader generator
-                continue
+            if reader is _chat.openai:
+                run = _chat.transcript(item, where, state)
+                if run is not None:
+                    yield run
+                    continue
+                if item.__class__ is dict and "role" in item:
+                    yield _chat.message_record(item, where)  # one message: no reader generator
+                    continue
             if reader is None or not isinstance(item, (dict, list)):
                 raise InputError(f"{where}: {_unknown(item)}")
             if isinstance(item, list) and reader is not _chat.openai:
