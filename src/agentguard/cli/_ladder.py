@@ -20,6 +20,9 @@ from agentguard.types import Severity
 
 __all__ = ["Ladder"]
 
+#: the severities compared per message, looked up once (an enum member's lookup is slow)
+_OK, _WARNING, _BREAK = Severity.OK, Severity.WARNING, Severity.BREAK
+
 
 class Ladder:
     """The recovery ladder of one session, fed the verdict on each message in order.
@@ -38,7 +41,7 @@ class Ladder:
         self.new = False
         self._recovery = config.loop_detection.recovery
         self._rung = -1
-        self._worst = Severity.OK  # the request being gathered: its worst verdict
+        self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
         #: the rung :func:`climb` gives, by ``(rung before, at BREAK, a tool loop)``, shared by
         #: the ladders of equal rungs: a loop climbs at every message it goes on
@@ -60,8 +63,8 @@ class Ladder:
         if not self.new:  # nothing new since the last request: nothing to judge
             return None
         worst, detector = self._worst, self._detector
-        self._worst, self._detector, self.new = Severity.OK, None, False
-        if worst < Severity.WARNING:
+        self._worst, self._detector, self.new = _OK, None, False
+        if worst < _WARNING:
             self._rung = -1  # out of the loop: a later one starts the ladder again
             return None
         return self._climb(step, worst, detector, model, reask=False)
@@ -70,7 +73,7 @@ class Ladder:
                model: str | None = None) -> str:  # fmt: skip
         """The answer of ``step`` (by ``model``) judged at ``severity`` (WARNING or above):
         what the guard does with it."""
-        if severity < Severity.BREAK:
+        if severity < _BREAK:
             return "warn"
         return self._climb(step, severity, detector, model, reask=True)
 
@@ -78,7 +81,7 @@ class Ladder:
                *, reask: bool) -> str:  # fmt: skip
         cfg = self._recovery
         before = self._rung
-        key = (before, severity >= Severity.BREAK, detector not in TEXT_DETECTORS)
+        key = (before, severity >= _BREAK, detector not in TEXT_DETECTORS)
         rung_at = self._climbs.get(key)
         if rung_at is None:
             rung_at = self._climbs[key] = climb(before, severity, cfg, tool_loop=key[2])
