@@ -223,7 +223,7 @@ def scan_file(
     session: str | None = None
     audit: SessionAudit | None = None
     with stream:
-        found = runs(stream, path, fmt)
+        found = runs(stream, path, fmt, group=True)
         for run in _with_progress(found, counter, path) if progress else found:
             name = run[0]
             if name != session or audit is None:  # runs of one session's messages are common

@@ -53,6 +53,10 @@ _NOT_A_MESSAGE = frozenset(
 )  # fmt: skip
 
 
+#: chat-message lines held in one run at most (``runs(group=True)``)
+_RUN = 256
+
+
 def detect(item: Any) -> str | None:
     """The format of one JSON value of a trace, or ``None`` when it is none of them."""
     if isinstance(item, list):
@@ -107,24 +111,41 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
             yield item
 
 
-def runs(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Record | Messages]:
+def runs(
+    stream: IO[str], path: str, fmt: str | None = None, *, group: bool = False
+) -> Iterator[Record | Messages]:
     """As :func:`records`, but a transcript's messages come as one :class:`Messages` run (read
-    as a whole, without a record per message)."""
+    as a whole, without a record per message); with ``group``, so do consecutive lines of
+    chat messages of one session (the run's ``where`` is its first line)."""
     state = State()
     forced = FORMATS[fmt] if fmt is not None else None
+    held: list[Any] = []  # with group: chat messages of one session not yet yielded
+    held_session = held_where = ""
     try:
         for line_no, item in items(stream, path):
             where = f"{path}:{line_no}"
-            if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
-                yield Messages("transcript", item, where)
-                continue
             if (
                 forced is None
                 and item.__class__ is dict
                 and "role" in item
                 and _NOT_A_MESSAGE.isdisjoint(item)
             ):  # a chat message, as detect() finds first: read without a reader generator
-                yield _chat.message_record(item, where)
+                if not group:
+                    yield _chat.message_record(item, where)
+                    continue
+                session = _chat.session_of(item)
+                if held and (session != held_session or len(held) >= _RUN):
+                    yield Messages(held_session, held, held_where)
+                    held = []
+                if not held:
+                    held_session, held_where = session, where
+                held.append(item)
+                continue
+            if held:
+                yield Messages(held_session, held, held_where)
+                held = []
+            if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
+                yield Messages("transcript", item, where)
                 continue
             reader = forced or FORMATS.get(detect(item) or "")
             if reader is _chat.openai:
@@ -140,6 +161,8 @@ def runs(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Record 
             if isinstance(item, list) and reader is not _chat.openai:
                 raise InputError(f"{where}: expected a JSON object for format {fmt}, got an array")
             yield from reader(item, where, state)
+        if held:
+            yield Messages(held_session, held, held_where)
         yield from _agents.flush(state)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None

@@ -25,6 +25,7 @@ __all__ = [
     "openai",
     "openhands",
     "request_log",
+    "session_of",
     "transcript",
     "usage_of",
 ]
@@ -57,9 +58,13 @@ def openai(item: Any, where: str, state: State) -> Iterator[Record]:
 
 
 def message_record(item: Mapping[str, Any], where: str) -> Record:
-    """One message of a file of messages, in the session it names (``default`` when none)."""
-    session = item.get("session") or item.get("session_id") or "default"
-    return Record(str(session), item, where)
+    """One message of a file of messages, in the session it names (:func:`session_of`)."""
+    return Record(session_of(item), item, where)
+
+
+def session_of(item: Mapping[str, Any]) -> str:
+    """The session a message of a file of messages names (``default`` when none)."""
+    return str(item.get("session") or item.get("session_id") or "default")
 
 
 # -- request logs ----------------------------------------------------------------------------
