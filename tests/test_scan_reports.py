@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_scan  # noqa: E402 - after its directory is on the path
 from agentguard.cli import _html, _output  # noqa: E402
-from agentguard.cli._formats import InputError  # noqa: E402
+from agentguard.cli._audit import SessionAudit  # noqa: E402
+from agentguard.cli._formats import InputError, open_counted, records  # noqa: E402
 from agentguard.cli._scan import _prices, scan_file  # noqa: E402
 from agentguard.config import GuardConfig  # noqa: E402
 
@@ -90,3 +91,47 @@ if __name__ == "__main__":  # rewrite the frozen reports (a change meant to chan
 
     with tempfile.TemporaryDirectory() as tmp_name:
         FROZEN.write_text(json.dumps(reports(Path(tmp_name)), sort_keys=True) + "\n")
+
+
+def _by_records(path: Path, config: GuardConfig) -> list[SessionAudit]:
+    """The audit fed one record at a time (:func:`records`), as the scan read files before."""
+    audits: dict[str, SessionAudit] = {}
+    with open_counted(str(path))[0] as stream:
+        for r in records(stream, str(path)):
+            audit = audits.get(r.session)
+            if audit is None:
+                audit = audits[r.session] = SessionAudit(r.session, config)
+            if r.tools:
+                audit.declare(r.tools)
+            if r.message is None:
+                audit.retry_tokens += r.retry_tokens
+                audit.tokens += r.tokens or 0
+                continue
+            audit.feed(r.message, r.tokens, r.retry_tokens, model=r.model,
+                       prompt_tokens=r.prompt_tokens)  # fmt: skip
+    for audit in audits.values():
+        audit.finish()
+    return list(audits.values())
+
+
+def test_runs_of_messages_read_as_records_are(tmp_path: Path) -> None:
+    """The scan reads a transcript, or consecutive message lines of one session, as one run;
+    interleaved sessions, transcripts among message lines and every sample read the same as
+    one record at a time."""
+    config = GuardConfig.from_dict({}, env={})
+    lines = []
+    for turn in range(12):
+        for run in range(3):  # three sessions, interleaved message by message
+            for m in bench_scan.transcript(run)[turn * 3 : turn * 3 + 3]:
+                lines.append(json.dumps({**m, "session": f"run-{run}"}))
+        lines.append(json.dumps({"role": "user", "content": f"no session {turn}"}))
+        if turn % 4 == 0:
+            lines.append(json.dumps({"id": f"t{turn}", "messages": bench_scan.transcript(9)}))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(lines) + "\n")
+    for path in [mixed, *(p for n, p in _files(tmp_path).items() if not n.startswith("loop"))]:
+        try:
+            expected = _output.report("f", _by_records(path, config))
+        except InputError:
+            continue
+        assert _output.report("f", scan_file(str(path), config)) == expected, path.name
