@@ -267,9 +267,13 @@ class SessionAudit:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung
         of its loop recovery ladder, or a repair or re-ask of a tool call (a warning in its
         report is no act), ``None`` when it never would have."""
-        acts = [(step, action, det or "loop") for step, action, det in self.ladder.acts]
-        acts += [(i.step, i.action, i.detector) for i in self.issues if i.category == "tool_call"]
-        return min(acts, key=lambda a: a[0], default=None)
+        acts = self.ladder.acts
+        earliest = min(acts, key=_step) if acts else None  # the first of the earliest
+        first = None if earliest is None else (earliest[0], earliest[1], earliest[2] or "loop")
+        for i in self.issues:  # a tool call's finding only when strictly earlier
+            if i.category == "tool_call" and (first is None or i.step < first[0]):
+                first = (i.step, i.action, i.detector)
+        return first
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -296,6 +300,10 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+def _step(act: tuple[int, str, str | None]) -> int:
+    return act[0]
 
 
 def _line(entry: list[Any]) -> tuple[int, str, str]:
