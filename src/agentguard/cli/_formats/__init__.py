@@ -3,6 +3,8 @@
 A file is read as a stream of JSON values (:mod:`._stream`: JSONL lines, a JSON array's items,
 or one document), and each value is read by the reader of its format, told apart value by value
 (a file may mix them) or forced with ``fmt``. Memory grows with the sessions, not the file.
+The scan reads :func:`runs`: a transcript's messages (or consecutive lines of one session's
+chat messages) come as one :class:`Messages` run, not a record per message.
 
 Formats (:data:`FORMATS`): ``openai`` chat transcripts and messages, ``litellm`` request logs,
 ``openhands`` event logs (:mod:`._chat`); ``atif`` trajectories, ``claude-code`` sessions,
