@@ -45,7 +45,7 @@ class Ladder:
         self._detector: str | None = None
         #: the rung :func:`climb` gives, by ``(rung before, at BREAK, a tool loop)``, shared by
         #: the ladders of equal rungs: a loop climbs at every message it goes on
-        rungs = tuple(self._recovery.rungs)
+        self._rungs = rungs = tuple(self._recovery.rungs)
         if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
             _CLIMBS.clear()
         self._climbs = _CLIMBS.setdefault(rungs, {})
@@ -86,7 +86,7 @@ class Ladder:
         if rung_at is None:
             rung_at = self._climbs[key] = climb(before, severity, cfg, tool_loop=key[2])
         self._rung = rung_at
-        rung = "stop" if reask and rung_at <= before else cfg.rungs[rung_at]
+        rung = "stop" if reask and rung_at <= before else self._rungs[rung_at]
         self.taken.append((step, rung))
         action: str = rung
         if rung == "escalate":
