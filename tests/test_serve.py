@@ -425,6 +425,42 @@ async def test_routes_can_be_added(served: Callable[..., Served]) -> None:
         ROUTES[:] = before
 
 
+async def test_routes_of_a_fixed_path_and_middleware_are_served(
+    served: Callable[..., Served],
+) -> None:
+    """A route of a fixed path is served by its endpoint (the app's own dispatch, ahead of the
+    forwarding), the Starlette request in hand; middleware added to the app sees every
+    request, those of the server's own routes and the forwarded ones too."""
+
+    async def hello(server: GuardServer, request: Request) -> Response:
+        return JSONResponse({"path": request.url.path, "body": (await request.body()).decode()})
+
+    before = list(ROUTES)
+    add_route("put", "/v1/hello", hello)
+    try:
+        server = served([])
+        async with server.http() as http:
+            answer = await http.put("/v1/hello", content=b"hi")
+            assert answer.json() == {"path": "/v1/hello", "body": "hi"}
+
+            async def tagged(request: Request, call_next: Any) -> Response:
+                response: Response = await call_next(request)
+                response.headers["x-seen-by"] = "middleware"
+                return response
+
+            from starlette.middleware.base import BaseHTTPMiddleware
+
+            server.app.add_middleware(BaseHTTPMiddleware, dispatch=tagged)
+            again = await http.put("/v1/hello", content=b"hi")
+            health = await http.get("/health")
+            files = await http.get("/v1/files")  # forwarded upstream
+        assert again.json() == answer.json()
+        assert again.headers["x-seen-by"] == health.headers["x-seen-by"] == "middleware"
+        assert files.headers["x-seen-by"] == "middleware"
+    finally:
+        ROUTES[:] = before
+
+
 def test_serve_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     """``agentguard serve`` without ``--upstream`` and without tier endpoints says what is
     missing and exits 2, before listening anywhere."""

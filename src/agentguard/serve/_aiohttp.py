@@ -77,7 +77,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             sock_connect=timeout.get("connect"),
             sock_read=timeout.get("read"),
         )
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        headers = [(k.decode("latin-1"), _text(v)) for k, v in request.headers.raw]
         try:
             response = await self._opened().request(
                 request.method,
@@ -108,6 +108,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _text(value: bytes) -> str:
+    """A header value as aiohttp takes it: aiohttp writes header values as UTF-8, so a value
+    that is UTF-8 goes out as the bytes it came as (any other as its Latin-1 reading)."""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 class _Body(httpx.AsyncByteStream):

@@ -27,6 +27,7 @@ from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
     "FORWARD",
+    "HOP_BY_HOP",
     "Answer",
     "Event",
     "Forward",
@@ -55,6 +56,10 @@ _HOP = frozenset(
         "content-encoding",
     }
 )
+
+
+#: The same names as raw lowercase header names (an ASGI request's, an answer's lowered).
+HOP_BY_HOP = frozenset(name.encode() for name in _HOP)
 
 
 def hop_by_hop(name: str) -> bool:
@@ -196,12 +201,13 @@ class Pool:
         method: str,
         url: str,
         *,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | list[tuple[bytes, bytes]],
         content: bytes,
         timeout: float | None = None,
         model: str | None = None,
     ) -> httpx.Response:
-        """Send one request; the answer's body is left to stream.
+        """Send one request; the answer's body is left to stream. ``headers``: by name, or as
+        the raw pairs they go out as.
 
         Raises:
             ModelTimeout: the upstream did not answer in time.
