@@ -298,14 +298,20 @@ def _whole(
     headers, added after them); the body's ``Content-Length`` as Starlette sets it (none on a
     1xx, 204 or 304), for a ``head`` request the upstream's own (the length of the body it did
     not send)."""
-    raw = upstream.raw
-    out = [(k, v) for k, v in ((k.lower(), v) for k, v in raw) if k not in HOP_BY_HOP]
-    if extra:
-        names = {k.lower().encode("latin-1") for k in extra}
-        out = [h for h in out if h[0] not in names]
-        out += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+    added = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]
+    names = {k for k, _ in added}
+    out: list[tuple[bytes, bytes]] = []
+    length: list[tuple[bytes, bytes]] = []
+    for key, value in upstream.raw:
+        name = key.lower()
+        if name not in HOP_BY_HOP:
+            if name not in names:
+                out.append((name, value))
+        elif name == b"content-length":
+            length = [(name, value)]
+    out += added
     if head:
-        out += [(b"content-length", v) for k, v in raw if k.lower() == b"content-length"]
+        out += length
     elif status >= 200 and status not in (204, 304):
         out.append((b"content-length", b"%d" % len(body)))
     return _Whole(status, body, out)
@@ -439,13 +445,21 @@ async def _read(request: Request) -> tuple[bytes, dict[str, Any] | None]:
     return content, body if isinstance(body, dict) else None
 
 
-def _chat_request(body: dict[str, Any]) -> ModelRequest | None:
+def _chat_request(
+    body: dict[str, Any], headers: Mapping[str, str], extensions: Mapping[str, Any]
+) -> ModelRequest | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not isinstance(body.get("model"), str):
         return None
     skip = {"model", "messages"} | ({"stream"} if body.get("stream") is True else set())
     params = {k: v for k, v in body.items() if k not in skip}
-    return ModelRequest(model=body["model"], messages=messages, params=params)
+    return ModelRequest(
+        model=body["model"],
+        messages=messages,
+        params=params,
+        headers=headers,
+        extensions=extensions,
+    )
 
 
 def _build(
@@ -453,18 +467,11 @@ def _build(
 ) -> tuple[AsyncGuard, ModelRequest] | None:
     """The caller's guard and the neutral request, or ``None`` when the guard cannot read the
     body (it then goes upstream unguarded, and the upstream answers it)."""
-    if path == "/responses":
-        if not isinstance(body.get("model"), str):
-            return None
-        neutral = responses_request(body)
-    else:
-        found = _chat_request(body)
-        if found is None:
-            return None
-        neutral = found
+    if path == "/responses" and not isinstance(body.get("model"), str):
+        return None
     headers = _forwarded(request)
     caller = _caller(headers)
-    extensions = {**neutral.extensions, FORWARD: Forward(path, body, content)}
+    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content)}
     if caller:
         extensions[SCOPE] = caller
     # the caller's trace context: the guard's spans join the caller's trace (they go upstream
@@ -472,6 +479,10 @@ def _build(
     carrier = {k: headers[k] for k in ("traceparent", "tracestate") if k in headers}
     if carrier:
         extensions[TRACE_PARENT] = carrier
+    if path != "/responses":
+        found = _chat_request(body, headers, extensions)
+        return None if found is None else (server.guard_for(caller), found)
+    neutral = responses_request(body)
     neutral = ModelRequest(
         model=neutral.model,
         messages=neutral.messages,
@@ -479,7 +490,7 @@ def _build(
         headers=headers,
         tools=neutral.tools,
         max_output_tokens=neutral.max_output_tokens,
-        extensions=extensions,
+        extensions={**neutral.extensions, **extensions},
     )
     return server.guard_for(caller), neutral
 
