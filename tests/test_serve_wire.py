@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -91,6 +92,11 @@ class RawUpstream:
                 self.requests.append((line, headers, body))  # type: ignore[arg-type]
                 if line.startswith(b"HEAD "):  # the head of the answer a GET would have
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ANSWER))
+                    continue
+                if b"/gzip" in line:  # a body with a content coding
+                    packed = gzip.compress(ANSWER)
+                    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
+                    writer.write(head % len(packed) + b"\r\n\r\n" + packed)
                     continue
                 if b"/teapot" in line:  # an error, with a body and headers of its own
                     head_out = [b"HTTP/1.1 418 I'm a teapot"]
@@ -227,6 +233,22 @@ async def test_a_forwarded_request_goes_out_as_it_came_whatever_it_holds(
     assert (b"x-note", "café".encode()) in callers
     mine = [(k.lower(), v) for k, v in sent if k.lower() not in (b"host", b"content-length")]
     assert mine == callers  # in order, each as it came
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_an_answer_with_a_content_coding_is_forwarded_decoded(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """A whole answer is read in one piece where no content coding is to be undone; a gzip
+    answer is decoded as before (its ``Content-Encoding`` and length are the connection's)."""
+    raw, base = upstream
+    async with _serving(base, make) as http:
+        packed = await http.get("/v1/gzip")
+        plain = await http.get("/v1/files")
+    assert packed.content == plain.content == ANSWER
+    assert "content-encoding" not in packed.headers
+    assert packed.headers["content-length"] == str(len(ANSWER))
+    assert raw.connections == 1
 
 
 @pytest.mark.parametrize("make", _transports())

@@ -136,6 +136,21 @@ class _Body(httpx.AsyncByteStream):
                 raise
             raise error from exc
 
+    async def read_whole(self) -> bytes | None:
+        """The whole body in one read (``None`` when it has a content coding, which httpx's
+        reading undoes: see :func:`agentguard.serve._upstream.read_whole`)."""
+        response = self._response
+        codings = ",".join(response.headers.getall("Content-Encoding", ())).split(",")
+        if any(c.strip().lower() not in ("", "identity") for c in codings):
+            return None
+        try:
+            return await response.read()
+        except BaseException as exc:
+            error = _httpx_error(exc, self._request, reading=True)
+            if error is exc:
+                raise
+            raise error from exc
+
     async def aclose(self) -> None:
         # back to the pool when read to its end, else the connection is closed
         self._response.release()

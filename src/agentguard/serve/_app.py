@@ -71,6 +71,7 @@ from ._upstream import (
     Pool,
     UpstreamError,
     hop_by_hop,
+    read_whole,
     responses_request,
 )
 
@@ -852,10 +853,7 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     if _small(answer):
         # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
         # listening for the caller to leave) and no chunked framing (a write less)
-        try:
-            content = await answer.aread()
-        finally:
-            await answer.aclose()
+        content = await read_whole(answer)
         return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
 
     async def body_of() -> AsyncIterator[bytes]:

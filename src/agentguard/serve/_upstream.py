@@ -35,6 +35,7 @@ __all__ = [
     "Pool",
     "UpstreamError",
     "hop_by_hop",
+    "read_whole",
 ]
 
 #: The ``ModelRequest.extensions`` key of a request's :class:`Forward`.
@@ -265,6 +266,24 @@ def _request(
     return request
 
 
+async def read_whole(response: httpx.Response) -> bytes:
+    """The body of ``response``, whole, then the answer closed (its connection back in the
+    pool once read to its end).
+
+    A body stream that reads itself whole (``read_whole()``: aiohttp's answers, see
+    :mod:`agentguard.serve._aiohttp`) does so in one call, where httpx's reading passes each
+    piece through a decoder, a chunker and a context of its own (a sizeable share of a
+    forwarded request's CPU); it answers ``None`` for a body httpx has a content coding to
+    undo, which httpx's reading then decodes as before.
+    """
+    try:
+        whole = getattr(response.stream, "read_whole", None)
+        content: bytes | None = await whole() if whole is not None else None
+        return content if content is not None else await response.aread()
+    finally:
+        await response.aclose()
+
+
 def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     try:
         from ._aiohttp import AiohttpTransport  # noqa: PLC0415 - aiohttp is optional
@@ -308,10 +327,7 @@ class HTTPUpstream:
         if forward is not None:
             forward.headers = response.headers
         if response.status_code >= 400:
-            try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
+            content = await read_whole(response)
             raise UpstreamError(
                 f"HTTP {response.status_code} from the upstream",
                 status_code=response.status_code,
@@ -324,10 +340,7 @@ class HTTPUpstream:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call."""
         response = await self._open(request, stream=False)
-        try:
-            content = await response.aread()
-        finally:
-            await response.aclose()
+        content = await read_whole(response)
         try:
             data = json.loads(content)
         except ValueError:
