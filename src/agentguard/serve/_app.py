@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import random
+import re
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -964,12 +965,13 @@ _FORWARDED = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 class GuardApp(Starlette):
     """The server's Starlette app, whose hot requests skip Starlette's routing.
 
-    A request for a route of fixed path and method (the model calls) goes straight to its
-    endpoint, and one that no route's path matches straight to the upstream; anything else
-    (the lifespan, a route with parameters, a method a route does not serve) takes Starlette's
-    way, as does every request once middleware is added. Starlette's way costs per request
-    its exception middleware and a regular expression per route tried, a few percent of a
-    forwarded request's CPU on the server; its outcome is the same for these requests.
+    A request for a route of fixed path and method (the model calls, ``/health``) goes
+    straight to its endpoint, and one that no route's path matches straight to the upstream;
+    anything else (the lifespan, a route with parameters, a method a route does not serve, a
+    fixed route behind an earlier one matching it) takes Starlette's way, as does every
+    request once middleware is added. The outcome is the one Starlette's routing gives; its
+    cost per request (its exception middleware, a regular expression per route tried, the
+    request's URL parsed) is not paid.
     """
 
     def __init__(self, server: GuardServer, routes: list[tuple[str, str, Endpoint]]) -> None:
@@ -987,12 +989,17 @@ class GuardApp(Starlette):
         table.append(Route("/{path:path}", rest, methods=list(_FORWARDED)))
         super().__init__(routes=table, lifespan=lifespan)
         self.server = server
+        # a fixed route is dispatched here unless a route before it serves the same request
+        # (routes match in order): an earlier fixed one, or one with parameters matching it
         self._exact: dict[tuple[str, str], Endpoint] = {}
-        for method, path, endpoint in routes:
-            if "{" not in path:
+        earlier: list[tuple[str, re.Pattern[str]]] = []
+        for (method, path, endpoint), route in zip(routes, table, strict=False):
+            if "{" in path:
+                earlier.append((method, route.path_regex))
+            elif not any(m == method and p.match(path) for m, p in earlier):
                 self._exact.setdefault((method, path), endpoint)
         self._paths = {path for _, path, _ in routes if "{" not in path}
-        self._patterns = [route.path_regex for route in table[:-1] if "{" in route.path]
+        self._patterns = [pattern for _, pattern in earlier]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path") and not self.user_middleware:
