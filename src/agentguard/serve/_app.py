@@ -27,6 +27,7 @@ from collections.abc import (
     Mapping,
 )
 from contextlib import asynccontextmanager
+from email.utils import formatdate
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
@@ -1002,6 +1003,8 @@ class GuardApp(Starlette):
         self._patterns = [pattern for _, pattern in earlier]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            send = _dated(send)
         if scope["type"] == "http" and not scope.get("root_path") and not self.user_middleware:
             method, path = scope["method"], scope["path"]
             endpoint = self._exact.get((method, path))
@@ -1021,6 +1024,29 @@ class GuardApp(Starlette):
                     await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+def _dated(send: Send) -> Send:
+    """``send``, adding a ``Date`` header to an answer that has none.
+
+    An answer passed on from the upstream carries the upstream's ``Date`` (and ``Server``); the
+    ASGI server's own are off (``agentguard serve`` starts uvicorn without them), or the caller
+    would get both twice. The server's own answers (``/health``, its errors) get the date here.
+    """
+
+    async def dated(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers") or ()
+            if not any(name.lower() == b"date" for name, _ in headers):
+                message = {**message, "headers": [*headers, (b"date", _http_date())]}
+        await send(message)
+
+    return dated
+
+
+def _http_date() -> bytes:
+    """The current time as an HTTP date (``Wed, 25 Nov 2026 04:40:00 GMT``)."""
+    return formatdate(usegmt=True).encode("ascii")
 
 
 async def _body(receive: Receive) -> bytes | None:
