@@ -258,9 +258,12 @@ def test_an_answer_passed_on_carries_the_upstreams_date_and_server_once(tmp_path
     forwarded answer had both headers twice. They are the upstream's, once; the server's own
     answers carry a date of their own and no ``Server``."""
     model = ScriptedModel([Reply.text("hi")], cycle=True)
-    with model.serve() as url, serve(tmp_path, url, {"memory_pressure": {"enabled": False}}) as (
-        base,
-        _,
+    with (
+        model.serve() as url,
+        serve(tmp_path, url, {"memory_pressure": {"enabled": False}}) as (
+            base,
+            _,
+        ),
     ):
         guarded = _chat(base, "dates")
         forwarded = httpx.get(f"{base}/v1/models/m", headers=AUTH, timeout=60)

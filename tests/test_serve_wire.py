@@ -236,6 +236,25 @@ async def test_a_forwarded_request_goes_out_as_it_came_whatever_it_holds(
 
 
 @pytest.mark.parametrize("make", _transports())
+async def test_a_compressed_request_goes_up_with_its_coding(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """A request body sent gzip-compressed goes upstream as it came, with its
+    ``Content-Encoding`` (the server dropped the header and sent the bytes: unreadable
+    upstream); a chat request the guard cannot read that way is forwarded the same way."""
+    raw, base = upstream
+    packed = gzip.compress(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+    coded = {"content-encoding": "gzip", "content-type": "application/json"}
+    async with _serving(base, make) as http:
+        files = await http.post("/v1/files", content=packed, headers=coded)
+        chat = await http.post("/v1/chat/completions", content=packed, headers=coded)
+    assert files.status_code == chat.status_code == 200
+    for _, sent, content in raw.requests[-2:]:
+        assert content == packed
+        assert [v for k, v in sent if k.lower() == b"content-encoding"] == [b"gzip"]
+
+
+@pytest.mark.parametrize("make", _transports())
 async def test_an_answer_with_a_content_coding_is_forwarded_decoded(
     upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
 ) -> None:

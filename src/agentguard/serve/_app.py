@@ -841,12 +841,16 @@ async def forward(
 async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     """The request of ``scope`` with ``body``, sent upstream: its target as the caller gave it
     (the query string's bytes as they came) and its headers' raw pairs (a header sent twice
-    stays two), but those of its connection."""
+    stays two), but those of its connection (its body's ``Content-Encoding`` kept)."""
     url = _target(server, scope.get("root_path", "") + scope["path"])
     query = scope.get("query_string")
     if query:
         url += "?" + query.decode()
-    headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP]
+    # the body goes as it came, so its coding goes with it (a gzip body without its
+    # Content-Encoding cannot be read upstream)
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP or k == b"content-encoding"
+    ]
     method = scope["method"]
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
