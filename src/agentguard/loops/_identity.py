@@ -182,6 +182,10 @@ _UNDECIDED: Any = object()
 _NOT_JSON: Any = object()
 
 
+#: Keys whose verdict (volatile or not) a stripping decoder remembers.
+_KEYS_REMEMBERED = 4096
+
+
 @functools.lru_cache(maxsize=16)  # one per set of volatile fields: the default, per policy
 def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Callable[[Any], Any]]:
     """A canonical JSON decoder that strips while it decodes, as :func:`_strip` after decoding.
@@ -192,20 +196,38 @@ def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Call
     an object's arrays, by the caller for a top-level array.
     """
 
+    # (strings shorter than any noise are kept without a call: most values are short)
+    short = _NOISE_MIN_CHARS
+
     def clean_list(items: list[Any]) -> list[Any]:
         out = []
         for raw in items:  # an object in the array was cleaned when it was built
             cls = raw.__class__
-            out.append(_denoise(raw) if cls is str else clean_list(raw) if cls is list else raw)
+            if cls is str:
+                out.append(raw if len(raw) < short else _denoise(raw))
+            else:
+                out.append(clean_list(raw) if cls is list else raw)
         return out
+
+    # whether a key is a volatile field, per key met: results repeat their keys in every object
+    # and on every call, and a dict lookup is cheaper than a call to the cached _field
+    drops: dict[str, bool] = {}
 
     def clean_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out = {}
         for key, raw in pairs:  # a repeated key keeps its last value, as dict() does
-            if _field(key) in volatile:
+            drop = drops.get(key)
+            if drop is None:
+                drop = _field(key) in volatile
+                if len(drops) < _KEYS_REMEMBERED:
+                    drops[key] = drop
+            if drop:
                 continue
             cls = raw.__class__
-            out[key] = _denoise(raw) if cls is str else clean_list(raw) if cls is list else raw
+            if cls is str:
+                out[key] = raw if len(raw) < short else _denoise(raw)
+            else:
+                out[key] = clean_list(raw) if cls is list else raw
         return out
 
     decoder = json.JSONDecoder(
