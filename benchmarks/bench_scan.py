@@ -3,14 +3,15 @@
 Goals (issue 18): >= 100,000 messages/s for the library scan and >= 50,000 messages/s for the
 command as a process, on one core, whatever the file's shape. Rates are messages per second of
 CPU time (the process's own, and the child's for the command), which is what one core gives:
-wall time on a machine shared with other work measures the neighbours too. The baseline is
-``json.loads`` of the same JSONL lines, the floor any scanner of the file pays; the loop
-detectors alone (``scan_transcript``, no file, no tool checks, no accounting) are the floor of
-the audit.
+wall time on a machine shared with other work measures the neighbours too; each row is the
+best of a few rounds (the neighbours only ever add time). The baseline is ``json.loads`` of the
+same JSONL lines, the floor any scanner of the file pays; the loop detectors alone
+(``scan_transcript``, no file, no tool checks, no accounting) are the floor of the audit.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
@@ -23,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from _harness import Table, verdict
+from agentguard.cli import _output
 from agentguard.cli._scan import scan_file
 from agentguard.config import GuardConfig
 from agentguard.loops import scan_transcript
 
 _SRC = Path(__file__).resolve().parent.parent / "src"
 _LIBRARY_GOAL, _COMMAND_GOAL = 100_000, 50_000
+_ROUNDS = 3  # each row: the best of this many runs
 
 
 def transcript(run: int) -> list[dict[str, Any]]:
@@ -49,24 +52,39 @@ def transcript(run: int) -> list[dict[str, Any]]:
     return msgs
 
 
-def _cpu(fn: Callable[[], object]) -> float:
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
+def _cpu(fn: Callable[[], object], rounds: int = _ROUNDS) -> float:
+    """The least CPU time of ``rounds`` runs of ``fn``."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
 
 
-def _command(args: list[str]) -> tuple[float, float]:
-    """``agentguard scan ARGS`` as a process: (wall seconds, CPU seconds of the child)."""
+def _command(args: list[str], rounds: int = _ROUNDS) -> float:
+    """``agentguard scan ARGS`` as a process: the least CPU seconds of the child in ``rounds``."""
     env = {**os.environ, "PYTHONPATH": str(_SRC)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "agentguard", "scan", *args, "--no-progress"],
-        check=True, env=env, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    best = float("inf")
+    for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(
+            [sys.executable, "-m", "agentguard", "scan", *args, "--no-progress"],
+            check=True, env=env, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, cpu)
+    return best
+
+
+def _print_json(path: str, audits: list[Any]) -> None:
+    """``--json``'s writing of the report, into a buffer."""
+    real, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        _output.print_json(path, audits)
+    finally:
+        sys.stdout = real
 
 
 def _shapes(tmp: Path, transcripts: list[list[dict[str, Any]]]) -> list[tuple[str, Path]]:
@@ -135,35 +153,59 @@ def run(quick: bool) -> list[Table]:
         base_cpu = _cpu(lambda: [json.loads(line) for line in lines])
         base = n / base_cpu
         table.rows.append(["json.loads of the JSONL (baseline)", n, base_cpu, base, 1.0, "-"])
-        cpu = _cpu(lambda: [scan_transcript(t) for t in transcripts])
+        # the detectors and the first shape's scan in alternate rounds: the note's account of
+        # the scan's cost outside the detectors is their difference
+        first = str(shapes[0][1])
+        cpu, first_cpu = float("inf"), float("inf")
+        for _ in range(_ROUNDS):
+            cpu = min(cpu, _cpu(lambda: [scan_transcript(t) for t in transcripts], 1))
+            first_cpu = min(first_cpu, _cpu(lambda: scan_file(first, config), 1))
         table.rows.append(["loop detectors alone (scan_transcript, no file)", n, cpu, n / cpu,
                            n / cpu / base, "-"])  # fmt: skip
         for label, path in shapes:
-            cpu = _cpu(lambda p=path: scan_file(str(p), config))
+            cpu = (
+                first_cpu if str(path) == first else _cpu(lambda p=path: scan_file(str(p), config))
+            )
             rate = n / cpu
             table.rows.append([f"library scan: {label}", n, cpu, rate, rate / base,
                                verdict(rate, _LIBRARY_GOAL, lower_is_better=False)])  # fmt: skip
         for label, path in shapes[:2]:
-            _, cpu = _command([str(path), "--json"])
+            cpu = _command([str(path), "--json"])
             rate = n / cpu
             table.rows.append([f"`agentguard scan --json` (process): {label}", n, cpu, rate,
                                rate / base, verdict(rate, _COMMAND_GOAL, lower_is_better=False)]
                               )  # fmt: skip
-        _, cpu = _command([str(shapes[0][1]), "--json", "--html", str(tmp / "report.html")])
+        cpu = _command([str(shapes[0][1]), "--json", "--html", str(tmp / "report.html")])
         rate = n / cpu
         table.rows.append(["`agentguard scan --json --html` (process): JSONL, a transcript per "
                            "line", n, cpu, rate, rate / base,
                            verdict(rate, _COMMAND_GOAL, lower_is_better=False)])  # fmt: skip
+        one = tmp / "one.jsonl"
+        one.write_text(json.dumps({"role": "user", "content": "hello"}) + "\n")
+        start_up = _command([str(one), "--json"])
+        table.rows.append(["`agentguard scan --json` (process): start-up, a one-message file", 1,
+                           start_up, "-", "-", "-"])  # fmt: skip
+        audits = scan_file(str(shapes[0][1]), config)
+        writing = _cpu(lambda: _print_json(str(shapes[0][1]), audits))
+        table.rows.append(["writing the `--json` report (library, after the scan)", n, writing,
+                           n / writing, n / writing / base, "-"])  # fmt: skip
         detectors, library = table.rows[1][3], table.rows[2][3]
         rest = 1e6 / library - 1e6 / detectors
+        bound = (
+            "bound it below the library's goal"
+            if detectors < _LIBRARY_GOAL
+            else "leave room for the library's goal"
+        )
         table.notes.append(
             f"The loop detectors alone run at {detectors:,.0f} messages/s "
             f"({1e6 / detectors:.1f} µs a message): they are {library / detectors:.0%} of the "
-            f"library scan's cost per message and bound it below both goals; the rest, about "
-            f"{rest:.1f} µs a message, is reading, the tool-call checks, the recovery ladder "
-            "and the accounting. The command adds its start-up (imports: about 0.3 s of CPU, "
-            "mostly the configuration models, the loop detectors and the validator) and "
-            "writing the report."
+            f"library scan's cost per message and {bound}; the rest, about {rest:.1f} µs a "
+            "message, is reading, the tool-call checks, the recovery ladder and the "
+            "accounting. The command adds its start-up "
+            f"({start_up:.2f} s of CPU: the interpreter, the configuration models the loop "
+            "detectors are built on, and the detectors; the guard package, jsonschema and "
+            "the HTML and table writers are not imported by a `--json` scan) and writing the "
+            f"report ({writing:.2f} s for these {runs:,} sessions)."
         )
         for mb in (4, 16) if not quick else (1, 2):
             path = _huge_item(tmp, mb * 1_000_000)

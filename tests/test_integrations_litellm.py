@@ -7,7 +7,12 @@ Runs in the ``litellm`` nox session; skipped where litellm is not installed.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import http.server
+import json
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -337,3 +342,165 @@ def test_the_proxy_caller_scopes_conversations_found_without_a_session() -> None
     assert len({one, two, header}) == 3
     assert "sk-live-secret" not in str(header)
     assert scope() is None
+
+
+# -- healthy traffic: the answer litellm returns, whole ---------------------------------------
+
+#: An answer with what a plain parse keeps only if it keeps everything: a second choice (n=2),
+#: logprobs, the system fingerprint, the service tier and the usage details.
+RICH = {
+    "id": "chatcmpl-rich",
+    "object": "chat.completion",
+    "created": 1_700_000_000,
+    "model": "plain-model-2024-11",
+    "system_fingerprint": "fp_1a2b",
+    "service_tier": "default",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Sunny in Paris.", "refusal": None},
+            "logprobs": {
+                "content": [{"token": "Sunny", "logprob": -0.1, "bytes": [83], "top_logprobs": []}]
+            },
+            "finish_reason": "stop",
+        },
+        {
+            "index": 1,
+            "message": {"role": "assistant", "content": "It is sunny.", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        },
+    ],
+    "usage": {
+        "prompt_tokens": 12,
+        "completion_tokens": 4,
+        "total_tokens": 16,
+        "prompt_tokens_details": {"cached_tokens": 8},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    },
+}
+
+
+@contextlib.contextmanager
+def canned(*answers: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A loopback upstream answering ``answers`` in turn (the last one again after them), and
+    the request bodies it received."""
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            body = json.dumps(answers[min(len(bodies), len(answers)) - 1]).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _ask(model: str, url: str, **extra: Any) -> Any:
+    return litellm.completion(
+        model=model,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        api_base=url,
+        api_key="sk-test-not-real",
+        n=2,
+        logprobs=True,
+        temperature=0.3,
+        **extra,
+    )
+
+
+def test_a_healthy_answer_is_the_one_litellm_returns_raw() -> None:
+    """Differential: raw litellm and the ``agentguard/`` provider on one upstream. The upstream
+    receives the same body, and the caller the same answer, field for field — the second
+    choice, logprobs, system fingerprint, service tier and usage details included (the guard
+    rebuilt it from the first choice before, losing all of them)."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    with canned(RICH) as (url, bodies):
+        raw = _ask("openai/plain-model", url)
+        guarded_answer = _ask("agentguard/openai/plain-model", url)
+    assert bodies[0] == bodies[1]
+    assert guarded_answer.model_dump() == raw.model_dump()
+    report = ag.report_of(guarded_answer)
+    assert report is not None
+    assert report.attempts[0].outcome == "ok"
+
+
+def test_a_repaired_answer_keeps_the_rest_of_the_upstreams_answer() -> None:
+    """The guard repairs the first choice's call; everything else is the upstream's."""
+    broken = copy.deepcopy(RICH)
+    broken["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"query": "paris weather"'},
+            }
+        ],
+    }
+    broken["choices"][0]["finish_reason"] = "tool_calls"
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    with canned(broken) as (url, _):
+        raw = _ask("openai/plain-model", url, tools=TOOLS).model_dump()
+        guarded_answer = _ask("agentguard/openai/plain-model", url, tools=TOOLS)
+    out = guarded_answer.model_dump()
+    call = out["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"]) == {"query": "paris weather"}
+    assert out["choices"][1] == raw["choices"][1]
+    assert out["choices"][0]["logprobs"] == raw["choices"][0]["logprobs"]
+    for key in ("system_fingerprint", "service_tier", "usage", "model", "id"):
+        assert out[key] == raw[key], key
+    report = ag.report_of(guarded_answer)
+    assert report is not None
+    assert report.repairs
+
+
+def test_an_answer_after_a_re_ask_bills_every_attempt() -> None:
+    """Healthy at the second attempt: the answer is the upstream's second one, but its usage is
+    the report's (both attempts), which the proxy's spend tracking reads."""
+    broken = copy.deepcopy(RICH)
+    broken["choices"] = [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "no_such_tool", "arguments": "{}"},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ]
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    with canned(broken, RICH) as (url, bodies):
+        answer = litellm.completion(
+            model="agentguard/openai/plain-model",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            api_base=url,
+            api_key="sk-test-not-real",
+            tools=TOOLS,
+        )
+    assert len(bodies) == 2
+    assert answer.choices[0].message.content == "Sunny in Paris."
+    assert answer.system_fingerprint == "fp_1a2b"
+    assert answer.usage.total_tokens == 32

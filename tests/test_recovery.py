@@ -1096,6 +1096,43 @@ def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() ->
     assert any("repeated answered calls (send_email)" in w for w in report.warnings)
 
 
+def test_after_an_overflow_the_parroted_answer_is_asked_for_again_compact() -> None:
+    """The recorded ``email_down`` run, one step on: the answer to the recovery turn copied the
+    turn back, and the guard asked again with the request and its results restated. It sent
+    the caller's whole conversation — the one that had overflowed — at 868 more tokens on
+    SmolLM2. After an overflow that re-ask is the compact one: the system messages and the
+    restated turn."""
+    history = _emails(4)
+    again = history[2 + 2 * 2]["tool_calls"][0]["function"]["arguments"]
+    tools = [tool("send_email", "to", "body")]
+    forced: list[ModelRequest] = []
+
+    def step(request: ModelRequest) -> Reply | Fault:
+        if len(request.messages) > 6:
+            return Fault(400, {}, "This model's maximum context length is 2048 tokens.")
+        if request.params.get("tool_choice") != "none":
+            return Reply.call("send_email", json.loads(again))
+        forced.append(request)
+        if len(forced) == 1:  # the recovery turn, copied back
+            return Reply.text(str(request.messages[-1]["content"]))
+        return Reply.text("The mail server is down; Bob was not emailed.")
+
+    model = ScriptedModel([step], cycle=True)
+    config = ag.GuardConfig.from_dict(
+        {"memory_pressure": {"enabled": False}, "tool_validation": {"answered_repeats_after": 1}},
+        env={},
+    )
+    client = wrapped_client(model, config)
+    answer = client.chat.completions.create(model="gpt-x", messages=history, tools=tools)
+    assert answer.choices[0].message.content == "The mail server is down; Bob was not emailed."
+    assert len(forced) == 2
+    compact = forced[1].messages
+    assert [m["role"] for m in compact] == ["system", "user"]
+    assert "SMTP server down" in str(compact[-1]["content"])  # the results, restated
+    report = report_of(answer)
+    assert any("copied the recovery turn back: asked again" in w for w in report.warnings)
+
+
 def test_another_400_is_not_shrunk() -> None:
     model = ScriptedModel([Fault(400, {}, "Invalid value for 'temperature'.")], cycle=True)
     client = wrapped_client(model, CONFIG)

@@ -425,6 +425,71 @@ async def test_routes_can_be_added(served: Callable[..., Served]) -> None:
         ROUTES[:] = before
 
 
+async def test_routes_of_a_fixed_path_and_middleware_are_served(
+    served: Callable[..., Served],
+) -> None:
+    """A route of a fixed path is served by its endpoint (the app's own dispatch, ahead of the
+    forwarding), the Starlette request in hand; middleware added to the app sees every
+    request, those of the server's own routes and the forwarded ones too."""
+
+    async def hello(server: GuardServer, request: Request) -> Response:
+        return JSONResponse({"path": request.url.path, "body": (await request.body()).decode()})
+
+    before = list(ROUTES)
+    add_route("put", "/v1/hello", hello)
+    try:
+        server = served([])
+        async with server.http() as http:
+            answer = await http.put("/v1/hello", content=b"hi")
+            assert answer.json() == {"path": "/v1/hello", "body": "hi"}
+
+            async def tagged(request: Request, call_next: Any) -> Response:
+                response: Response = await call_next(request)
+                response.headers["x-seen-by"] = "middleware"
+                return response
+
+            from starlette.middleware.base import BaseHTTPMiddleware
+
+            server.app.add_middleware(BaseHTTPMiddleware, dispatch=tagged)
+            again = await http.put("/v1/hello", content=b"hi")
+            health = await http.get("/health")
+            files = await http.get("/v1/files")  # forwarded upstream
+        assert again.json() == answer.json()
+        assert again.headers["x-seen-by"] == health.headers["x-seen-by"] == "middleware"
+        assert files.headers["x-seen-by"] == "middleware"
+    finally:
+        ROUTES[:] = before
+
+
+async def test_a_fixed_route_behind_a_matching_route_with_parameters_stays_behind_it(
+    served: Callable[..., Served],
+) -> None:
+    """Routes match in order, the app's own dispatch of fixed paths included: a fixed path
+    added after ``/hooks/{agent}`` that the earlier route matches is served by that one, as
+    Starlette's routing serves it; the same path for another method is the added route's."""
+    called: list[str] = []
+
+    async def special(server: GuardServer, request: Request) -> Response:
+        called.append(request.method)
+        return JSONResponse({"special": True})
+
+    before = list(ROUTES)
+    add_route("POST", "/hooks/special", special)
+    add_route("PUT", "/hooks/special", special)
+    try:
+        server = served([])
+        async with server.http() as http:
+            shadowed = await http.post("/hooks/special", content=b"{}")
+            other = await http.post("/hooks/other", content=b"{}")
+            own = await http.put("/hooks/special", content=b"{}")
+    finally:
+        ROUTES[:] = before
+    assert shadowed.status_code == other.status_code == 404  # the hooks' unknown agent
+    assert shadowed.json() == other.json()
+    assert own.json() == {"special": True}
+    assert called == ["PUT"]
+
+
 def test_serve_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     """``agentguard serve`` without ``--upstream`` and without tier endpoints says what is
     missing and exits 2, before listening anywhere."""

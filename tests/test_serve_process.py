@@ -251,3 +251,24 @@ def test_a_loop_is_judged_alike_across_two_servers_on_one_redis(
     assert taken[:4] == ["hint", "summary", "prune", "force"]  # the ladder, climbed
     assert any(status == 400 for status, _, _ in alone)  # and the loop stopped at last
     assert balanced == alone, (alone, balanced)
+
+
+def test_an_answer_passed_on_carries_the_upstreams_date_and_server_once(tmp_path: Path) -> None:
+    """uvicorn's own ``Date`` and ``Server`` went out beside the upstream's: every guarded or
+    forwarded answer had both headers twice. They are the upstream's, once; the server's own
+    answers carry a date of their own and no ``Server``."""
+    model = ScriptedModel([Reply.text("hi")], cycle=True)
+    with model.serve() as url, serve(tmp_path, url, {"memory_pressure": {"enabled": False}}) as (
+        base,
+        _,
+    ):
+        guarded = _chat(base, "dates")
+        forwarded = httpx.get(f"{base}/v1/models/m", headers=AUTH, timeout=60)
+        direct = httpx.get(f"{url}/models/m", headers=AUTH, timeout=60)
+        health = httpx.get(f"{base}/health", timeout=60)
+    assert guarded.status_code == 200
+    for answer in (guarded, forwarded):
+        assert answer.headers.get_list("server") == direct.headers.get_list("server")
+        assert len(answer.headers.get_list("date")) == 1
+    assert len(health.headers.get_list("date")) == 1
+    assert "server" not in health.headers

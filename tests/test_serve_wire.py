@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -48,6 +49,8 @@ ANSWER = json.dumps(
     indent=1,  # not the server's own serialisation: a re-encoding would show
 ).encode()
 CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
+TEAPOT = b'{"error": {"message": "short and stout", "code": "teapot"}}\n'
+
 ANSWER_HEADERS = [
     (b"Content-Type", b"application/json"),
     (b"X-Request-Id", b"req-7 with  spaces"),
@@ -87,6 +90,20 @@ class RawUpstream:
                 length = next((int(v) for k, v in headers if k.lower() == b"content-length"), 0)
                 body = await reader.readexactly(length)
                 self.requests.append((line, headers, body))  # type: ignore[arg-type]
+                if line.startswith(b"HEAD "):  # the head of the answer a GET would have
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ANSWER))
+                    continue
+                if b"/gzip" in line:  # a body with a content coding
+                    packed = gzip.compress(ANSWER)
+                    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
+                    writer.write(head % len(packed) + b"\r\n\r\n" + packed)
+                    continue
+                if b"/teapot" in line:  # an error, with a body and headers of its own
+                    head_out = [b"HTTP/1.1 418 I'm a teapot"]
+                    head_out += [k + b": " + v for k, v in ANSWER_HEADERS]
+                    head_out.append(b"Content-Length: %d" % len(TEAPOT))
+                    writer.write(b"\r\n".join(head_out) + b"\r\n\r\n" + TEAPOT)
+                    continue
                 if b"/chunked" in line:  # an answer of unknown length, in pieces
                     pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in CHUNKS] + [b"0\r\n\r\n"]
                     writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -166,6 +183,72 @@ async def test_the_upstream_gets_the_callers_bytes_and_the_caller_the_upstreams(
         assert sorted((k.lower(), v) for k, v in headers) == expected  # nothing added
         assert content == body
     assert raw.connections == 1  # one kept-alive connection for the three
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_a_forwarded_request_goes_out_as_it_came_whatever_it_holds(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """The forwarding path (the server's own, not Starlette's routing): a header sent twice
+    stays two, in order; a UTF-8 header value, a body that is no UTF-8 and a query string go
+    out as their bytes; a HEAD answer keeps the upstream's length; an error answer its body
+    and headers; a method the server's own route does not serve is forwarded too."""
+    raw, base = upstream
+    body = b"\xff\xfe no UTF-8 \x00 at all"
+    headers = [
+        (b"Authorization", f"Bearer {KEY}".encode()),
+        (b"X-Twice", b"one"),
+        (b"X-Twice", b"two"),
+        (b"X-Note", "café".encode()),
+        (b"Content-Type", b"application/octet-stream"),
+    ]
+    async with _serving(base, make) as http:
+        put = await http.put("/v1/files/a%20b?q=%C3%A9&q=2&empty=", content=body, headers=headers)
+        head = await http.head("/v1/files")
+        teapot = await http.post("/v1/teapot", content=b"{}")
+        other = await http.get("/v1/chat/completions")  # the route serves POST only
+    assert put.status_code == other.status_code == 200
+    assert put.content == other.content == ANSWER
+    assert put.headers.get_list("set-cookie") == ["a=1; Path=/", "b=2; Path=/"]
+    assert put.headers["content-length"] == str(len(ANSWER))
+    assert head.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == str(len(ANSWER))  # the upstream's, not 0
+    assert teapot.status_code == 418
+    assert teapot.content == TEAPOT
+    assert teapot.headers.get_list("set-cookie") == ["a=1; Path=/", "b=2; Path=/"]
+    assert teapot.headers["x-request-id"] == "req-7 with  spaces"
+    assert "x-agentguard-tier" not in teapot.headers  # forwarded, never guarded
+    lines = [line for line, _, _ in raw.requests]
+    assert lines == [
+        b"PUT /v1/files/a%20b?q=%C3%A9&q=2&empty= HTTP/1.1",
+        b"HEAD /v1/files HTTP/1.1",
+        b"POST /v1/teapot HTTP/1.1",
+        b"GET /v1/chat/completions HTTP/1.1",
+    ]
+    _, sent, content = raw.requests[0]
+    assert content == body
+    callers = [(k.lower(), v) for k, v in put.request.headers.raw if not hop_by_hop(k.decode())]
+    assert [h for h in callers if b"twice" in h[0]] == [(b"x-twice", b"one"), (b"x-twice", b"two")]
+    assert (b"x-note", "café".encode()) in callers
+    mine = [(k.lower(), v) for k, v in sent if k.lower() not in (b"host", b"content-length")]
+    assert mine == callers  # in order, each as it came
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_an_answer_with_a_content_coding_is_forwarded_decoded(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """A whole answer is read in one piece where no content coding is to be undone; a gzip
+    answer is decoded as before (its ``Content-Encoding`` and length are the connection's)."""
+    raw, base = upstream
+    async with _serving(base, make) as http:
+        packed = await http.get("/v1/gzip")
+        plain = await http.get("/v1/files")
+    assert packed.content == plain.content == ANSWER
+    assert "content-encoding" not in packed.headers
+    assert packed.headers["content-length"] == str(len(ANSWER))
+    assert raw.connections == 1
 
 
 @pytest.mark.parametrize("make", _transports())

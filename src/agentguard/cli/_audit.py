@@ -80,6 +80,7 @@ class SessionAudit:
         self._open: Issue | None = None  # the loop finding the turns in a loop are charged to
         self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
+        self._index = 0  # the next message's index in the session
         #: the latest messages: ``[index, message, its context line once made]`` (a line is
         #: made once, however many findings around it show it)
         self._recent: deque[list[Any]] = deque(maxlen=3)
@@ -89,7 +90,7 @@ class SessionAudit:
     @property
     def messages(self) -> int:
         """Messages fed so far."""
-        return self.scanner.messages_seen
+        return self._index
 
     @property
     def declared(self) -> frozenset[str] | None:
@@ -116,37 +117,45 @@ class SessionAudit:
     ) -> None:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it
         (``prompt_tokens`` of them prompt), ``model``: the model that answered."""
+        # one pass per message, in the order the guard sees it: the request it completes (an
+        # answer), the loop verdict, the calls, the accounting; kept flat, it runs per message
         scanner = self.scanner
         issues = self.issues
-        index = scanner.messages_seen
+        index = self._index
+        self._index = index + 1
+        before = len(issues)
         role = message.get("role")
         if model:
             self._model = model
-        if role == "assistant":
-            self.steps += 1
-            self._request(self.steps)
-        before = len(issues)
-        step = self.steps if role == "assistant" else self.steps + 1
-        found = scanner.feed(message)
-        severity = scanner.last_severity
-        if role != "assistant":
-            self.ladder.message(severity, scanner.last_detector)
-        if found or (severity and role == "assistant"):
-            self._loops(found, role, step, severity)
         content = message.get("content")
         size = len(content) + 8 if content.__class__ is str else 8
-        code = ROLE_OTHER
         if retry:
             self.retry_tokens += retry
         if role == "assistant":
+            self.steps = step = self.steps + 1
+            if self._awaiting or self.ladder.new:
+                self._request(step)
+            found = scanner.feed(message)
+            severity = scanner.last_severity
+            if found or severity:
+                self._loops(found, step, severity, answer=True)
             calls = message.get("tool_calls")
             code = ROLE_CALL if calls else ROLE_TEXT
-            size += self._answer(index, message, size, tokens, prompt_tokens)
-        elif role == "tool":
-            code = ROLE_TOOL
-            self.calls.result(message)
-        elif tokens:
-            self.tokens += tokens
+            size += self._answer(index, message, calls, content, size, tokens=tokens,
+                                 prompt_tokens=prompt_tokens)  # fmt: skip
+        else:
+            found = scanner.feed(message)
+            severity = scanner.last_severity
+            self.ladder.message(severity, scanner.last_detector)
+            if found:
+                self._loops(found, self.steps + 1, severity, answer=False)
+            if role == "tool":
+                code = ROLE_TOOL
+                self.calls.result(message, content)
+            else:
+                code = ROLE_OTHER
+                if tokens:
+                    self.tokens += tokens
         if severity and not self._turn_in_loop:  # WARNING or worse: this turn is in a loop
             self._turn_in_loop = True
             self.loop_tokens += self._turn[0]
@@ -158,12 +167,12 @@ class SessionAudit:
             self.timeline.append(code | (severity << 2) | flag)
             self._remember(index, message)
 
-    def _answer(self, index: int, message: Mapping[str, Any], size: int, tokens: int | None,
-                prompt_tokens: int | None) -> int:  # fmt: skip
+    def _answer(self, index: int, message: Mapping[str, Any], calls: Any, content: Any,
+                size: int, *, tokens: int | None, prompt_tokens: int | None) -> int:  # fmt: skip
         """Check an answer's calls and count its model call; returns the calls' size."""
         issues = self.issues
         checked = len(issues)
-        call_chars, problems = self.calls.check(index, self.steps, message)
+        call_chars, problems = self.calls.check(index, self.steps, message, calls, content)
         for p in problems:
             self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
                             p.action))  # fmt: skip
@@ -209,12 +218,12 @@ class SessionAudit:
                 self._context[id(issue)].append(line)
             self._following = [(i, n - 1) for i, n in self._following if n > 1]
 
-    def _loops(self, found: list[Any], role: Any, step: int, severity: Severity) -> None:
+    def _loops(self, found: list[Any], step: int, severity: Severity, *, answer: bool) -> None:
         """Loop findings of a message, with what the guard does about them: an answer's now,
         a request's once the request is complete (:meth:`_request`)."""
         action = ""
-        if role == "assistant" and severity:
-            action = self.ladder.answer(step, severity, self.scanner.last_detector)
+        if answer and severity:
+            action = self.ladder.answer(step, severity, self.scanner.last_detector, self._model)
         for f in found:
             issue = Issue(f.index, f.severity, "loop", f.detector, f.tool, f.count, f.message,
                           step, action)  # fmt: skip
@@ -258,9 +267,13 @@ class SessionAudit:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung
         of its loop recovery ladder, or a repair or re-ask of a tool call (a warning in its
         report is no act), ``None`` when it never would have."""
-        acts = [(step, action, det or "loop") for step, action, det in self.ladder.acts]
-        acts += [(i.step, i.action, i.detector) for i in self.issues if i.category == "tool_call"]
-        return min(acts, key=lambda a: a[0], default=None)
+        acts = self.ladder.acts
+        earliest = min(acts, key=_step) if acts else None  # the first of the earliest
+        first = None if earliest is None else (earliest[0], earliest[1], earliest[2] or "loop")
+        for i in self.issues:  # a tool call's finding only when strictly earlier
+            if i.category == "tool_call" and (first is None or i.step < first[0]):
+                first = (i.step, i.action, i.detector)
+        return first
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -287,6 +300,10 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+def _step(act: tuple[int, str, str | None]) -> int:
+    return act[0]
 
 
 def _line(entry: list[Any]) -> tuple[int, str, str]:

@@ -79,35 +79,31 @@ class CallChecks:
                 self._validator = None
         self.declared = frozenset(names)
 
-    def check(self, index: int, step: int, message: Mapping[str, Any]) -> tuple[int, list[Problem]]:
-        """Check an answer's tool calls (or its text for calls): the calls' size in
-        characters, and the problems found."""
-        self._found = []
-        calls = message.get("tool_calls")
-        if calls:
-            self.last_calls = index
-        size = self._check_calls(index, step, message, calls, message.get("content"))
-        return size, self._found
-
-    def _check_calls(self, index: int, step: int, message: Mapping[str, Any], calls: Any,
-                     content: Any) -> int:  # fmt: skip
-        size = 0
+    def check(self, index: int, step: int, message: Mapping[str, Any], calls: Any,
+              content: Any) -> tuple[int, Sequence[Problem]]:  # fmt: skip
+        """Check an answer's tool calls (``calls``, its ``tool_calls``) or its text
+        (``content``) for calls: the calls' size in characters, and the problems found."""
         if not calls:
             if content.__class__ is str:  # extract_calls returns at once on text without calls
                 extracted = extract_calls(content)
                 if extracted is not None:
                     names = ", ".join(str(name) for name, _ in extracted.calls)
-                    self._issue(
-                        index,
-                        Severity.WARNING,
-                        "text_tool_call",
-                        str(extracted.calls[0][0]),
+                    action = "repair" if self.config.tool_validation.repair else "recovery"
+                    text = (
                         f"tool call written as text ({extracted.style}) instead of tool_calls: "
-                        f"{names}",
-                        step=step,
-                        action="repair" if self.config.tool_validation.repair else "recovery",
+                        f"{names}"
                     )
-            return 0
+                    tool = str(extracted.calls[0][0])
+                    return 0, [Problem(index, Severity.WARNING, "text_tool_call", tool, text,
+                                       step, action)]  # fmt: skip
+            return 0, ()
+        self.last_calls = index
+        self._found = []
+        size = self._check_calls(index, step, message, calls)
+        return size, self._found
+
+    def _check_calls(self, index: int, step: int, message: Mapping[str, Any], calls: Any) -> int:
+        size = 0
         validator = self._validator
         if validator is not None and isinstance(calls, list):
             report = validator.validate(message)
@@ -120,22 +116,30 @@ class CallChecks:
                     text = f"{repair} (the guard repairs this locally)"
                     self._issue(index, Severity.WARNING, kind, _name(calls, repair.tool_call_id),
                                 text, step=step, action="repair")  # fmt: skip
+        tools = self.tools
+        pending = self._pending
         for call in calls if isinstance(calls, list) else ():
             if not isinstance(call, dict):
                 continue
             fn = call.get("function")
-            name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
-            arguments = fn.get("arguments") if isinstance(fn, dict) else None
-            self.stats(name).calls += 1
+            if isinstance(fn, dict):
+                name = str(fn.get("name") or "")
+                arguments = fn.get("arguments")
+            else:
+                name, arguments = "", None
+            stats = tools.get(name)
+            if stats is None:
+                stats = self.stats(name)
+            stats.calls += 1
             if isinstance(arguments, str):
                 size += len(arguments) + len(name)
             if validator is None:
                 self._check_call(index, step, name, arguments)
             call_id = call.get("id")
             if call_id is not None:
-                self._pending[str(call_id)] = name
-                if len(self._pending) > 256:
-                    self._pending.popitem(last=False)
+                pending[str(call_id)] = name
+                if len(pending) > 256:
+                    pending.popitem(last=False)
         return size
 
     def _check_call(self, index: int, step: int, name: str, arguments: Any) -> None:
@@ -163,12 +167,12 @@ class CallChecks:
         ):
             self._unconfirmed[name] = (index, step)
 
-    def result(self, message: Mapping[str, Any]) -> None:
-        """A tool result: the name it answers worked, or failed (and maybe is no tool)."""
+    def result(self, message: Mapping[str, Any], content: Any) -> None:
+        """A tool result (``content``, its content): the name it answers worked, or failed
+        (and maybe is no tool)."""
         name = self._pending.pop(str(message.get("tool_call_id")), None) or message.get("name")
         if not (isinstance(name, str) and name):
             return
-        content = message.get("content")
         if not is_error_result(content):
             if len(self.working) < _MAX_NAMES:
                 self.working.add(name)

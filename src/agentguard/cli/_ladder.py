@@ -7,22 +7,21 @@ asks the model: a loop there, at WARNING or above, climbs one rung of
 ladder. It judges the answer too: at BREAK the answer is not delivered and the model is asked
 again one rung higher (``stop`` when there is none); below BREAK the answer passes with a
 warning in the report (``warn``). The rungs are climbed by the guard's own
-:func:`agentguard.guard._recovery.climb`; ``escalate`` is resolved by the escalation policy
+:func:`agentguard._rungs.climb`; ``escalate`` is resolved by the escalation policy
 (``stop`` when no stronger tier takes ``loop_detected``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from agentguard._rungs import TEXT_DETECTORS, climb
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationPolicy
 from agentguard.types import Severity
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 __all__ = ["Ladder"]
+
+#: the severities compared per message, looked up once (an enum member's lookup is slow)
+_OK, _WARNING, _BREAK = Severity.OK, Severity.WARNING, Severity.BREAK
 
 
 class Ladder:
@@ -38,62 +37,72 @@ class Ladder:
         self.taken: list[tuple[int, str]] = []
         #: what each rung does, escalation resolved: ``(step, action, detector)``
         self.acts: list[tuple[int, str, str | None]] = []
+        #: whether the request being gathered has messages the guard had not seen
+        self.new = False
+        self._recovery = config.loop_detection.recovery
         self._rung = -1
-        self._worst = Severity.OK  # the request being gathered: its worst verdict
+        self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
-        self._new = False  # the request has messages the guard had not seen
-        self._model: str | None = None
+        #: the rung :func:`climb` gives, by ``(rung before, at BREAK, a tool loop)``, shared by
+        #: the ladders of equal rungs: a loop climbs at every message it goes on
+        self._rungs = rungs = tuple(self._recovery.rungs)
+        if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
+            _CLIMBS.clear()
+        self._climbs = _CLIMBS.setdefault(rungs, {})
+        self._escalation: dict[str | None, str] = {}  # model -> what ``escalate`` does
 
     def message(self, severity: Severity, detector: str | None) -> None:
         """A message of the next request (a tool result, a user turn), judged at ``severity``."""
-        self._new = True
+        self.new = True
         if severity > self._worst:
             self._worst, self._detector = severity, detector
 
     def request(self, step: int, model: str | None = None) -> str | None:
-        """The guard receives the request of ``step``: the rung it takes (``None``: none)."""
-        self._model = model or self._model
-        worst, detector, new = self._worst, self._detector, self._new
-        self._worst, self._detector, self._new = Severity.OK, None, False
-        if worst < Severity.WARNING:
-            if new:
-                self._rung = -1  # out of the loop: a later one starts the ladder again
+        """The guard receives the request of ``step`` (asking ``model``): the rung it takes
+        (``None``: none)."""
+        if not self.new:  # nothing new since the last request: nothing to judge
             return None
-        return self._climb(step, worst, detector, reask=False)
+        worst, detector = self._worst, self._detector
+        self._worst, self._detector, self.new = _OK, None, False
+        if worst < _WARNING:
+            self._rung = -1  # out of the loop: a later one starts the ladder again
+            return None
+        return self._climb(step, worst, detector, model, reask=False)
 
-    def answer(self, step: int, severity: Severity, detector: str | None) -> str:
-        """The answer of ``step`` judged at ``severity`` (WARNING or above): what the guard does
-        with it."""
-        if severity < Severity.BREAK:
+    def answer(self, step: int, severity: Severity, detector: str | None,
+               model: str | None = None) -> str:  # fmt: skip
+        """The answer of ``step`` (by ``model``) judged at ``severity`` (WARNING or above):
+        what the guard does with it."""
+        if severity < _BREAK:
             return "warn"
-        return self._climb(step, severity, detector, reask=True)
+        return self._climb(step, severity, detector, model, reask=True)
 
-    def _climb(self, step: int, severity: Severity, detector: str | None, *, reask: bool) -> str:
-        climb, text_detectors = _recovery()
-        cfg = self.config.loop_detection.recovery
+    def _climb(self, step: int, severity: Severity, detector: str | None, model: str | None,
+               *, reask: bool) -> str:  # fmt: skip
+        cfg = self._recovery
         before = self._rung
-        self._rung = climb(before, severity, cfg, tool_loop=detector not in text_detectors)
-        rung = "stop" if reask and self._rung <= before else cfg.rungs[self._rung]
+        key = (before, severity >= _BREAK, detector not in TEXT_DETECTORS)
+        rung_at = self._climbs.get(key)
+        if rung_at is None:
+            rung_at = self._climbs[key] = climb(before, severity, cfg, tool_loop=key[2])
+        self._rung = rung_at
+        rung = "stop" if reask and rung_at <= before else self._rungs[rung_at]
         self.taken.append((step, rung))
         action: str = rung
         if rung == "escalate":
-            policy = EscalationPolicy(self.config)
-            decision = policy.on_failure(policy.tier_for(self._model or ""), "loop_detected")
-            action = "stop" if decision.action == "stop" else "escalate"
+            action = self._escalation.get(model) or self._escalate(model)
         self.acts.append((step, action, detector))
         return action
 
+    def _escalate(self, model: str | None) -> str:
+        """What the ``escalate`` rung does for ``model``: ``stop`` when no stronger tier takes
+        ``loop_detected``."""
+        policy = EscalationPolicy(self.config)
+        decision = policy.on_failure(policy.tier_for(model or ""), "loop_detected")
+        action = self._escalation[model] = "stop" if decision.action == "stop" else "escalate"
+        return action
 
-_RECOVERY: tuple[Callable[..., int], frozenset[str]] | None = None
 
-
-def _recovery() -> tuple[Callable[..., int], frozenset[str]]:
-    """The guard's ladder rule, imported when a loop first needs it (the guard package is
-    large; a scan of healthy runs never loads it), then kept: an import statement run at every
-    rung costs more than the climb."""
-    global _RECOVERY  # noqa: PLW0603 - a cache filled once
-    if _RECOVERY is None:
-        from agentguard.guard._recovery import TEXT_DETECTORS, climb  # noqa: PLC0415
-
-        _RECOVERY = climb, TEXT_DETECTORS
-    return _RECOVERY
+#: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
+#: builds configs without end cannot grow it)
+_CLIMBS: dict[tuple[str, ...], dict[tuple[int, bool, bool], int]] = {}

@@ -27,7 +27,8 @@ from agentguard.types import Severity
 
 from . import _output
 from ._audit import SessionAudit
-from ._formats import FORMATS, InputError, Record, open_counted, records
+from ._formats import FORMATS, InputError, Messages, Record, open_counted, runs
+from ._formats import message as checked
 
 if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is throughput
     from agentguard.budget import PriceTable
@@ -104,6 +105,15 @@ def _scan(args: argparse.Namespace) -> int:
         print(f"agentguard scan: {exc}", file=sys.stderr)
         return 2
     progress = not args.no_progress and _terminal()
+    # the reports are written under the scan's collector setting too: they build an object
+    # per finding over the heap of audits, which would make the collector walk it again
+    with _collecting_rarely():
+        return _scan_and_report(args, config, prices, progress=progress)
+
+
+def _scan_and_report(
+    args: argparse.Namespace, config: GuardConfig, prices: PriceTable | None, *, progress: bool
+) -> int:
     try:
         audits = scan_file(
             args.file,
@@ -210,27 +220,36 @@ def scan_file(
     The cyclic garbage collector runs rarely meanwhile (:func:`_collecting_rarely`)."""
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
+    session: str | None = None
+    audit: SessionAudit | None = None
     with stream:
-        found = records(stream, path, fmt)
-        for record in _with_progress(found, counter, path) if progress else found:
-            audit = audits.get(record.session)
-            if audit is None:
-                timeline_bytes = bytearray() if timeline else None
-                audit = SessionAudit(record.session, config, timeline_bytes, prices)
-                audits[record.session] = audit
-            if record.tools:
-                audit.declare(record.tools)
-            if record.message is None:
-                audit.retry_tokens += record.retry_tokens
-                audit.tokens += record.tokens or 0
+        found = runs(stream, path, fmt, group=True)
+        for run in _with_progress(found, counter, path) if progress else found:
+            name = run[0]
+            if name != session or audit is None:  # runs of one session's messages are common
+                session = name
+                audit = audits.get(name)
+                if audit is None:
+                    timeline_bytes = bytearray() if timeline else None
+                    audit = audits[name] = SessionAudit(name, config, timeline_bytes, prices)
+            if isinstance(run, Messages):  # a transcript: its messages fed in one loop
+                _, messages, where, tools, _ = run
+                if tools:
+                    audit.declare(tools)  # once: declaring the same tools again changes nothing
+                feed = audit.feed
+                for message in messages:
+                    if message.__class__ is not dict:
+                        checked(message, where)  # an InputError when it is no message
+                    feed(message)
                 continue
-            audit.feed(
-                record.message,
-                record.tokens,
-                record.retry_tokens,
-                model=record.model,
-                prompt_tokens=record.prompt_tokens,
-            )
+            _, message, _, tokens, tools, retry, model, prompt_tokens = run
+            if tools:
+                audit.declare(tools)
+            if message is None:
+                audit.retry_tokens += retry
+                audit.tokens += tokens or 0
+                continue
+            audit.feed(message, tokens, retry, model=model, prompt_tokens=prompt_tokens)
     for audit in audits.values():
         audit.finish()
     return list(audits.values())
@@ -243,7 +262,8 @@ def _terminal() -> bool:
     return Console(stderr=True).is_terminal
 
 
-def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator[Record]:
+def _with_progress(items: Iterator[Record | Messages], counter: Any,
+                   path: str) -> Iterator[Record | Messages]:  # fmt: skip
     from rich.console import Console  # noqa: PLC0415 - a progress bar only on a terminal
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
@@ -262,8 +282,11 @@ def _with_progress(items: Iterator[Record], counter: Any, path: str) -> Iterator
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(os.path.basename(path), total=size)
-        for n, item in enumerate(items):
-            if n % _PROGRESS_EVERY == 0:
+        due = 0  # messages until the next update
+        for item in items:
+            if due <= 0:
                 bar.update(task, completed=counter.count)
+                due = _PROGRESS_EVERY
+            due -= len(item.messages) if isinstance(item, Messages) else 1
             yield item
         bar.update(task, completed=size)

@@ -78,6 +78,10 @@ def _serve(args: argparse.Namespace) -> int:
         lifespan="on",
         loop=loop,
         http=http,
+        # an answer passed on carries the upstream's Date and Server: uvicorn's own would go
+        # out beside them, each header twice (the app dates its own answers, see _dated)
+        server_header=False,
+        date_header=False,
     )
     return 0
 

@@ -892,8 +892,12 @@ class Pipeline:
                 "the answer copied the recovery turn back: asked again with the request and "
                 "its results"
             )
-            # the caller's conversation, not one the guard added its notes to
-            self._from_results(call, "parroted_recovery", call.request.messages)
+            # the caller's conversation, not one the guard added its notes to; after a
+            # context overflow only its system messages and the restated turn (the whole
+            # conversation is known not to fit: it is what overflowed)
+            self._from_results(
+                call, "parroted_recovery", call.request.messages, compact=call.shrunk
+            )
             return None
         if self._above(call, "loop_detected"):
             error = LoopDetected(

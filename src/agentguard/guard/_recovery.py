@@ -27,13 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentguard._rungs import TEXT_DETECTORS, climb
 from agentguard.config import LoopRecoveryConfig
 from agentguard.config._models import RecoveryRung
 from agentguard.exceptions import LoopDetected
-from agentguard.loops._detectors import REGISTRY
 from agentguard.loops._identity import call_key, content_text, result_key
 from agentguard.transport import ORIGINAL, ModelRequest
-from agentguard.types import Severity
 
 __all__ = [
     "NOTE_PREFIX",
@@ -55,14 +54,9 @@ __all__ = [
 
 #: What every note the guard adds to a conversation starts with.
 NOTE_PREFIX = "[agentguard] "
-#: The rungs a loop at BREAK starts at, at least (the first of them in the configured ladder).
-_AT_BREAK: tuple[RecoveryRung, ...] = ("force", "escalate", "stop")
 #: Chat roles; any other role stands for an item the pipeline has no chat form for (a
 #: Responses ``reasoning`` item), which belongs to the call after it.
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-
-#: The detectors of loops in the model's text rather than in its tool calls.
-TEXT_DETECTORS = frozenset(d.name for d in REGISTRY if d.consumes == {"text"})
 
 # What providers answer when they refuse a conversation as a loop on their side (an HTTP 400
 # after which every later request of the conversation is refused too).
@@ -406,24 +400,6 @@ def rung_request(
     else:
         raise ValueError(f"the {rung!r} rung sends no request")
     return replaced(request, messages=sent)
-
-
-def climb(
-    current: int, severity: Severity, config: LoopRecoveryConfig, *, tool_loop: bool = True
-) -> int:
-    """The rung (an index into ``config.rungs``) a request at ``severity`` gets, when the run's
-    last one was ``current`` (-1: none yet): the next one, and at BREAK a forcing one at least.
-
-    A loop in the text (``tool_loop`` false) skips ``force``: the model already answers in text,
-    turning its tools off changes nothing.
-    """
-    rungs = config.rungs
-    usable = [i for i, rung in enumerate(rungs) if tool_loop or rung != "force"]
-    step = next((i for i in usable if i > current), usable[-1])
-    if severity >= Severity.BREAK:
-        floor = next((i for i in usable if rungs[i] in _AT_BREAK), step)
-        step = max(step, floor)
-    return step
 
 
 def provider_refusal(error: BaseException, *, session: str | None = None) -> LoopDetected | None:

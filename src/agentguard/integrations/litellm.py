@@ -214,22 +214,70 @@ def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]
 
 
 def _result(response: ModelResponse, report: GuardReport | None) -> Any:
-    """The litellm ``ModelResponse`` to hand back; its hidden headers carry the report."""
+    """The litellm ``ModelResponse`` to hand back; its hidden headers carry the report.
+
+    An answer from litellm (every tier is reached through it) is handed back as litellm
+    returned it while the guard changed nothing — every choice, ``logprobs``,
+    ``system_fingerprint``, ``service_tier`` and the usage details included — and otherwise
+    rebuilt from it with the guard's message in the first choice; the usage is the report's
+    (every attempt's) when the call took more than one attempt.
+    """
     litellm = _litellm()
     raw = response.raw
-    usage = report.usage if report is not None else response.usage
-    out = litellm.ModelResponse(
-        id=response.id or getattr(raw, "id", None),
-        created=getattr(raw, "created", None),
-        model=response.model or getattr(raw, "model", None),
-        choices=[
-            {"index": 0, "message": dict(response.message), "finish_reason": response.finish_reason}
-        ],
-        usage=_usage(usage) if usage is not None else None,
-    )
+    if isinstance(raw, litellm.ModelResponse):
+        out = _upstream_answer(litellm, raw, response, report)
+    else:
+        usage = report.usage if report is not None else response.usage
+        out = litellm.ModelResponse(
+            id=response.id or getattr(raw, "id", None),
+            created=getattr(raw, "created", None),
+            model=response.model or getattr(raw, "model", None),
+            choices=[
+                {
+                    "index": 0,
+                    "message": dict(response.message),
+                    "finish_reason": response.finish_reason,
+                }
+            ],
+            usage=_usage(usage) if usage is not None else None,
+        )
     if report is not None:
-        out._hidden_params["additional_headers"] = headers_of(report)
+        hidden = out._hidden_params
+        hidden["additional_headers"] = {
+            **(hidden.get("additional_headers") or {}),
+            **headers_of(report),
+        }
         attach_report(out, report)
+    return out
+
+
+def _upstream_answer(
+    litellm: Any, raw: Any, response: ModelResponse, report: GuardReport | None
+) -> Any:
+    """litellm's own answer ``raw``, or a copy of it carrying what the guard changed: the first
+    choice's message and finish reason, and the usage of every attempt."""
+    data = raw.model_dump()
+    original = ModelResponse.from_body(data)
+    same = original.finish_reason == response.finish_reason and all(
+        (original.message.get(k) or None) == (response.message.get(k) or None)
+        for k in ("content", "tool_calls")
+    )
+    usage = report.usage if report is not None else None
+    billed = usage is None or (
+        original.usage is not None and original.usage.total_tokens == usage.total_tokens
+    )
+    if same and billed:
+        return raw
+    if not same:
+        first = data["choices"][0]
+        data["choices"] = [
+            {**first, "message": dict(response.message), "finish_reason": response.finish_reason},
+            *data["choices"][1:],  # the other choices (n > 1) pass through unchanged
+        ]
+    if not billed and usage is not None:
+        data["usage"] = _usage(usage)
+    out = litellm.ModelResponse(**data)
+    out._hidden_params = dict(getattr(raw, "_hidden_params", None) or {})
     return out
 
 

@@ -77,7 +77,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             sock_connect=timeout.get("connect"),
             sock_read=timeout.get("read"),
         )
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        headers = [(k.decode("latin-1"), _text(v)) for k, v in request.headers.raw]
         try:
             response = await self._opened().request(
                 request.method,
@@ -110,6 +110,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._session = None
 
 
+def _text(value: bytes) -> str:
+    """A header value as aiohttp takes it: aiohttp writes header values as UTF-8, so a value
+    that is UTF-8 goes out as the bytes it came as (any other as its Latin-1 reading)."""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
 class _Body(httpx.AsyncByteStream):
     """An aiohttp answer's body, piece by piece as it arrives."""
 
@@ -121,6 +130,21 @@ class _Body(httpx.AsyncByteStream):
         try:
             async for piece in self._response.content.iter_any():
                 yield piece
+        except BaseException as exc:
+            error = _httpx_error(exc, self._request, reading=True)
+            if error is exc:
+                raise
+            raise error from exc
+
+    async def read_whole(self) -> bytes | None:
+        """The whole body in one read (``None`` when it has a content coding, which httpx's
+        reading undoes: see :func:`agentguard.serve._upstream.read_whole`)."""
+        response = self._response
+        codings = ",".join(response.headers.getall("Content-Encoding", ())).split(",")
+        if any(c.strip().lower() not in ("", "identity") for c in codings):
+            return None
+        try:
+            return await response.read()
         except BaseException as exc:
             error = _httpx_error(exc, self._request, reading=True)
             if error is exc:

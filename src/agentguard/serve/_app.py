@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import random
+import re
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -26,6 +27,7 @@ from collections.abc import (
     Mapping,
 )
 from contextlib import asynccontextmanager
+from email.utils import formatdate
 from typing import Any
 
 import anyio
@@ -34,7 +36,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
@@ -63,6 +65,7 @@ from agentguard.types import Tier
 
 from ._upstream import (
     FORWARD,
+    HOP_BY_HOP,
     Answer,
     Event,
     Forward,
@@ -70,10 +73,11 @@ from ._upstream import (
     Pool,
     UpstreamError,
     hop_by_hop,
+    read_whole,
     responses_request,
 )
 
-__all__ = ["ROUTES", "Endpoint", "GuardServer", "add_route", "create_app"]
+__all__ = ["ROUTES", "Endpoint", "GuardApp", "GuardServer", "add_route", "create_app"]
 
 #: An endpoint of the server: the shared :class:`GuardServer` and the request, to a response.
 Endpoint = Callable[["GuardServer", Request], Awaitable[Response]]
@@ -133,13 +137,7 @@ class GuardServer:
 
     def caller(self, request: Request) -> str:
         """The caller's fingerprint (``""`` when the request names no key)."""
-        for name in _KEY_HEADERS:
-            value = request.headers.get(name)
-            if value:
-                register_secret(value)  # forwarded upstream: never shown in an error
-                register_secret(value.removeprefix("Bearer ").strip())
-                return caller_scope(value)
-        return ""
+        return _caller(request.headers)
 
     def guard_for(self, caller: str) -> AsyncGuard:
         """The guard of one caller (made on first use; its budgets are scoped to it)."""
@@ -256,12 +254,70 @@ def _monotonic() -> float:
     return time.monotonic()  # noqa: TID251 - the server's own pacing, never a decision's clock
 
 
+def _caller(headers: Mapping[str, str]) -> str:
+    """The fingerprint of the caller whose request has ``headers`` (lowercase names; ``""``
+    when they name no key)."""
+    for name in _KEY_HEADERS:
+        value = headers.get(name)
+        if value:
+            register_secret(value)  # forwarded upstream: never shown in an error
+            register_secret(value.removeprefix("Bearer ").strip())
+            return caller_scope(value)
+    return ""
+
+
 # -- answers --------------------------------------------------------------------------------
 
 
 def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """An upstream answer's headers to pass on (not those of its connection or encoding)."""
     return {k: v for k, v in headers.items() if not hop_by_hop(k)}
+
+
+class _Whole(Response):
+    """An answer sent whole, its headers given as the raw pairs they go out as.
+
+    Starlette's ``Response`` reads its headers from a mapping and encodes them again; an
+    answer passed on from the upstream has its pairs already (a header sent twice stays two).
+    """
+
+    def __init__(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status
+        self.body = body
+        self.background = None
+        self.raw_headers = headers
+
+
+def _whole(
+    status: int,
+    body: bytes,
+    upstream: httpx.Headers,
+    extra: Mapping[str, str] | None = None,
+    *,
+    head: bool = False,
+) -> Response:
+    """An upstream answer to send whole: its headers as they came, but those of its connection
+    and encoding (a header sent twice stays two) and any ``extra`` names (the guard's own
+    headers, added after them); the body's ``Content-Length`` as Starlette sets it (none on a
+    1xx, 204 or 304), for a ``head`` request the upstream's own (the length of the body it did
+    not send)."""
+    added = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]
+    names = {k for k, _ in added}
+    out: list[tuple[bytes, bytes]] = []
+    length: list[tuple[bytes, bytes]] = []
+    for key, value in upstream.raw:
+        name = key.lower()
+        if name not in HOP_BY_HOP:
+            if name not in names:
+                out.append((name, value))
+        elif name == b"content-length":
+            length = [(name, value)]
+    out += added
+    if head:
+        out += length
+    elif status >= 200 and status not in (204, 304):
+        out.append((b"content-length", b"%d" % len(body)))
+    return _Whole(status, body, out)
 
 
 def _repeated(response: Response, upstream: Mapping[str, str]) -> Response:
@@ -308,9 +364,7 @@ def upstream_error(exc: UpstreamError | ModelTimeout) -> Response:
     report = exc.agentguard_report
     extra = headers_of(report) if report is not None else {}
     if isinstance(exc, UpstreamError) and exc.status_code is not None:
-        headers = {**_upstream_headers(exc.headers), **extra}
-        answer = Response(exc.content, status_code=exc.status_code, headers=headers)
-        return _repeated(answer, exc.headers)
+        return _whole(exc.status_code, exc.content, exc.headers, extra)
     status, kind = (
         (504, "upstream_timeout")
         if isinstance(exc, ModelTimeout)
@@ -376,8 +430,13 @@ def _responses_body(answer: Answer, guarded: ModelResponse) -> bytes:
 
 
 def _forwarded(request: Request) -> dict[str, str]:
-    """The caller's headers to send upstream (not those of its connection)."""
-    return {k: v for k, v in request.headers.items() if not hop_by_hop(k)}
+    """The caller's headers to send upstream (not those of its connection), by name, read in
+    one pass over the request's raw pairs (ASGI gives the names in lowercase)."""
+    return {
+        k.decode("latin-1"): v.decode("latin-1")
+        for k, v in request.scope["headers"]
+        if k not in HOP_BY_HOP
+    }
 
 
 async def _read(request: Request) -> tuple[bytes, dict[str, Any] | None]:
@@ -389,13 +448,21 @@ async def _read(request: Request) -> tuple[bytes, dict[str, Any] | None]:
     return content, body if isinstance(body, dict) else None
 
 
-def _chat_request(body: dict[str, Any]) -> ModelRequest | None:
+def _chat_request(
+    body: dict[str, Any], headers: Mapping[str, str], extensions: Mapping[str, Any]
+) -> ModelRequest | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not isinstance(body.get("model"), str):
         return None
     skip = {"model", "messages"} | ({"stream"} if body.get("stream") is True else set())
     params = {k: v for k, v in body.items() if k not in skip}
-    return ModelRequest(model=body["model"], messages=messages, params=params)
+    return ModelRequest(
+        model=body["model"],
+        messages=messages,
+        params=params,
+        headers=headers,
+        extensions=extensions,
+    )
 
 
 def _build(
@@ -403,32 +470,30 @@ def _build(
 ) -> tuple[AsyncGuard, ModelRequest] | None:
     """The caller's guard and the neutral request, or ``None`` when the guard cannot read the
     body (it then goes upstream unguarded, and the upstream answers it)."""
-    if path == "/responses":
-        if not isinstance(body.get("model"), str):
-            return None
-        neutral = responses_request(body)
-    else:
-        found = _chat_request(body)
-        if found is None:
-            return None
-        neutral = found
-    caller = server.caller(request)
-    extensions = {**neutral.extensions, FORWARD: Forward(path, body, content)}
+    if path == "/responses" and not isinstance(body.get("model"), str):
+        return None
+    headers = _forwarded(request)
+    caller = _caller(headers)
+    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content)}
     if caller:
         extensions[SCOPE] = caller
     # the caller's trace context: the guard's spans join the caller's trace (they go upstream
     # as sent, with the rest of the headers)
-    carrier = {k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers}
+    carrier = {k: headers[k] for k in ("traceparent", "tracestate") if k in headers}
     if carrier:
         extensions[TRACE_PARENT] = carrier
+    if path != "/responses":
+        found = _chat_request(body, headers, extensions)
+        return None if found is None else (server.guard_for(caller), found)
+    neutral = responses_request(body)
     neutral = ModelRequest(
         model=neutral.model,
         messages=neutral.messages,
         params=neutral.params,
-        headers=_forwarded(request),
+        headers=headers,
         tools=neutral.tools,
         max_output_tokens=neutral.max_output_tokens,
-        extensions=extensions,
+        extensions={**neutral.extensions, **extensions},
     )
     return server.guard_for(caller), neutral
 
@@ -453,9 +518,7 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
     if not isinstance(raw, Answer):  # nothing else comes from this transport
         return JSONResponse(dict(response.message), headers=headers)
     make = _responses_body if path == "/responses" else _completion_body
-    out = make(raw, response)
-    answer = Response(out, headers={**_upstream_headers(raw.headers), **headers})
-    return _repeated(answer, raw.headers)
+    return _whole(200, make(raw, response), raw.headers, headers)
 
 
 async def chat_completions(server: GuardServer, request: Request) -> Response:
@@ -768,27 +831,32 @@ def _target(server: GuardServer, path: str) -> str:
 async def forward(
     server: GuardServer, request: Request, *, content: bytes | None = None
 ) -> Response:
-    """Any request, sent upstream as it came and answered as the upstream answered (streamed)."""
-    url = _target(server, request.url.path)
-    if request.url.query:
-        url += "?" + request.url.query
+    """Any request, sent upstream as it came and answered as the upstream answered (streamed,
+    unless it is small: see :func:`_small`)."""
+    scope = request.scope
     body = content if content is not None else await request.body()
+    return await _forward(server, scope, body)
+
+
+async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
+    """The request of ``scope`` with ``body``, sent upstream: its target as the caller gave it
+    (the query string's bytes as they came) and its headers' raw pairs (a header sent twice
+    stays two), but those of its connection."""
+    url = _target(server, scope.get("root_path", "") + scope["path"])
+    query = scope.get("query_string")
+    if query:
+        url += "?" + query.decode()
+    headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP]
+    method = scope["method"]
     try:
-        answer = await server.pool.send(
-            request.method, url, headers=_forwarded(request), content=body
-        )
+        answer = await server.pool.send(method, url, headers=headers, content=body)
     except (UpstreamError, ModelTimeout) as exc:
         return upstream_error(exc)
-    headers = _upstream_headers(answer.headers)
     if _small(answer):
         # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
         # listening for the caller to leave) and no chunked framing (a write less)
-        try:
-            content = await answer.aread()
-        finally:
-            await answer.aclose()
-        out: Response = Response(content, status_code=answer.status_code, headers=headers)
-        return _repeated(out, answer.headers)
+        content = await read_whole(answer)
+        return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
 
     async def body_of() -> AsyncIterator[bytes]:
         try:
@@ -797,7 +865,8 @@ async def forward(
         finally:
             await answer.aclose()
 
-    out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers)
+    headers_out = _upstream_headers(answer.headers)
+    out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers_out)
     return _repeated(out, answer.headers)
 
 
@@ -890,23 +959,111 @@ def _route(server: GuardServer, method: str, path: str, endpoint: Endpoint) -> R
     return Route(path, handle, methods=[method])
 
 
-def create_app(server: GuardServer) -> Starlette:
+#: The methods the catch-all forwards (any other is refused by Starlette's router).
+_FORWARDED = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+class GuardApp(Starlette):
+    """The server's Starlette app, whose hot requests skip Starlette's routing.
+
+    A request for a route of fixed path and method (the model calls, ``/health``) goes
+    straight to its endpoint, and one that no route's path matches straight to the upstream;
+    anything else (the lifespan, a route with parameters, a method a route does not serve, a
+    fixed route behind an earlier one matching it) takes Starlette's way, as does every
+    request once middleware is added. The outcome is the one Starlette's routing gives; its
+    cost per request (its exception middleware, a regular expression per route tried, the
+    request's URL parsed) is not paid.
+    """
+
+    def __init__(self, server: GuardServer, routes: list[tuple[str, str, Endpoint]]) -> None:
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                await server.aclose()
+
+        async def rest(request: Request) -> Response:
+            return await forward(server, request)
+
+        table = [_route(server, method, path, endpoint) for method, path, endpoint in routes]
+        table.append(Route("/{path:path}", rest, methods=list(_FORWARDED)))
+        super().__init__(routes=table, lifespan=lifespan)
+        self.server = server
+        # a fixed route is dispatched here unless a route before it serves the same request
+        # (routes match in order): an earlier fixed one, or one with parameters matching it
+        self._exact: dict[tuple[str, str], Endpoint] = {}
+        earlier: list[tuple[str, re.Pattern[str]]] = []
+        for (method, path, endpoint), route in zip(routes, table, strict=False):
+            if "{" in path:
+                earlier.append((method, route.path_regex))
+            elif not any(m == method and p.match(path) for m, p in earlier):
+                self._exact.setdefault((method, path), endpoint)
+        self._paths = {path for _, path, _ in routes if "{" not in path}
+        self._patterns = [pattern for _, pattern in earlier]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            send = _dated(send)
+        if scope["type"] == "http" and not scope.get("root_path") and not self.user_middleware:
+            method, path = scope["method"], scope["path"]
+            endpoint = self._exact.get((method, path))
+            if endpoint is not None:
+                scope["app"] = self
+                response = await endpoint(self.server, Request(scope, receive))
+                await response(scope, receive, send)
+                return
+            if (
+                method in _FORWARDED
+                and path not in self._paths
+                and not any(p.match(path) for p in self._patterns)
+            ):
+                body = await _body(receive)
+                if body is not None:  # else the caller left: nothing to answer
+                    response = await _forward(self.server, scope, body)
+                    await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _dated(send: Send) -> Send:
+    """``send``, adding a ``Date`` header to an answer that has none.
+
+    An answer passed on from the upstream carries the upstream's ``Date`` (and ``Server``); the
+    ASGI server's own are off (``agentguard serve`` starts uvicorn without them), or the caller
+    would get both twice. The server's own answers (``/health``, its errors) get the date here.
+    """
+
+    async def dated(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers") or ()
+            if not any(name.lower() == b"date" for name, _ in headers):
+                message = {**message, "headers": [*headers, (b"date", _http_date())]}
+        await send(message)
+
+    return dated
+
+
+def _http_date() -> bytes:
+    """The current time as an HTTP date (``Wed, 25 Nov 2026 04:40:00 GMT``)."""
+    return formatdate(usegmt=True).encode("ascii")
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """A request's body (``None`` when the caller disconnected before it was whole)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def create_app(server: GuardServer) -> GuardApp:
     """The ASGI app of ``server``: :data:`ROUTES`, then everything else forwarded upstream.
 
     Shutting down settles the streams still open and closes the upstream connections and store.
     """
-
-    async def rest(request: Request) -> Response:
-        return await forward(server, request)
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await server.aclose()
-
-    routes = [_route(server, method, path, endpoint) for method, path, endpoint in ROUTES]
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    routes.append(Route("/{path:path}", rest, methods=methods))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return GuardApp(server, list(ROUTES))

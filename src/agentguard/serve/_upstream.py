@@ -27,6 +27,7 @@ from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
     "FORWARD",
+    "HOP_BY_HOP",
     "Answer",
     "Event",
     "Forward",
@@ -34,6 +35,7 @@ __all__ = [
     "Pool",
     "UpstreamError",
     "hop_by_hop",
+    "read_whole",
 ]
 
 #: The ``ModelRequest.extensions`` key of a request's :class:`Forward`.
@@ -55,6 +57,10 @@ _HOP = frozenset(
         "content-encoding",
     }
 )
+
+
+#: The same names as raw lowercase header names (an ASGI request's, an answer's lowered).
+HOP_BY_HOP = frozenset(name.encode() for name in _HOP)
 
 
 def hop_by_hop(name: str) -> bool:
@@ -196,25 +202,20 @@ class Pool:
         method: str,
         url: str,
         *,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | list[tuple[bytes, bytes]],
         content: bytes,
         timeout: float | None = None,
         model: str | None = None,
     ) -> httpx.Response:
-        """Send one request; the answer's body is left to stream.
+        """Send one request; the answer's body is left to stream. ``headers``: by name, or as
+        the raw pairs they go out as.
 
         Raises:
             ModelTimeout: the upstream did not answer in time.
             UpstreamError: it could not be reached (``status_code`` ``None``).
         """
         seconds = self._timeout if timeout is None else httpx.Timeout(timeout).as_dict()
-        request = httpx.Request(
-            method,
-            self._url(url),
-            headers=headers,
-            content=content,
-            extensions={"timeout": seconds},
-        )
+        request = _request(method, self._url(url), headers, content, {"timeout": seconds})
         try:
             response = await self.transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
@@ -233,6 +234,54 @@ class Pool:
     async def aclose(self) -> None:
         """Close every connection."""
         await self.transport.aclose()
+
+
+def _request(
+    method: str,
+    url: httpx.URL,
+    headers: Mapping[str, str] | list[tuple[bytes, bytes]],
+    content: bytes,
+    extensions: dict[str, Any],
+) -> httpx.Request:
+    """The httpx request httpx would make of ``content=content``, its header pairs given
+    whole: ``Host`` first, then ``headers`` (names as given; values by name as Latin-1, the
+    bytes a caller's value came as), then the body's ``Content-Length`` (``0`` where the method
+    carries a body and there is none).
+
+    httpx's own way reads the header pairs again and again (their encoding, a look-up for each
+    header it would add), most of the cost of building a request, paid per request.
+    """
+    pairs = (
+        headers
+        if isinstance(headers, list)
+        else [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    )
+    raw = [(b"Host", url.netloc), *pairs]
+    if content or method in ("POST", "PUT", "PATCH"):
+        raw.append((b"Content-Length", b"%d" % len(content)))
+    request = httpx.Request(
+        method, url, headers=raw, stream=httpx.ByteStream(content), extensions=extensions
+    )
+    request.read()  # the body in hand (``request.content``), as with ``content=``
+    return request
+
+
+async def read_whole(response: httpx.Response) -> bytes:
+    """The body of ``response``, whole, then the answer closed (its connection back in the
+    pool once read to its end).
+
+    A body stream that reads itself whole (``read_whole()``: aiohttp's answers, see
+    :mod:`agentguard.serve._aiohttp`) does so in one call, where httpx's reading passes each
+    piece through a decoder, a chunker and a context of its own (a sizeable share of a
+    forwarded request's CPU); it answers ``None`` for a body httpx has a content coding to
+    undo, which httpx's reading then decodes as before.
+    """
+    try:
+        whole = getattr(response.stream, "read_whole", None)
+        content: bytes | None = await whole() if whole is not None else None
+        return content if content is not None else await response.aread()
+    finally:
+        await response.aclose()
 
 
 def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
@@ -278,10 +327,7 @@ class HTTPUpstream:
         if forward is not None:
             forward.headers = response.headers
         if response.status_code >= 400:
-            try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
+            content = await read_whole(response)
             raise UpstreamError(
                 f"HTTP {response.status_code} from the upstream",
                 status_code=response.status_code,
@@ -294,10 +340,7 @@ class HTTPUpstream:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call."""
         response = await self._open(request, stream=False)
-        try:
-            content = await response.aread()
-        finally:
-            await response.aclose()
+        content = await read_whole(response)
         try:
             data = json.loads(content)
         except ValueError:

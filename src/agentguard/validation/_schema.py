@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from agentguard._fingerprint import canonical_json, fingerprint_bytes
 from agentguard._redact import redact
 
 from ._report import ToolCallError, short
+
+if TYPE_CHECKING:  # imported by compiled(), when a first schema is: not at start-up
+    from jsonschema import Draft202012Validator
 
 __all__ = ["compiled", "json_path", "schema_error"]
 
@@ -31,6 +32,8 @@ def compiled(schema: Mapping[str, Any]) -> Draft202012Validator:
     key = fingerprint_bytes(canonical_json(schema))
     validator = _SCHEMA_CACHE.get(key)
     if validator is None:
+        from jsonschema import Draft202012Validator  # noqa: PLC0415
+
         validator = Draft202012Validator(schema)
         if len(_SCHEMA_CACHE) > 4096:
             _SCHEMA_CACHE.clear()

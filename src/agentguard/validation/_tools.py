@@ -10,9 +10,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from agentguard.exceptions import ToolSchemaError
 
 __all__ = ["ToolSpec", "specs_from"]
@@ -204,6 +201,11 @@ def specs_from(
         ToolSchemaError: naming the tool, when a definition or its schema is unusable, or a name
             is defined twice.
     """
+    # jsonschema is imported when a tool is defined: a process that never defines one (a scan
+    # of traces without tool lists) does not pay its import
+    from jsonschema import Draft202012Validator  # noqa: PLC0415
+    from jsonschema.exceptions import SchemaError  # noqa: PLC0415
+
     marked = frozenset(side_effecting)
     out: dict[str, ToolSpec] = {}
     for entry in tools:

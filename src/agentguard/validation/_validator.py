@@ -25,8 +25,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import json_repair
-
 from agentguard._fingerprint import (
     MAX_DEPTH,
     decode_arguments,
@@ -299,6 +297,8 @@ class ToolCallValidator:
             return None, "truncated", None
         if not (cfg.repair and 0 < len(arguments) <= cfg.max_repair_bytes):
             return None, f"invalid JSON ({exc.msg} at position {exc.pos})", None
+        import json_repair  # noqa: PLC0415 - most runs never repair: not imported at start-up
+
         try:
             repaired = json_repair.repair_json(arguments, return_objects=True)
         except Exception:  # the repair library must never crash the validator

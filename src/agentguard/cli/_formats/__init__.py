@@ -3,6 +3,8 @@
 A file is read as a stream of JSON values (:mod:`._stream`: JSONL lines, a JSON array's items,
 or one document), and each value is read by the reader of its format, told apart value by value
 (a file may mix them) or forced with ``fmt``. Memory grows with the sessions, not the file.
+The scan reads :func:`runs`: a transcript's messages (or consecutive lines of one session's
+chat messages) come as one :class:`Messages` run, not a record per message.
 
 Formats (:data:`FORMATS`): ``openai`` chat transcripts and messages, ``litellm`` request logs,
 ``openhands`` event logs (:mod:`._chat`); ``atif`` trajectories, ``claude-code`` sessions,
@@ -16,10 +18,20 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from . import _agents, _chat, _otel
-from ._base import InputError, Record, State
+from ._base import InputError, Messages, Record, State, message
 from ._stream import Batch, items, open_counted
 
-__all__ = ["FORMATS", "InputError", "Record", "detect", "open_counted", "records"]
+__all__ = [
+    "FORMATS",
+    "InputError",
+    "Messages",
+    "Record",
+    "detect",
+    "message",
+    "open_counted",
+    "records",
+    "runs",
+]
 
 Reader = Callable[[Any, str, State], Iterator[Record]]
 
@@ -41,6 +53,10 @@ _NOT_A_MESSAGE = frozenset(
     ("resourceSpans", "action", "observation", "payload", "steps", "traj", "history",
      "trajectory_format", "request", "messages")
 )  # fmt: skip
+
+
+#: chat-message lines held in one run at most (``runs(group=True)``)
+_RUN = 256
 
 
 def detect(item: Any) -> str | None:
@@ -90,29 +106,65 @@ def records(stream: IO[str], path: str, fmt: str | None = None) -> Iterator[Reco
     Raises:
         InputError: the file is not UTF-8, not JSON, or holds a value of no known format.
     """
+    for item in runs(stream, path, fmt):
+        if isinstance(item, Messages):
+            yield from item.records()
+        else:
+            yield item
+
+
+def runs(
+    stream: IO[str], path: str, fmt: str | None = None, *, group: bool = False
+) -> Iterator[Record | Messages]:
+    """As :func:`records`, but a transcript's messages come as one :class:`Messages` run (read
+    as a whole, without a record per message); with ``group``, so do consecutive lines of
+    chat messages of one session (the run's ``where`` is its first line)."""
     state = State()
     forced = FORMATS[fmt] if fmt is not None else None
+    held: list[Any] = []  # with group: chat messages of one session not yet yielded
+    held_session = held_where = ""
     try:
         for line_no, item in items(stream, path):
             where = f"{path}:{line_no}"
-            if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
-                for message in item:
-                    yield Record("transcript", _chat.message(message, where), where)
-                continue
-            reader = forced or FORMATS.get(detect(item) or "")
             if (
-                reader is _chat.openai
+                forced is None
                 and item.__class__ is dict
                 and "role" in item
-                and not isinstance(item.get("messages"), list)  # that is a transcript
-            ):
-                yield _chat.message_record(item, where)  # one message: no reader generator
+                and _NOT_A_MESSAGE.isdisjoint(item)
+            ):  # a chat message, as detect() finds first: read without a reader generator
+                if not group:
+                    yield _chat.message_record(item, where)
+                    continue
+                session = _chat.session_of(item)
+                if held and (session != held_session or len(held) >= _RUN):
+                    yield Messages(held_session, held, held_where)
+                    held = []
+                if not held:
+                    held_session, held_where = session, where
+                held.append(item)
                 continue
+            if held:
+                yield Messages(held_session, held, held_where)
+                held = []
+            if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
+                yield Messages("transcript", item, where)
+                continue
+            reader = forced or FORMATS.get(detect(item) or "")
+            if reader is _chat.openai:
+                run = _chat.transcript(item, where, state)
+                if run is not None:
+                    yield run
+                    continue
+                if item.__class__ is dict and "role" in item:
+                    yield _chat.message_record(item, where)  # one message: no reader generator
+                    continue
             if reader is None or not isinstance(item, (dict, list)):
                 raise InputError(f"{where}: {_unknown(item)}")
             if isinstance(item, list) and reader is not _chat.openai:
                 raise InputError(f"{where}: expected a JSON object for format {fmt}, got an array")
             yield from reader(item, where, state)
+        if held:
+            yield Messages(held_session, held, held_where)
         yield from _agents.flush(state)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None

@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from ._base import Record, State, call, obj, seq, str_or_none, text_of
-from ._chat import message, tools_of, usage_of
+from ._base import Record, State, call, message, obj, seq, str_or_none, text_of
+from ._chat import tools_of, usage_of
 
 __all__ = ["atif", "claude_code", "codex", "flush", "swe_agent", "tau_bench"]
 

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["InputError", "Record", "State", "call", "obj", "seq", "str_or_none", "text_of"]
+__all__ = [
+    "InputError",
+    "Messages",
+    "Record",
+    "State",
+    "call",
+    "message",
+    "obj",
+    "seq",
+    "str_or_none",
+    "text_of",
+]
 
 
 class InputError(Exception):
@@ -35,6 +46,42 @@ class Record(NamedTuple):
     retry_tokens: int = 0
     model: str | None = None
     prompt_tokens: int | None = None
+
+
+class Messages(NamedTuple):
+    """A run of one session's messages that the trace says nothing more about (a transcript):
+    read as a whole, not message by message.
+
+    Attributes:
+        session: the session they belong to.
+        messages: the messages, as the trace holds them (each checked to be an object when it
+            is read: :func:`message`).
+        where: ``file:line``, for errors.
+        tools: the tool definitions the trace declares for the session, if any.
+        keep: whether an empty run still makes a session (an empty transcript object does, an
+            empty array does not).
+    """
+
+    session: str
+    messages: Sequence[Any]
+    where: str
+    tools: Sequence[Any] | None = None
+    keep: bool = False
+
+    def records(self) -> Iterator[Record]:
+        """The run as one :class:`Record` per message."""
+        session, where, tools = self.session, self.where, self.tools
+        if not self.messages and self.keep:
+            yield Record(session, None, where, tools=tools)
+        for m in self.messages:
+            yield Record(session, message(m, where), where, tools=tools)
+
+
+def message(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` as a message object, or an :class:`InputError`."""
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected a message object, got {type(value).__name__}")
+    return value
 
 
 class State:

@@ -17,35 +17,40 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._base import InputError, Record, State, call, obj
+from ._base import InputError, Messages, Record, State, call, message, obj
 
-__all__ = ["choice_message", "is_request_log", "openai", "openhands", "request_log", "usage_of"]
+__all__ = [
+    "choice_message",
+    "is_request_log",
+    "openai",
+    "openhands",
+    "request_log",
+    "session_of",
+    "transcript",
+    "usage_of",
+]
 
 
-def message(value: Any, where: str) -> Mapping[str, Any]:
-    """``value`` as a message object, or an :class:`InputError`."""
-    if not isinstance(value, dict):
-        raise InputError(f"{where}: expected a message object, got {type(value).__name__}")
-    return value
+def transcript(item: Any, where: str, state: State) -> Messages | None:
+    """A transcript (an array of messages, or an object with ``messages``) as a run of its
+    session's messages; ``None`` when ``item`` is none."""
+    if isinstance(item, list):
+        return Messages(state.unique(f"line {where.rsplit(':', 1)[1]}"), item, where)
+    if isinstance(item, dict) and isinstance(item.get("messages"), list):
+        label = item.get("id") or item.get("session") or item.get("session_id")
+        session = state.unique(str(label or f"line {where.rsplit(':', 1)[1]}"))
+        tools = item.get("tools") if isinstance(item.get("tools"), list) else None
+        return Messages(session, item["messages"], where, tools, keep=True)
+    return None
 
 
 def openai(item: Any, where: str, state: State) -> Iterator[Record]:
     """A transcript (array, or object with ``messages``) or one message."""
-    if isinstance(item, list):
-        name = state.unique(f"line {where.rsplit(':', 1)[1]}")
-        for m in item:
-            yield Record(name, message(m, where), where)
-        return
-    if not isinstance(item, dict):
+    run = transcript(item, where, state)
+    if run is not None:
+        yield from run.records()
+    elif not isinstance(item, dict):
         raise InputError(f"{where}: expected a JSON object or array, got {type(item).__name__}")
-    if isinstance(item.get("messages"), list):
-        label = item.get("id") or item.get("session") or item.get("session_id")
-        session = state.unique(str(label or f"line {where.rsplit(':', 1)[1]}"))
-        tools = item.get("tools") if isinstance(item.get("tools"), list) else None
-        if not item["messages"]:
-            yield Record(session, None, where, tools=tools)  # an empty transcript still counts
-        for m in item["messages"]:
-            yield Record(session, message(m, where), where, tools=tools)
     elif "role" in item:
         yield message_record(item, where)
     else:
@@ -53,9 +58,13 @@ def openai(item: Any, where: str, state: State) -> Iterator[Record]:
 
 
 def message_record(item: Mapping[str, Any], where: str) -> Record:
-    """One message of a file of messages, in the session it names (``default`` when none)."""
-    session = item.get("session") or item.get("session_id") or "default"
-    return Record(str(session), item, where)
+    """One message of a file of messages, in the session it names (:func:`session_of`)."""
+    return Record(session_of(item), item, where)
+
+
+def session_of(item: Mapping[str, Any]) -> str:
+    """The session a message of a file of messages names (``default`` when none)."""
+    return str(item.get("session") or item.get("session_id") or "default")
 
 
 # -- request logs ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ._base import InputError
@@ -86,8 +86,21 @@ def items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         yield line_no, _loads(line, path, line_no)
 
 
+#: the C scanner ``json.loads`` runs, called directly: a JSONL line of one short message spends
+#: as long in ``loads``'s Python layers (and its whitespace regexes) as in the scanner
+#: (``scan_once`` is set by ``JSONDecoder.__init__``; typeshed does not declare it)
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
 def _loads(text: str, path: str, line_no: int) -> Any:
     """One JSON value, or an :class:`InputError` naming the line (too deep included)."""
+    try:
+        value, end = _scan_once(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        pass  # leading whitespace, or no JSON: json.loads decides, and words the error
+    else:
+        if end == len(text) or not text[end:].strip(" \t\n\r"):  # JSON's own whitespace
+            return value
     try:
         return json.loads(text)
     except RecursionError:
