@@ -236,3 +236,38 @@ def test_news_ends_a_flagged_run(news: str) -> None:
     else:
         det.record_tool_result("search_flights", {"origin": "OSL", "destination": "BGY"}, "[1]")
     assert all(v.ok for v in _routes(det, "MXP", "FLR"))
+
+
+def test_verdicts_are_made_once_and_shared_across_sessions() -> None:
+    """A loop gets the same verdict again and again: it is one frozen object, in every session,
+    equal to the verdict made afresh (the hint formatted with its tool and count)."""
+
+    def looping() -> list[Verdict]:
+        d = LoopDetector(hooks=(), _process_hooks=False)
+        out = []
+        for _ in range(5):
+            out.append(d.check_tool_call("status", {"job": 1}))
+            out.append(d.record_tool_result("status", {"job": 1}, "pending"))
+        return out
+
+    first, second = looping(), looping()
+    flagged = [(a, b) for a, b in zip(first, second, strict=True) if not a.ok]
+    assert flagged
+    for a, b in flagged:
+        assert a is b
+        made = next(c for c in REGISTRY if c.name == a.detector)(LoopDetectionConfig(), None)
+        assert a == made._made(a.severity, a.count, a.tool)
+    assert first[-1].tool == "status"
+    assert "status" in first[-1].message
+
+
+def test_the_shared_verdicts_stay_bounded() -> None:
+    """Invented tool names do not grow the shared verdicts without bound."""
+    from agentguard.loops import _detectors
+
+    d = _detectors.PollNoProgress(LoopDetectionConfig(), None)
+    for n in range(3 * _detectors._VERDICTS_KEPT):
+        v = d.verdict(Severity.WARNING, 3, f"tool_{n}")
+        assert v.tool == f"tool_{n}"
+        assert f"`tool_{n}`" in v.message
+        assert len(_detectors._VERDICTS) <= _detectors._VERDICTS_KEPT

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentguard.loops import ToolLoopPolicy, call_fingerprint, result_fingerprint
@@ -270,3 +270,44 @@ def test_a_bracketed_text_that_is_no_json_is_judged_as_text(head: str, rest: str
     volatile = _identity.DEFAULT_VOLATILE_FIELDS
     general = canonical_text(_identity._strip(_identity.decoded(text, canonical=True), volatile))
     assert _identity._result_text(text, None) == general
+
+
+def _general_identity(text: str) -> str:
+    """A result text's identity by the general path alone: decode (refusing more than
+    ``MAX_DEPTH`` levels), then walk the value to strip it, or judge the text as text."""
+    from agentguard._fingerprint import canonical_text, canonical_text_of_decoded
+    from agentguard.loops import _identity
+
+    volatile = _identity.DEFAULT_VOLATILE_FIELDS
+    value = _identity.decoded(text, canonical=True)
+    if value is not text:
+        return canonical_text_of_decoded(_identity._strip(value, volatile))
+    return canonical_text(_identity._strip(value, volatile))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(55, 70),
+    st.sampled_from(["[", '{"a":', '{"id":', '{"x\\"]":']),
+    st.lists(
+        st.dictionaries(_RESULT_KEYS, _RESULT_LEAVES | st.just('"]]}{["'), max_size=3),
+        max_size=30,
+    ),
+    st.sampled_from(["", "]", "}", '"', "\\"]),
+)
+def test_a_result_of_many_containers_is_stripped_as_the_general_path_does(
+    levels: int, opener: str, records: list[dict[str, Any]], damage: str
+) -> None:
+    """Past ``MAX_DEPTH`` containers the nesting is counted from the brackets outside strings:
+    a shallow list of records is stripped while decoded, a text nesting deeper than
+    ``MAX_DEPTH`` (or broken) still goes the general path; either way the identity is its."""
+    from agentguard.loops import _identity
+
+    closer = "]" if opener == "[" else "}"
+    for text in (
+        json.dumps(records),
+        json.dumps([records, records]) + damage,
+        opener * levels + json.dumps(records) + closer * levels,
+        opener * levels + json.dumps(records) + closer * (levels - 1) + damage,
+    ):
+        assert _identity._result_text(text, None) == _general_identity(text)

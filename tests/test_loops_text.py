@@ -179,6 +179,34 @@ def test_the_periodicity_gate_agrees_with_the_regex_on_any_text(text: str) -> No
         assert _text_module._periodic("".join(prose.split()))
 
 
+def _periodic_by_definition(text: str) -> bool:
+    """The gate's rule, position by position: a stretch of ``8 * p`` characters whose code
+    points' low bytes repeat with period ``p`` (1 <= p <= 80)."""
+    low = [ord(c) & 0xFF for c in text]
+    for p in range(1, min(80, len(low) // 8) + 1):
+        streak = 0
+        for k in range(p, len(low)):
+            streak = streak + 1 if low[k] == low[k - p] else 0
+            if streak >= 7 * p:
+                return True
+    return False
+
+
+@given(
+    st.text(alphabet="ab\x00\u0100\u0200\u0161", max_size=24),
+    st.text(alphabet="ab\x00\u0100\u0200", min_size=1, max_size=6),
+    st.integers(0, 9),
+    st.text(alphabet="ab\x00\u0100", max_size=24),
+)
+def test_the_periodicity_gate_is_its_definition(
+    head: str, unit: str, copies: int, tail: str
+) -> None:
+    """The shifted-XOR scan finds exactly the periodic stretches, whatever the characters
+    before one (a low byte of zero among them included)."""
+    text = head + unit * copies + tail
+    assert _text_module._periodic(text) is _periodic_by_definition(text)
+
+
 def test_the_periodicity_gate_on_known_texts() -> None:
     assert _text_module._periodic("ab" * 8)
     assert not _text_module._periodic("ab" * 7 + "a")
@@ -187,6 +215,9 @@ def test_the_periodicity_gate_on_known_texts() -> None:
     assert not _text_module._periodic("")
     # equal low bytes of different characters pass the gate (the regex then decides)
     assert _text_module._periodic("\u0101\u0201" * 8)
+    # the scan's first bytes are the text's own, never taken for equal characters
+    assert not _text_module._periodic("\x00" * 7 + "a")
+    assert not _text_module._periodic("\u0100" * 7 + "b" * 7)
 
 
 _PIECES = st.sampled_from(

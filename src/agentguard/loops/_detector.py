@@ -448,6 +448,8 @@ class LoopDetector:
     def _emit(self, verdict: Verdict) -> Verdict:
         if verdict.severity is Severity.OK or verdict.detector is None:
             return verdict
+        if not self._hooks and not self._process_hooks:  # (a scan): no one to tell
+            return verdict
         emitter = Emitter(self._hooks, use_defaults=self._process_hooks)
         if emitter.active:
             emitter.emit(

@@ -74,6 +74,11 @@ _ADVICE = {
 }
 
 
+#: Verdicts made, by (detector, severity, count, tool): shared by every detector instance.
+_VERDICTS: dict[tuple[type[Detector], Severity, int, str | None], Verdict] = {}
+_VERDICTS_KEPT = 512
+
+
 def ladder(count: int, warn: int, critical: int, brk: int) -> Severity:
     """The severity ``count`` reaches on a warn / critical / break ladder."""
     if count >= brk:
@@ -234,6 +239,19 @@ class Detector:
         """The verdict at ``severity``, with this detector's hint (``OK`` when nothing)."""
         if severity is Severity.OK:
             return OK
+        if tool is not None and tool.__class__ is not str:  # (typed str; not a key for sure)
+            return self._made(severity, count, tool)
+        # A loop gets the same verdict call after call, and a scan of many runs the same few:
+        # verdicts are frozen, so one object serves every session (the hint is formatted once)
+        key = (self.__class__, severity, count, tool)
+        verdict = _VERDICTS.get(key)
+        if verdict is None:
+            if len(_VERDICTS) >= _VERDICTS_KEPT:  # invented tool names must not grow it
+                _VERDICTS.clear()
+            verdict = _VERDICTS[key] = self._made(severity, count, tool)
+        return verdict
+
+    def _made(self, severity: Severity, count: int, tool: str | None) -> Verdict:
         text = self.hint.format(tool=tool, count=count) + _ADVICE[severity]
         return Verdict(severity, self.name, count, text, tool)
 

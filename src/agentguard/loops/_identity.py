@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from agentguard._fingerprint import (
@@ -182,6 +183,10 @@ _UNDECIDED: Any = object()
 _NOT_JSON: Any = object()
 
 
+#: Keys whose verdict (volatile or not) a stripping decoder remembers.
+_KEYS_REMEMBERED = 4096
+
+
 @functools.lru_cache(maxsize=16)  # one per set of volatile fields: the default, per policy
 def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Callable[[Any], Any]]:
     """A canonical JSON decoder that strips while it decodes, as :func:`_strip` after decoding.
@@ -192,20 +197,38 @@ def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Call
     an object's arrays, by the caller for a top-level array.
     """
 
+    # (strings shorter than any noise are kept without a call: most values are short)
+    short = _NOISE_MIN_CHARS
+
     def clean_list(items: list[Any]) -> list[Any]:
         out = []
         for raw in items:  # an object in the array was cleaned when it was built
             cls = raw.__class__
-            out.append(_denoise(raw) if cls is str else clean_list(raw) if cls is list else raw)
+            if cls is str:
+                out.append(raw if len(raw) < short else _denoise(raw))
+            else:
+                out.append(clean_list(raw) if cls is list else raw)
         return out
+
+    # whether a key is a volatile field, per key met: results repeat their keys in every object
+    # and on every call, and a dict lookup is cheaper than a call to the cached _field
+    drops: dict[str, bool] = {}
 
     def clean_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out = {}
         for key, raw in pairs:  # a repeated key keeps its last value, as dict() does
-            if _field(key) in volatile:
+            drop = drops.get(key)
+            if drop is None:
+                drop = _field(key) in volatile
+                if len(drops) < _KEYS_REMEMBERED:
+                    drops[key] = drop
+            if drop:
                 continue
             cls = raw.__class__
-            out[key] = _denoise(raw) if cls is str else clean_list(raw) if cls is list else raw
+            if cls is str:
+                out[key] = raw if len(raw) < short else _denoise(raw)
+            else:
+                out[key] = clean_list(raw) if cls is list else raw
         return out
 
     decoder = json.JSONDecoder(
@@ -217,16 +240,35 @@ def _stripping_decoder(volatile: frozenset[str]) -> tuple[json.JSONDecoder, Call
 def _stripped_json(text: str, volatile: frozenset[str]) -> Any:
     """:func:`_strip` of the canonically decoded JSON ``text`` (an object or array text), in one
     pass; :data:`_NOT_JSON` when it is not JSON, :data:`_UNDECIDED` when the general path must
-    judge it (a text opening more containers than :data:`MAX_DEPTH`: whether it is too deep to
-    decode is the general path's to say, on the value before volatile fields are dropped)."""
-    if not _containers_at_most(text, MAX_DEPTH):
+    judge it (a text nesting deeper than :data:`MAX_DEPTH`: whether it is too deep to decode is
+    the general path's to say, on the value before volatile fields are dropped)."""
+    if not _containers_at_most(text, MAX_DEPTH) and _nesting(text) > MAX_DEPTH:
         return _UNDECIDED
     decoder, clean_list = _stripping_decoder(volatile)
     try:
         value = _decode(decoder, text)
-    except ValueError:  # the canonical decoder would refuse it too (no RecursionError: the
-        return _NOT_JSON  # containers are bounded above)
+    except ValueError:  # the canonical decoder would refuse it too
+        return _NOT_JSON
+    except RecursionError:  # a text that is no JSON, its nesting misjudged: as the general path
+        return _UNDECIDED
     return clean_list(value) if value.__class__ is list else value
+
+
+#: A JSON string literal (in JSON text, every quote outside one opens one).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
+_NESTING_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _nesting(text: str) -> int:
+    """How many levels the containers of the JSON ``text`` nest, counted from its brackets
+    outside strings (exact for JSON text; for other text only a guess, which decoding refutes).
+
+    Large results open more containers than :data:`MAX_DEPTH` (a list of records) while nesting
+    a few levels: counting levels in C passes spares them the general path's walks over the
+    decoded value (its depth check, then stripping)."""
+    brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
+    return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0)
 
 
 def _call_text(name: str, arguments: Any, policy: ToolLoopPolicy | None) -> str:

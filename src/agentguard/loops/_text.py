@@ -81,10 +81,13 @@ def _periodic(text: str) -> bool:
     codes = text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
     whole = int.from_bytes(codes, "big")
-    for period in range(1, min(80, n // 8) + 1):
-        rest = n - period
-        same = ((whole >> (8 * period)) ^ (whole & ((1 << (8 * rest)) - 1))).to_bytes(rest, "big")
-        if bytes(7 * period) in same:
+    top = min(80, n // 8)
+    zeros = memoryview(bytes(7 * top))
+    for period in range(1, top + 1):
+        # byte k >= period of the XOR compares character k with character k - period; the
+        # bytes before are the text's own and not searched (no mask to cut them off)
+        same = (whole ^ (whole >> (8 * period))).to_bytes(n, "big")
+        if same.find(zeros[: 7 * period], period) >= 0:
             return True
     return False
 
