@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from math import fsum
 from typing import TYPE_CHECKING, Any
 
 from agentguard.config import GuardConfig
@@ -289,7 +290,7 @@ class SessionAudit:
             "cost": round(self.cost, 6),
             "loop_tokens": self.loop_tokens,
             "retry_tokens": self.retry_tokens,
-            "burnt_cost": round(sum(i.cost for i in self.issues), 6),
+            "burnt_cost": round(fsum(i.cost for i in self.issues), 6),
             "first_action": None
             if first is None
             else {"step": first[0], "action": first[1], "detector": first[2]},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from math import fsum
 
 from agentguard import __version__
 from agentguard.types import Severity
@@ -62,10 +63,10 @@ def render(path: str, audits: Sequence[SessionAudit]) -> str:
         (f"{sum(a.retry_tokens for a in audits):,}", "tokens burnt in retries"),
         (f"{sum(i.tokens for i in issues):,}", "tokens burnt at the findings"),
     ]
-    cost = sum(a.cost for a in audits)
+    cost = fsum(a.cost for a in audits)
     if cost:
         cards.append((f"${cost:,.4f}", "spent"))
-        cards.append((f"${sum(i.cost for i in issues):,.4f}", "burnt at the findings"))
+        cards.append((f"${fsum(i.cost for i in issues):,.4f}", "burnt at the findings"))
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",

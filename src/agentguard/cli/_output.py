@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from math import fsum
 from typing import TYPE_CHECKING, Any
 
 from agentguard.types import Severity
@@ -64,11 +65,11 @@ def report(path: str, audits: Sequence[SessionAudit]) -> dict[str, Any]:
             **counts,
             "tokens": sum(a.tokens for a in audits),
             "tokens_estimated": any(a.estimated for a in audits),
-            "cost": round(sum(a.cost for a in audits), 6),
+            "cost": round(fsum(a.cost for a in audits), 6),
             "loop_tokens": sum(a.loop_tokens for a in audits),
             "retry_tokens": sum(a.retry_tokens for a in audits),
             "burnt_tokens": sum(i.tokens for a in audits for i in a.issues),
-            "burnt_cost": round(sum(i.cost for a in audits for i in a.issues), 6),
+            "burnt_cost": round(fsum(i.cost for a in audits for i in a.issues), 6),
             "sessions_acted_on": sum(1 for a in audits if a.issues),
         },
         "tools": {name: s.to_dict() for name, s in sorted(tools.items())},

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from math import fsum
 from typing import Any
 
 from rich import box
@@ -256,7 +257,7 @@ def _totals(results: list[RunResult]) -> dict[str, Any]:
         "failed": sum(r.outcome == "failed" for r in results),
         "tokens": sum(r.tokens for r in results),
         "tokens_saved": sum(r.saved for r in results),
-        "cost": round(sum(r.cost for r in results), 6),
+        "cost": round(fsum(r.cost for r in results), 6),
     }
 
 
