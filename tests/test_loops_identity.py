@@ -311,3 +311,15 @@ def test_a_result_of_many_containers_is_stripped_as_the_general_path_does(
         opener * levels + json.dumps(records) + closer * (levels - 1) + damage,
     ):
         assert _identity._result_text(text, None) == _general_identity(text)
+
+
+@pytest.mark.parametrize("tail", ["", "\\", "]" * 70])
+def test_a_string_left_open_in_a_result_of_many_containers(tail: str) -> None:
+    """A quote followed by escaped quotes to the end of a large result: the nesting count reads
+    the open string to the end once (its scan from every escaped quote again was quadratic in
+    the result's size: 0.75 s of CPU at 24 KB), and the identity is the general path's."""
+    from agentguard.loops import _identity
+
+    text = "[" * 70 + '"' + '\\"' * 5_000 + tail
+    assert _identity._nesting(text) == 70
+    assert _identity._result_text(text, None) == _general_identity(text)

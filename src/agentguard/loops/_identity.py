@@ -254,8 +254,11 @@ def _stripped_json(text: str, volatile: frozenset[str]) -> Any:
     return clean_list(value) if value.__class__ is list else value
 
 
-#: A JSON string literal (in JSON text, every quote outside one opens one).
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+#: A JSON string literal (in JSON text, every quote outside one opens one). One left open runs
+#: to the end of the text, and so does one ending in a lone backslash: every quote the scan
+#: starts from then matches, so no start fails after reading to the end and the scan is linear
+#: (``"`` followed by ``\\"`` a million times would otherwise be read again from each quote).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)', re.S)
 _BRACKET = re.compile(r"[\[\]{}]")
 _NESTING_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
