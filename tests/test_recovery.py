@@ -12,6 +12,7 @@ import asyncio
 import copy
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1064,21 +1065,20 @@ def test_a_context_length_400_of_the_compact_conversation_is_raised() -> None:
     assert [len(r.messages) for r in model.requests] == [10, 4, 2]
 
 
-def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() -> None:
-    """The recorded ``email_down`` run (SmolLM2, llama.cpp's function-calling format): the
-    context overflowed, the guard sent the call again without the repeated results, and the
-    model, seeing less, wrote again a call the caller's history had answered already. What
-    the guard left out of the request was answered all the same: the repeat is recovered
-    (the answer asked for from the results, tools off), not handed back to the agent."""
+def _email_down(tools_off: Callable[[ModelRequest], Reply]) -> tuple[Any, ScriptedModel]:
+    """The recorded ``email_down`` run (SmolLM2, llama.cpp's function-calling format), as the
+    guard sees it: four attempts in the history, a server whose context holds six messages, a
+    model that writes attempt 2's call again while tools are on and answers ``tools_off``
+    (tools off). Sent once through a wrapped client in the small-model setting; the answer and
+    the model."""
     history = _emails(4)
     again = history[2 + 2 * 2]["tool_calls"][0]["function"]["arguments"]  # attempt 2
-    tools = [tool("send_email", "to", "body")]
 
     def step(request: ModelRequest) -> Reply | Fault:
         if len(request.messages) > 6:
             return Fault(400, {}, "This model's maximum context length is 2048 tokens.")
         if request.params.get("tool_choice") == "none":
-            return Reply.text("The mail server is down; Bob was not emailed.")
+            return tools_off(request)
         return Reply.call("send_email", json.loads(again))
 
     model = ScriptedModel([step], cycle=True)
@@ -1087,7 +1087,18 @@ def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() ->
         env={},
     )
     client = wrapped_client(model, config)
-    answer = client.chat.completions.create(model="gpt-x", messages=history, tools=tools)
+    tools = [tool("send_email", "to", "body")]
+    return client.chat.completions.create(model="gpt-x", messages=history, tools=tools), model
+
+
+def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() -> None:
+    """The context overflowed, the guard sent the call again without the repeated results, and
+    the model, seeing less, wrote again a call the caller's history had answered already. What
+    the guard left out of the request was answered all the same: the repeat is recovered
+    (the answer asked for from the results, tools off), not handed back to the agent."""
+    answer, model = _email_down(
+        lambda _: Reply.text("The mail server is down; Bob was not emailed.")
+    )
     assert answer.choices[0].message.content == "The mail server is down; Bob was not emailed."
     assert not answer.choices[0].message.tool_calls
     assert [len(r.messages) for r in model.requests][:2] == [10, 4]
@@ -1097,33 +1108,19 @@ def test_a_repeat_of_a_call_the_shrink_left_out_is_still_an_answered_repeat() ->
 
 
 def test_after_an_overflow_the_parroted_answer_is_asked_for_again_compact() -> None:
-    """The recorded ``email_down`` run, one step on: the answer to the recovery turn copied the
-    turn back, and the guard asked again with the request and its results restated. It sent
-    the caller's whole conversation — the one that had overflowed — at 868 more tokens on
-    SmolLM2. After an overflow that re-ask is the compact one: the system messages and the
-    restated turn."""
-    history = _emails(4)
-    again = history[2 + 2 * 2]["tool_calls"][0]["function"]["arguments"]
-    tools = [tool("send_email", "to", "body")]
+    """One step on: the answer to the recovery turn copied the turn back, and the guard asked
+    again with the request and its results restated. It sent the caller's whole conversation
+    — the one that had overflowed — at 868 more tokens on SmolLM2. After an overflow that
+    re-ask is the compact one: the system messages and the restated turn."""
     forced: list[ModelRequest] = []
 
-    def step(request: ModelRequest) -> Reply | Fault:
-        if len(request.messages) > 6:
-            return Fault(400, {}, "This model's maximum context length is 2048 tokens.")
-        if request.params.get("tool_choice") != "none":
-            return Reply.call("send_email", json.loads(again))
+    def tools_off(request: ModelRequest) -> Reply:
         forced.append(request)
         if len(forced) == 1:  # the recovery turn, copied back
             return Reply.text(str(request.messages[-1]["content"]))
         return Reply.text("The mail server is down; Bob was not emailed.")
 
-    model = ScriptedModel([step], cycle=True)
-    config = ag.GuardConfig.from_dict(
-        {"memory_pressure": {"enabled": False}, "tool_validation": {"answered_repeats_after": 1}},
-        env={},
-    )
-    client = wrapped_client(model, config)
-    answer = client.chat.completions.create(model="gpt-x", messages=history, tools=tools)
+    answer, _ = _email_down(tools_off)
     assert answer.choices[0].message.content == "The mail server is down; Bob was not emailed."
     assert len(forced) == 2
     compact = forced[1].messages
