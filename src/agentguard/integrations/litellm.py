@@ -54,6 +54,7 @@ from agentguard.transport import (
 )
 from agentguard.types import Tier
 
+from ._chat import changed
 from ._http import error_answer, headers_of
 from ._lazy import require
 from ._tiers import tier_api_key
@@ -258,9 +259,8 @@ def _upstream_answer(
     choice's message and finish reason, and the usage of every attempt."""
     data = raw.model_dump()
     original = ModelResponse.from_body(data)
-    same = original.finish_reason == response.finish_reason and all(
-        (original.message.get(k) or None) == (response.message.get(k) or None)
-        for k in ("content", "tool_calls")
+    same = original.finish_reason == response.finish_reason and not changed(
+        original.message, response.message
     )
     usage = report.usage if report is not None else None
     billed = usage is None or (

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from agentguard.config import GuardConfig
 from agentguard.guard import AsyncGuard, Guard, GuardReport
+from agentguard.integrations._chat import changed
 from agentguard.integrations._tiers import tier_api_key
 from agentguard.transport import (
     ModelRequest,
@@ -201,8 +202,7 @@ def _check_arguments(method: Any, kwargs: Mapping[str, Any]) -> None:
 
 
 def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) -> bool:
-    keys = ("content", "tool_calls")
-    return fa == fb and all((a.get(k) or None) == (b.get(k) or None) for k in keys)
+    return fa == fb and not changed(a, b)
 
 
 def _guarded(guard: Guard, request: ModelRequest) -> tuple[ModelResponse, GuardReport | None]:
