@@ -900,12 +900,9 @@ async def models(server: GuardServer, request: Request) -> Response:
         answer = await server.pool.send(
             "GET", server.upstream + "/models", headers=_forwarded(request), content=b""
         )
-        try:
-            await answer.aread()
-        finally:
-            await answer.aclose()
+        content = await read_whole(answer)
         if answer.status_code == 200:
-            data = answer.json()
+            data = json.loads(content)
             listed = list(data.get("data") or []) if isinstance(data, dict) else []
             headers = _upstream_headers(answer.headers)
     except (AgentGuardError, httpx.HTTPError, ValueError):
