@@ -262,8 +262,9 @@ def _terminal() -> bool:
     return Console(stderr=True).is_terminal
 
 
-def _with_progress(items: Iterator[Record | Messages], counter: Any,
-                   path: str) -> Iterator[Record | Messages]:  # fmt: skip
+def _with_progress(
+    items: Iterator[Record | Messages], counter: Any, path: str
+) -> Iterator[Record | Messages]:
     from rich.console import Console  # noqa: PLC0415 - a progress bar only on a terminal
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
