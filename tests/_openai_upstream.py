@@ -62,6 +62,28 @@ def response_events(response: dict[str, Any], chunk: int = 5) -> Iterator[dict[s
                     **at,
                     "part": part,
                 }
+        elif item["type"] == "reasoning":  # its summary, streamed as OpenAI's models do
+            yield {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": {**item, "summary": []},
+            }
+            for summary_index, part in enumerate(item.get("summary") or ()):
+                at = {**where, "summary_index": summary_index}
+                for kind, extra in (
+                    ("response.reasoning_summary_part.added", {"part": {**part, "text": ""}}),
+                    *(
+                        (
+                            "response.reasoning_summary_text.delta",
+                            {"delta": part["text"][i : i + chunk]},
+                        )
+                        for i in range(0, len(part["text"]), chunk)
+                    ),
+                    ("response.reasoning_summary_text.done", {"text": part["text"]}),
+                    ("response.reasoning_summary_part.done", {"part": part}),
+                ):
+                    yield {"type": kind, "sequence_number": next(seq), **at, **extra}
         elif item["type"] == "function_call":
             added = {**item, "status": "in_progress", "arguments": ""}
             yield {
@@ -93,6 +115,36 @@ def response_events(response: dict[str, Any], chunk: int = 5) -> Iterator[dict[s
         }
     kind = "response.completed" if response.get("status") == "completed" else "response.incomplete"
     yield {"type": kind, "sequence_number": next(seq), "response": response}
+
+
+def reasoning_answer(summary: str, text: str) -> dict[str, Any]:
+    """A reasoning model's Responses answer: a reasoning item with its ``summary``, then a
+    message with ``text``."""
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "m",
+        "output": [
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": summary}],
+            },
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            },
+        ],
+        "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42},
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 class Upstream:

@@ -79,21 +79,25 @@ def _server(body: Body) -> GuardServer:
 async def _call(
     server: GuardServer,
     send: Callable[[dict[str, Any]], Any] | None = None,
+    path: str = "/v1/chat/completions",
     **extra: Any,
 ) -> list[dict[str, Any]]:
-    """One streamed chat request through the app (``extra``: more of its body); the ASGI
-    messages sent back."""
-    body = json.dumps(
-        {"model": "m", "messages": [{"role": "user", "content": "docs?"}], "stream": True, **extra}
-    ).encode()
+    """One streamed chat request through the app (``extra``: more of its body; on
+    ``/v1/responses`` a Responses request); the ASGI messages sent back."""
+    ask: dict[str, Any] = (
+        {"input": "docs?"}
+        if path == "/v1/responses"
+        else {"messages": [{"role": "user", "content": "docs?"}]}
+    )
+    body = json.dumps({"model": "m", **ask, "stream": True, **extra}).encode()
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(b"content-type", b"application/json"), (b"authorization", b"Bearer sk-1")],
@@ -245,3 +249,56 @@ async def test_a_call_written_as_text_goes_out_as_a_call_not_as_text() -> None:
     assert call["function"]["name"] == "read_docs"
     assert json.loads(call["function"]["arguments"]) == {"topic": "install"}
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "tool_calls"
+
+
+def _responses_body(summary: str, text: str) -> list[bytes]:
+    """A reasoning model's streamed Responses answer: its summary, then its text."""
+    from _openai_upstream import reasoning_answer, response_events
+
+    answer = reasoning_answer(summary, text)
+    return [
+        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in response_events(answer)
+    ]
+
+
+async def test_a_responses_streams_reasoning_goes_out_as_it_comes() -> None:
+    """A reasoning model's summary deltas go out as they arrive, before the upstream is read
+    for the answer's text (they waited for the first text delta); the caller gets the
+    upstream's events, byte for byte."""
+    parts = _responses_body("The user wants the docs; look them up.", "The docs are at /docs.")
+    out: list[dict[str, Any]] = []
+    seen_when_text_asked: list[bytes] = []
+    first_text = next(i for i, p in enumerate(parts) if b"output_text.delta" in p)
+
+    def before(i: int) -> None:
+        if i == first_text:
+            seen_when_text_asked.append(_sent(out))
+
+    async def send(message: dict[str, Any]) -> None:
+        out.append(message)
+
+    server = _server(Body(parts, before))
+    messages = await _call(server, send, path="/v1/responses")
+    reasoning = [p for p in parts[:first_text] if b"reasoning_summary_text.delta" in p]
+    assert len(reasoning) > 1
+    assert all(p in seen_when_text_asked[0] for p in reasoning)
+    assert _sent(messages).startswith(b"".join(parts))
+    assert server.open_streams == 0
+
+
+async def test_a_responses_stream_cut_for_degenerate_reasoning_ends_incomplete() -> None:
+    """Reasoning deltas that repeat one line are watched like chat's ``reasoning_content``: the
+    stream is cut, and it ends as a Responses stream does, with ``response.incomplete`` (cut at
+    the cap), not in the middle of an item."""
+    parts = _responses_body("I should look at the docs again. " * 300, "Done.")
+    body = Body(parts)
+    server = _server(body)
+    sent = _sent(await _call(server, path="/v1/responses")).decode()
+    events = [
+        json.loads(line[len("data: ") :]) for line in sent.splitlines() if line.startswith("data: ")
+    ]
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [e["sequence_number"] for e in events] == sorted(e["sequence_number"] for e in events)
+    assert not any(e["type"] == "response.output_text.delta" for e in events)
+    assert server.open_streams == 0

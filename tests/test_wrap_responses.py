@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
-from _openai_upstream import Upstream, wrapped_client
+from _openai_upstream import Upstream, reasoning_answer, response_events, wrapped_client
 from agentguard.integrations.openai._responses import (
     ITEM,
     messages_to_items,
@@ -197,3 +197,114 @@ def test_output_rewrite_keeps_other_items_and_carries_the_repaired_calls() -> No
     back = response_from_responses({"output": out})
     assert back.finish_reason == "tool_calls"
     assert back.message["tool_calls"][0]["id"] == "c9"
+
+
+def _reasoned(answer: dict[str, Any], pulled: list[str]) -> Any:
+    """An openai client whose upstream streams ``answer`` as OpenAI does, noting each event's
+    type in ``pulled`` as the caller's side reads it off the wire."""
+
+    def handler(request: Any) -> Any:
+        def body() -> Any:
+            for event in response_events(answer):
+                pulled.append(event["type"])
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(handler)),
+        max_retries=0,
+    )
+
+
+def test_a_streamed_responses_reasoning_goes_out_as_it_comes() -> None:
+    """A reasoning model's summary deltas reach the caller as they arrive, before the upstream
+    is read for the answer's text (they were held until the first text delta), and the caller
+    gets the upstream's own events, in order."""
+    answer = reasoning_answer("The user wants a.txt; read it first.", "Reading a.txt now.")
+    config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    raw = _reasoned(answer, [])
+    expected = [e.model_dump() for e in raw.responses.create(model="m", input="hi", stream=True)]
+    pulled: list[str] = []
+    client = ag.wrap(_reasoned(answer, pulled), config)
+    got, text_read_before = [], []
+    for event in client.responses.create(model="m", input="hi", stream=True):
+        got.append(event.model_dump())
+        if event.type == "response.reasoning_summary_text.delta":
+            text_read_before.append("response.output_text.delta" in pulled)
+    assert got == expected
+    assert len(text_read_before) > 1
+    assert not any(text_read_before)
+
+
+def test_a_streamed_responses_degenerate_reasoning_is_cut() -> None:
+    """Reasoning summary deltas that repeat one line are watched like chat's
+    ``reasoning_content``: the stream is cut at the BREAK level, the report says so, and the
+    stream still ends as a Responses stream does: ``response.incomplete``, cut at the cap."""
+    answer = reasoning_answer("I should look at the file again. " * 300, "Done.")
+    config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    pulled: list[str] = []
+    client = ag.wrap(_reasoned(answer, pulled), config)
+    stream = client.responses.create(model="m", input="hi", stream=True)
+    events = list(stream)
+    report = ag.report_of(stream)
+    assert report is not None
+    assert any("stream cut" in w for w in report.warnings)
+    assert pulled.count("response.reasoning_summary_text.delta") < 300 * 33 // 5
+    assert "response.output_text.delta" not in pulled
+    assert [e.type for e in events].count("response.incomplete") == 1
+    closing = events[-1].model_dump()
+    assert closing["type"] == "response.incomplete"
+    assert closing["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert sorted(e.sequence_number for e in events) == [e.sequence_number for e in events]
+
+
+def _answering(answer: dict[str, Any]) -> Any:
+    """An openai client whose upstream answers ``answer`` whole."""
+
+    def handler(request: Any) -> Any:
+        return http.Response(200, json=answer)
+
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(handler)),
+        max_retries=0,
+    )
+
+
+def _reasoning_text(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` with its reasoning as text (gpt-oss on vLLM or Ollama) instead of a summary."""
+    thought = answer["output"][0]["summary"][0]["text"]
+    item = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": thought}],
+    }
+    return {**answer, "output": [item, *answer["output"][1:]]}
+
+
+@pytest.mark.parametrize("form", [lambda a: a, _reasoning_text], ids=["summary", "text"])
+def test_degenerate_reasoning_in_a_whole_responses_answer_is_a_loop(form: Any) -> None:
+    """A whole Responses answer whose reasoning item degenerates is judged as chat's
+    ``reasoning_content`` is: not delivered, the structured loop error (no other tier)."""
+    answer = form(reasoning_answer("Wait, let me reconsider the question once more. " * 60, "Hi."))
+    config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    with pytest.raises(ag.LoopDetected) as info:
+        ag.wrap(_answering(answer), config).responses.create(model="m", input="hi")
+    assert info.value.detector == "degenerate_text"
+
+
+@pytest.mark.parametrize("form", [lambda a: a, _reasoning_text], ids=["summary", "text"])
+def test_healthy_reasoning_in_a_whole_responses_answer_is_untouched(form: Any) -> None:
+    answer = form(reasoning_answer("The user greets me; greet back briefly.", "Hi."))
+    config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    raw = _answering(answer).responses.create(model="m", input="hi")
+    guarded = ag.wrap(_answering(answer), config).responses.create(model="m", input="hi")
+    assert guarded.model_dump() == raw.model_dump()
+    report = ag.report_of(guarded)
+    assert report is not None
+    assert report.warnings == ()

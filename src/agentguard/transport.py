@@ -77,9 +77,11 @@ tool_arguments = arguments_object
 def message_from_items(items: Any) -> dict[str, Any]:
     """Responses API output items (JSON data or SDK objects) as one chat-format assistant
     message: the text parts of its ``message`` items as ``content``, its ``function_call`` items
-    as ``tool_calls``. Other items (reasoning ...) are not part of it; an item that cannot be read
-    is left out."""
+    as ``tool_calls``, the text of its ``reasoning`` items (summary, then reasoning text) as
+    ``reasoning_content``, which the loop checks judge as a streamed answer's reasoning. Other
+    items are not part of it; an item that cannot be read is left out."""
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     for item in items if isinstance(items, (list, tuple)) else ():
         data = _item_data(item)
@@ -100,9 +102,18 @@ def message_from_items(items: Any) -> dict[str, Any]:
                 text = _item_data(part).get("text")
                 if isinstance(text, str):
                     texts.append(text)
+        elif data.get("type") == "reasoning":
+            for key in ("summary", "content"):
+                parts = data.get(key)
+                for part in parts if isinstance(parts, (list, tuple)) else ():
+                    text = _item_data(part).get("text")
+                    if isinstance(text, str):
+                        thoughts.append(text)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
+    if thoughts:  # as a stream's reasoning deltas add up (see Accumulator.response)
+        message["reasoning_content"] = "".join(thoughts)
     return message
 
 

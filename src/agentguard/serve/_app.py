@@ -721,6 +721,7 @@ _CALL_EVENTS = frozenset(
     {"response.function_call_arguments.delta", "response.function_call_arguments.done"}
 )
 _END_EVENTS = frozenset({"response.completed", "response.incomplete"})
+_OPENING_EVENTS = frozenset({"response.created", "response.in_progress"})
 
 
 def _held(event: Event) -> bool:
@@ -741,10 +742,11 @@ def _text_event(event: Event) -> bool:
 
 
 class _Replay:
-    """A guarded Responses stream as the upstream's events: the guard passes on the text
-    deltas; the events between them go out in order around them; the function-call events and
-    the closing event wait until the guard has judged the calls, and go out as the upstream sent
-    them when it changed nothing (else rebuilt to carry the guard's calls)."""
+    """A guarded Responses stream as the upstream's events: the guard passes on the text and
+    reasoning deltas; the events between them go out in order around them; the function-call
+    events and the closing event wait until the guard has judged the calls, and go out as the
+    upstream sent them when it changed nothing (else rebuilt to carry the guard's calls; a
+    stream the guard cut ends with ``response.incomplete``)."""
 
     def __init__(self, forward: Forward) -> None:
         self._forward = forward
@@ -752,6 +754,7 @@ class _Replay:
         self._held: list[Event] = []
         self._calls: list[Mapping[str, Any]] = []
         self._text: list[str] = []  # the text the guard passed on
+        self._finish: str | None = None  # the guard's answer's
 
     def _flush(self, upto: int, *, text: bool = True) -> bytes:
         out = []
@@ -764,16 +767,21 @@ class _Replay:
         return b"".join(out)
 
     def out(self, chunk: StreamChunk) -> bytes:
-        """What goes out for one guarded chunk: the events up to its text delta."""
+        """What goes out for one guarded chunk: the events up to its text delta, or up to its
+        reasoning delta short of the answer's text (which waits for the guard)."""
         raw = chunk.raw
         events = self._forward.events
         if chunk.content:
             self._text.append(chunk.content)
-        if isinstance(raw, Event) and chunk.content:
+        if isinstance(raw, Event) and (chunk.content or chunk.reasoning):
             at = next((i for i in range(self._sent, len(events)) if events[i] is raw), None)
-            if at is not None:
+            if at is not None and chunk.content:
                 return self._flush(at + 1)
+            if at is not None:
+                text = (i for i in range(self._sent, at + 1) if _text_event(events[i]))
+                return self._flush(next(text, at + 1))
         self._calls.extend(chunk.tool_calls)
+        self._finish = chunk.finish_reason or self._finish
         return b""
 
     def end(self) -> bytes:
@@ -782,6 +790,9 @@ class _Replay:
         events not sent yet stay back and the closing response carries the guard's text."""
         received = self._forward.events
         closing = next((e for e in reversed(received) if e.get("type") in _END_EVENTS), None)
+        cut = closing is None and self._finish == "length"
+        if cut:
+            closing = _incomplete(received)
         body = closing.get("response") if closing is not None else None
         if closing is None or not isinstance(body, Mapping):
             return self._flush(len(received)) + b"".join(_sse(e.data, e.name) for e in self._held)
@@ -790,7 +801,7 @@ class _Replay:
         same_text = text == (upstream.get("content") or "")
         rest = self._flush(len(received), text=same_text)
         theirs = call_keys(upstream.get("tool_calls") or ())
-        if same_text and call_keys(self._calls) == theirs:
+        if same_text and call_keys(self._calls) == theirs and not cut:
             return rest + b"".join(_sse(e.data, e.name) for e in self._held)
         from agentguard.integrations.openai._responses import responses_output  # noqa: PLC0415
 
@@ -814,6 +825,24 @@ class _Replay:
                 seq += 1
             out.append(_sse(json.dumps(event, ensure_ascii=False), str(event["type"])))
         return b"".join(out)
+
+
+def _incomplete(received: list[Event]) -> Event | None:
+    """The closing event of a stream the guard cut (a degenerating answer) before the
+    upstream's own: ``response.incomplete``, the response the upstream opened with, as an answer
+    cut at the output cap (a chat stream's ``finish_reason: "length"``)."""
+    opening = next((e for e in received if e.get("type") in _OPENING_EVENTS), None)
+    body = opening.get("response") if opening is not None else None
+    if not isinstance(body, Mapping):
+        return None
+    numbers = [e.get("sequence_number") for e in received]
+    details = {"reason": "max_output_tokens"}
+    event = {
+        "type": "response.incomplete",
+        "sequence_number": max((n for n in numbers if isinstance(n, int)), default=-1) + 1,
+        "response": {**body, "status": "incomplete", "incomplete_details": details},
+    }
+    return Event(event, json.dumps(event, ensure_ascii=False), "response.incomplete")
 
 
 # -- the rest -------------------------------------------------------------------------------

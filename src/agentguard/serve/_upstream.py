@@ -23,6 +23,7 @@ import httpx
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
+from agentguard.integrations.openai._responses import REASONING_DELTAS
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
@@ -393,6 +394,8 @@ def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
     kind = event.get("type") or event.name
     if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
         return StreamChunk(content=event["delta"], raw=event)
+    if kind in REASONING_DELTAS and isinstance(event.get("delta"), str):
+        return StreamChunk(reasoning=event["delta"], raw=event)
     item = event.get("item")
     at = event.get("output_index")
     if (

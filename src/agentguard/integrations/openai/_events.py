@@ -6,10 +6,12 @@ deltas become content, function-call items and their argument deltas become tool
 the call's :class:`~agentguard.integrations.openai._transport.RawCall`.
 
 What the caller iterates (:class:`ResponsesStream`) is the upstream's own events: each text
-delta as the guard lets it through, preceded by the events the upstream sent before it; at
-the end the rest. When the guard changed the answer (a repaired or corrected function call),
-the upstream's function-call events are replaced by events for the guard's calls, and
-``response.completed`` carries the guarded output.
+delta as the guard lets it through, preceded by the events the upstream sent before it; each
+reasoning delta as it comes (with the events before it, up to the answer's text or calls, which
+wait for the guard); at the end the rest. When the guard changed the answer (a repaired or
+corrected function call), the upstream's function-call events are replaced by events for the
+guard's calls, and ``response.completed`` carries the guarded output; a stream the guard cut
+ends with ``response.incomplete``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ def _is_text_event(event: Any) -> bool:
     )
 
 
+def _waits(event: Any) -> bool:
+    """Whether an event waits for the guard's judgment of the answer (its text, its calls, its
+    end) before it goes out."""
+    return _is_text_event(event) or _is_call_event(event) or getattr(event, "type", None) in ENDS
+
+
 class _Events:
     """The events to hand the caller for the guard's chunks (shared by sync and async)."""
 
@@ -61,6 +69,7 @@ class _Events:
         self._text: list[str] = []
         self._calls: list[Mapping[str, Any]] = []
         self._end: Any = None
+        self._finish: str | None = None  # the guard's answer's
         self._seq = 0
         self.owners: list[Any] = []
 
@@ -70,11 +79,16 @@ class _Events:
         self._seq = max(self._seq, int(getattr(event, "sequence_number", 0) or 0))
         return event
 
-    def _pending(self, until: Any = None) -> list[Any]:
-        """The upstream's events not handed on yet, up to ``until`` (included)."""
+    def _pending(self, until: Any = None, *, judged: bool = True) -> list[Any]:
+        """The upstream's events not handed on yet, up to ``until`` (included). Without
+        ``judged`` (``until`` carries no text) they stop short of the first one of the answer's
+        text or calls, or its end: those wait for the guard's judgment, and what follows them
+        waits behind."""
         out = []
         for event in self._raw.events:
             if id(event) not in self._sent:
+                if not judged and _waits(event):
+                    break
                 out.append(event)
             if event is until:
                 break
@@ -88,10 +102,12 @@ class _Events:
                 self._end = raw  # the usage chunk, last: the end decides what it carries
                 return []
             self._text.append(chunk.content or "")
-            return [self._emit(e) for e in self._pending(until=raw)]
+            pending = self._pending(until=raw, judged=bool(chunk.content))
+            return [self._emit(e) for e in pending]
         if chunk.content:  # text the guard made: not the upstream's
             self._text.append(chunk.content)
         self._calls.extend(chunk.tool_calls)
+        self._finish = chunk.finish_reason or self._finish
         return []
 
     def end(self) -> list[Any]:
@@ -114,6 +130,8 @@ class _Events:
         not handed on yet go too when the guard's text is not the upstream's (a call written
         as text, taken out of it: the final response carries the guard's text)."""
         types = require("openai.types.responses", "openai")
+        if end is None and self._finish == "length":
+            end = self._incomplete(types)
         out = [
             self._emit(e)
             for e in self._pending()
@@ -157,6 +175,19 @@ class _Events:
                 type(end).construct(type=end.type, response=response, sequence_number=self._seq)
             )
         return out
+
+    def _incomplete(self, types: Any) -> Any:
+        """The closing event of a stream the guard cut (a degenerating answer) before the
+        upstream's own: ``response.incomplete``, the response the upstream opened with, as an
+        answer cut at the output cap (a chat stream's ``finish_reason: "length"``)."""
+        created = next((e for e in self._raw.events if getattr(e, "type", None) in _ONCE), None)
+        if created is None:
+            return None
+        details = {"reason": "max_output_tokens"}
+        data = {**dump(created.response), "status": "incomplete", "incomplete_details": details}
+        return types.ResponseIncompleteEvent.construct(
+            type="response.incomplete", response=type(created.response).construct(**data)
+        )
 
     def done(self, stream: Any, report: GuardReport | None) -> None:
         if report is not None:

@@ -31,6 +31,7 @@ from agentguard.types import Usage
 __all__ = [
     "ENDS",
     "ITEM",
+    "REASONING_DELTAS",
     "RESPONSES",
     "ResponsesCall",
     "chat_tools",
@@ -51,6 +52,10 @@ ITEM = ORIGINAL
 RESPONSES = "agentguard.openai.responses"
 #: The events that end a streamed response.
 ENDS = ("response.completed", "response.incomplete")
+#: The events carrying a reasoning delta (a summary's, or the reasoning text gpt-oss-style
+#: servers stream): read as the answer's reasoning, which streams live and is watched for
+#: degeneration like chat's ``reasoning_content``.
+REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
 #: The events of an answer's text (its parts and deltas), besides its message item's own
@@ -353,6 +358,8 @@ def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
     kind = getattr(event, "type", None)
     if kind == "response.output_text.delta":
         return StreamChunk(content=event.delta, raw=event)
+    if kind in REASONING_DELTAS and isinstance(getattr(event, "delta", None), str):
+        return StreamChunk(reasoning=event.delta, raw=event)
     if (
         kind == "response.output_item.added"
         and getattr(event.item, "type", None) == "function_call"
