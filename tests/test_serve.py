@@ -608,3 +608,26 @@ async def test_a_stream_cancelled_mid_answer_settles_its_reservation() -> None:
     assert received == ["The release ", "notes say "]
     assert usage.session_reserved == 0
     assert usage.session_tokens > 0
+
+
+async def test_a_re_ask_after_live_text_does_not_open_the_stream_again(
+    served: Callable[..., Served],
+) -> None:
+    """Text streamed live, then its call was corrected: the re-ask's ``role`` chunk stays back
+    (the SDK's stream helper adds roles up: it read ``"assistantassistant"``)."""
+    wrong = Reply.call("delete_everything", {"q": "x"}, content="Let me search.")
+    right = Reply.call("search", {"q": "install"}, content="Let me search.")
+    server = served([wrong, right])
+    client = server.client()
+    async with client.chat.completions.stream(model="m", messages=ASK, tools=TOOLS) as stream:
+        roles = [
+            e.chunk.choices[0].delta.role
+            async for e in stream
+            if e.type == "chunk" and e.chunk.choices and e.chunk.choices[0].delta.role
+        ]
+        final = await stream.get_final_completion()
+    assert len(server.upstream.seen) == 2
+    assert roles == ["assistant"]
+    message = final.choices[0].message
+    assert (message.role, message.content) == ("assistant", "Let me search.")
+    assert [c.function.name for c in message.tool_calls or ()] == ["search"]

@@ -40,16 +40,18 @@ def _choice(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> d
 
 SAFE = {"hate": {"filtered": False, "severity": "safe"}}
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+# Azure OpenAI's first chunk: the prompt's filter results, no choices
+FILTERS = {
+    "id": "",
+    "object": "",
+    "created": 0,
+    "model": "",
+    "choices": [],
+    "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": SAFE}],
+}
 SHAPES: dict[str, list[dict[str, Any]]] = {
     "azure content filters": [
-        {
-            "id": "",
-            "object": "",
-            "created": 0,
-            "model": "",
-            "choices": [],
-            "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": SAFE}],
-        },
+        FILTERS,
         _chunk(choices=[_choice({"role": "assistant", "content": ""}, content_filter_results={})]),
         _chunk(choices=[_choice({"content": "Hello"}, content_filter_results=SAFE)]),
         _chunk(choices=[_choice({}, "stop", content_filter_results={})]),
@@ -229,6 +231,44 @@ def test_a_repaired_call_still_reaches_the_caller_as_the_guard_made_it() -> None
     names = [tc.function.name for d in deltas for tc in d.tool_calls or ()]
     assert names == ["get_weather"]
     assert [c.choices[0].finish_reason for c in got if c.choices][-1] == "tool_calls"
+
+
+@pytest.mark.parametrize("filters", [False, True], ids=["openai", "azure"])
+def test_a_re_ask_after_live_text_does_not_open_the_answer_again(filters: bool) -> None:
+    """Text went out live, then the call beside it was corrected: the re-ask's opening chunks
+    (its ``role`` chunk, Azure's filter results) stay back. Sent again, the SDK's stream helper
+    added the roles up to ``"assistantassistant"``."""
+
+    def answer(name: str) -> bytes:
+        call = {"index": 0, "id": "c1", "function": {"name": name, "arguments": '{"city": "Oslo"}'}}
+        opening = [FILTERS] if filters else []
+        return sse(
+            [
+                *opening,
+                _chunk(choices=[_choice({"role": "assistant", "content": ""})]),
+                _chunk(choices=[_choice({"content": "Let me check."})]),
+                _chunk(choices=[_choice({"tool_calls": [call]})]),
+                _chunk(choices=[_choice({}, "tool_calls")]),
+            ]
+        )
+
+    wrong, right = answer("delete_everything"), answer("get_weather")
+    sse_type = "text/event-stream"
+    upstream = RawUpstream([(200, sse_type, body) for body in (wrong, right, wrong, right)])
+    client = guarded_client(upstream)
+    ask = {"model": "small", "messages": [{"role": "user", "content": "Oslo?"}], "tools": TOOLS}
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    with client.chat.completions.stream(**ask) as stream:
+        final = stream.get_final_completion()
+    assert len(upstream.requests) == 4  # each time, the made-up name was corrected
+    roles = [c.choices[0].delta.role for c in chunks if c.choices and c.choices[0].delta.role]
+    assert roles == ["assistant"]
+    filtered = [c for c in chunks if (c.model_extra or {}).get("prompt_filter_results")]
+    assert len(filtered) == (1 if filters else 0)
+    message = final.choices[0].message
+    assert message.role == "assistant"
+    assert message.content == "Let me check."
+    assert [c.function.name for c in message.tool_calls or ()] == ["get_weather"]
 
 
 # -- any healthy stream, generated ------------------------------------------------------------

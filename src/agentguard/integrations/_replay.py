@@ -15,6 +15,8 @@ caller gets.
   text (released whole by the guard) goes without that text, or not at all when nothing else is
   in it.
 - When the guard changed the answer, its own chunks go out.
+- Once the caller has an attempt's chunks, a later attempt's bare chunks (a re-ask's ``role``
+  chunk) stay back: the answer was opened once.
 """
 
 from __future__ import annotations
@@ -110,12 +112,19 @@ class ChatReplay:
         self._held: list[tuple[Any, bool]] = []
         self._sent: list[str] = []  # the text the caller got
         self._closing: list[StreamChunk] = []  # the guard's closing chunks, until the end
+        self._began = False  # an upstream chunk went to the caller
+        # this attempt's bare chunks stay back: an earlier attempt's went out
+        self._quiet = False
 
     def _upstream(self) -> Chunks:
         chunks = self._chunks() if self._chunks is not None else []
         if chunks is not self._attempt:  # another attempt: its chunks are the ones served
             self._attempt, self._at, self._held = chunks, 0, []
             self._upstream_answer = Accumulator()
+            # The caller has the answer's opening already (its ``role`` chunk, Azure's filter
+            # results): a re-ask's would open it again, and clients that add deltas up (the
+            # SDK's stream helper) would read the role as "assistantassistant".
+            self._quiet = self._began
         return chunks
 
     def _find(self, raw: Any) -> int | None:
@@ -137,6 +146,8 @@ class ChatReplay:
             raw, neutral = chunks[at]
             self._upstream_answer.add(neutral)
             if bare(neutral):
+                if self._quiet:
+                    continue
                 if self._held:
                     self._held.append((raw, True))
                 else:
@@ -154,6 +165,7 @@ class ChatReplay:
         if self._at >= self._COMPACT and 2 * self._at >= len(chunks):
             del chunks[: self._at]  # decided on: the recorder only appends
             self._at = 0
+        self._began = self._began or bool(out)
         return out
 
     def of(self, chunk: StreamChunk) -> list[Any]:
