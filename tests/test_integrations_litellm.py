@@ -382,17 +382,21 @@ RICH = {
 
 
 @contextlib.contextmanager
-def canned(*answers: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A loopback upstream answering ``answers`` in turn (the last one again after them), and
-    the request bodies it received."""
+def canned(*answers: dict[str, Any] | bytes) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A loopback upstream answering ``answers`` in turn (the last one again after them): JSON,
+    or the bytes of a stream; and the request bodies it received."""
     bodies: list[dict[str, Any]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            body = json.dumps(answers[min(len(bodies), len(answers)) - 1]).encode()
+            answer = answers[min(len(bodies), len(answers)) - 1]
+            streamed = isinstance(answer, bytes)
+            body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
             self.send_response(200)
-            self.send_header("content-type", "application/json")
+            self.send_header(
+                "content-type", "text/event-stream" if streamed else "application/json"
+            )
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -504,3 +508,57 @@ def test_an_answer_after_a_re_ask_bills_every_attempt() -> None:
     assert answer.choices[0].message.content == "Sunny in Paris."
     assert answer.system_fingerprint == "fp_1a2b"
     assert answer.usage.total_tokens == 32
+
+
+def _sse(*choices: dict[str, Any]) -> bytes:
+    """A streamed answer: one chunk per first choice's fields (its ``delta``, ``logprobs``),
+    then a finish."""
+    head = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "finish_reason": None, **choice}]} for choice in choices
+    ]
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
+
+
+def test_a_healthy_stream_keeps_its_reasoning_and_logprobs() -> None:
+    """Differential, streamed: a reasoning model's ``reasoning_content`` deltas and the text's
+    ``logprobs`` reach the caller through the provider as raw litellm gives them (the guard
+    handed litellm text-only chunks: the reasoning was lost, and the logprobs)."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    logprobs = {"content": [{"token": "Sunny", "logprob": -0.1, "bytes": [83], "top_logprobs": []}]}
+    body = _sse(
+        {"delta": {"role": "assistant", "reasoning_content": "Paris, so check the sky. "}},
+        {"delta": {"reasoning_content": "Answer in two words."}},
+        {"delta": {"content": "Sunny."}, "logprobs": logprobs},
+    )
+
+    def read(model: str, url: str) -> list[Any]:
+        stream = litellm.completion(
+            model=model,
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            api_base=url,
+            api_key="sk-test-not-real",
+            stream=True,
+        )
+        return [c.choices[0] for c in stream if c.choices]
+
+    with canned(body) as (url, bodies):
+        raw = read("openai/plain-model", url)
+        guarded_answer = read("agentguard/openai/plain-model", url)
+    assert bodies[0] == bodies[1]
+
+    def reasoning(choices: list[Any]) -> str:
+        return "".join(getattr(c.delta, "reasoning_content", None) or "" for c in choices)
+
+    assert (
+        reasoning(guarded_answer)
+        == reasoning(raw)
+        == "Paris, so check the sky. Answer in two words."
+    )
+    assert "".join(c.delta.content or "" for c in guarded_answer) == "Sunny."
+    assert guarded_answer[0].delta.role == "assistant"
+    assert [c.logprobs.model_dump() for c in guarded_answer if c.logprobs] == [
+        c.logprobs.model_dump() for c in raw if c.logprobs
+    ]
+    assert [c.finish_reason for c in guarded_answer if c.finish_reason] == ["stop"]

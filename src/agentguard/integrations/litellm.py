@@ -285,8 +285,23 @@ def _usage(usage: Any) -> dict[str, int]:
     return {k: getattr(usage, k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
-def _generic(chunk: StreamChunk) -> Iterator[dict[str, Any]]:
-    """A guarded chunk as litellm ``GenericStreamingChunk`` dicts (one per tool call)."""
+def _generic(chunk: StreamChunk, *, opening: bool) -> Iterator[Any]:
+    """A guarded chunk as litellm takes it from a provider: the upstream's own chunk (litellm's
+    ``ModelResponseStream``) where the guard passes its text or reasoning on unchanged — its
+    ``reasoning_content``, ``logprobs`` and ``system_fingerprint`` with it — else
+    ``GenericStreamingChunk`` dicts (one per tool call), which carry text and calls only.
+
+    ``opening``: nothing went out before it. The upstream's opening ``role`` chunk carries nothing
+    the guard passes on, and litellm names the role of a provider's chunk only in the dicts: the
+    first chunk out names it (a copy, when it is the upstream's)."""
+    raw = chunk.raw
+    passed_on = (chunk.content or chunk.reasoning) and not chunk.tool_calls
+    if passed_on and isinstance(raw, _litellm().ModelResponseStream):
+        if opening and raw.choices and raw.choices[0].delta.role is None:
+            raw = raw.model_copy(deep=True)
+            raw.choices[0].delta.role = "assistant"
+        yield raw
+        return
     base = {"is_finished": False, "finish_reason": "", "usage": None, "index": 0}
     if chunk.content:
         yield {**base, "text": chunk.content, "tool_use": None}
@@ -386,29 +401,34 @@ class GuardedLLM:
             raise _translate(exc) from exc
         return _result(response, response.report)
 
-    def streaming(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def streaming(self, **kwargs: Any) -> Iterator[Any]:
         """litellm's sync streaming entry point: content flows, tool calls once valid."""
         request, session = _request(kwargs)
         stream = self.guard.stream(request, session=session)
         finish = None
+        opening = True
         try:
             for chunk in stream:
                 finish = chunk.finish_reason or finish
-                yield from _generic(chunk)
+                for out in _generic(chunk, opening=opening):
+                    opening = False
+                    yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         yield _last(finish, stream.report)
 
-    async def astreaming(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+    async def astreaming(self, **kwargs: Any) -> AsyncIterator[Any]:
         """litellm's async streaming entry point."""
         request, session = _request(kwargs)
         stream = self.aguard.astream(request, session=session)
         finish = None
+        opening = True
         try:
             async for chunk in stream:
                 finish = chunk.finish_reason or finish
-                for generic in _generic(chunk):
-                    yield generic
+                for out in _generic(chunk, opening=opening):
+                    opening = False
+                    yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         yield _last(finish, stream.report)
