@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from importlib import import_module
@@ -16,6 +17,7 @@ from agentguard.integrations.openai._responses import (
     messages_to_items,
     request_from_responses,
     response_from_responses,
+    responses_body,
     responses_output,
 )
 from agentguard.testing import Fault, Reply, ScriptedModel, capture_events
@@ -308,3 +310,49 @@ def test_healthy_reasoning_in_a_whole_responses_answer_is_untouched(form: Any) -
     report = ag.report_of(guarded)
     assert report is not None
     assert report.warnings == ()
+
+
+def test_a_pinned_re_ask_speaks_the_responses_format() -> None:
+    """An answer of nothing but the wire syntax (``functions.read_file:``) is re-asked with the
+    tool pinned — in the Responses API's own form (``{"type": "function", "name": ...}``); the
+    chat form the guard used before is a 400 on a real Responses endpoint."""
+
+    def answer(output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**reasoning_answer("", ""), "output": output}
+
+    text = {"type": "output_text", "text": "functions.read_file:", "annotations": []}
+    wire = answer([{"type": "message", "id": "m1", "role": "assistant", "content": [text]}])
+    args = '{"path": "a.txt"}'
+    call = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "read_file"}
+    good = answer([{**call, "arguments": args, "status": "completed"}])
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: Any) -> Any:
+        bodies.append(json.loads(request.content))
+        return http.Response(200, json=[wire, good][len(bodies) - 1])
+
+    raw = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(handler)),
+        max_retries=0,
+    )
+    config = ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    response = ag.wrap(raw, config).responses.create(model="m", input="read a.txt", tools=TOOLS)
+    assert [item.type for item in response.output] == ["function_call"]
+    assert len(bodies) == 2
+    assert bodies[1]["tool_choice"] == {"type": "function", "name": "read_file"}
+    assert bodies[1]["tools"] == TOOLS  # the caller's list, as given
+    assert bodies[0] == {"model": "m", "input": "read a.txt", "tools": TOOLS}
+
+
+def test_a_re_ask_offering_other_tools_sends_them_in_the_responses_format() -> None:
+    """Where a re-ask offers other tools than the caller's (fewer, or with narrowed choices),
+    they go upstream in the Responses format; unchanged, the caller's list goes as given."""
+    request = request_from_responses({"model": "m", "input": "hi", "tools": TOOLS})
+    assert responses_body(request)["tools"] is TOOLS
+    fn = request.tools[0]["function"]
+    path = {"type": "string", "enum": ["a.txt"]}
+    choices = {**fn, "parameters": {**fn["parameters"], "properties": {"path": path}}}
+    narrowed = dataclasses.replace(request, tools=[{"type": "function", "function": choices}])
+    assert responses_body(narrowed)["tools"] == [{"type": "function", **choices}]

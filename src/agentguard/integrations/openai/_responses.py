@@ -44,6 +44,7 @@ __all__ = [
     "response_from_responses",
     "responses_body",
     "responses_output",
+    "responses_tools",
 ]
 
 #: The key under which a converted message keeps the Responses item it came from.
@@ -179,6 +180,19 @@ def chat_tools(tools: Any) -> list[Mapping[str, Any]]:
     return out
 
 
+def responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat-format function tools in the Responses format (the inverse of :func:`chat_tools`)."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping):  # already the Responses format
+            out.append(dict(tool))
+            continue
+        keys = ("name", "description", "parameters", "strict")
+        out.append({"type": "function", **{k: fn[k] for k in keys if k in fn}})
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ResponsesCall:
     """What a Responses API call keeps beside its neutral request (in its extensions).
@@ -241,8 +255,16 @@ def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, 
     items = call.input if unchanged and call is not None else messages_to_items(request.messages)
     body: dict[str, Any] = {"model": request.model, "input": items}
     body.update(request.params)
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        # a re-ask pinning a tool (the guard speaks chat): the Responses API names it flat
+        body["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
     if isinstance(call, ResponsesCall) and call.has_tools:
-        body["tools"] = call.tools
+        tools = request.tools
+        same = tools is None or list(tools) == chat_tools(call.tools)
+        # the caller's list as given, unless a re-ask offers other tools (fewer, or with the
+        # choices narrowed): those, in the Responses format
+        body["tools"] = call.tools if same else responses_tools(tools or ())
     if request.max_output_tokens is not None:
         body["max_output_tokens"] = request.max_output_tokens
     if stream:
