@@ -88,15 +88,27 @@ class ToolCall:
     arguments: str
     id: str | None = None
 
-    def to_openai(self) -> dict[str, Any]:
-        """This call as an entry of an OpenAI ``tool_calls`` list."""
-        out: dict[str, Any] = {
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+    def to_openai(self, original: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """This call as an entry of an OpenAI ``tool_calls`` list.
+
+        Args:
+            original: the entry the model sent for this call, if any: its fields besides the
+                call itself go along unchanged (Gemini's ``extra_content`` carries the thought
+                signature its API requires back with every call of the turn, or it answers 400).
+        """
+        out: dict[str, Any] = {}
+        if original is not None:
+            out.update((k, v) for k, v in original.items() if k not in _CALL_KEYS)
+        out["type"] = "function"
+        out["function"] = {"name": self.name, "arguments": self.arguments}
         if self.id is not None:
             out["id"] = self.id
         return out
+
+
+#: The fields of a ``tool_calls`` entry that are the call itself (``index`` places a streamed
+#: fragment): what :meth:`ToolCall.to_openai` writes, whatever the original held.
+_CALL_KEYS = frozenset({"id", "type", "function", "index"})
 
 
 @dataclass(frozen=True, slots=True)

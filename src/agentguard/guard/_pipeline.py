@@ -1380,8 +1380,18 @@ def _readable_output_cap(request: ModelRequest, problems: list[str]) -> ModelReq
 
 
 def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> ModelResponse:
+    """``response`` carrying the report's (repaired) calls, each with the fields its original
+    entry had besides the call (Gemini's ``extra_content``: see :meth:`ToolCall.to_openai`),
+    found by id, else by place when the calls are as many as the entries."""
     message = dict(response.message)
-    calls = [c.to_openai() for c in report.tool_calls]
+    sent = message.get("tool_calls")
+    originals = [c for c in sent if isinstance(c, Mapping)] if isinstance(sent, list) else []
+    by_id = {c.get("id"): c for c in originals if c.get("id")}
+    placed = len(originals) == len(report.tool_calls)
+    calls = [
+        c.to_openai(by_id.get(c.id) or (originals[i] if placed else None))
+        for i, c in enumerate(report.tool_calls)
+    ]
     message["tool_calls"] = calls or None
     if report.extracted:
         message["content"] = report.content

@@ -187,7 +187,7 @@ class ValidationReport:
         assistant["role"] = "assistant"
         if assistant.get("content") is None:
             assistant["content"] = ""
-        calls = [c.to_openai() for c in self._sent_calls()]
+        calls = [c.to_openai(original) for original, c in self._sent_calls()]
         if calls:
             assistant["tool_calls"] = calls
         else:
@@ -219,7 +219,8 @@ class ValidationReport:
             out.append({"role": "user", "content": report.corrective_text()})
         return out
 
-    def _sent_calls(self) -> list[ToolCall]:
+    def _sent_calls(self) -> list[tuple[Mapping[str, Any], ToolCall]]:
+        """The message's calls, each as sent and in neutral form."""
         calls = self.message.get("tool_calls") or []
         if not isinstance(calls, (list, tuple)):
             return []  # not a list of calls: nothing that can be answered by id
@@ -233,13 +234,12 @@ class ValidationReport:
             text = args if isinstance(args, str) else json_text(args)
             call_id = c.get("id")
             name = fn.get("name", "")
-            sent.append(
-                ToolCall(
-                    name if isinstance(name, str) else json_text(name),
-                    text,
-                    call_id if isinstance(call_id, str) and call_id else f"call_{i}",
-                )
+            neutral = ToolCall(
+                name if isinstance(name, str) else json_text(name),
+                text,
+                call_id if isinstance(call_id, str) and call_id else f"call_{i}",
             )
+            sent.append((c, neutral))
         return sent
 
 

@@ -304,6 +304,7 @@ def sdk_message(msg: Any) -> dict[str, Any] | None:
             fn = getattr(call, "function", None)
             out.append(
                 {
+                    **_extra(call),
                     "id": getattr(call, "id", None),
                     "type": "function",
                     "function": {
@@ -374,8 +375,16 @@ def _chunk(raw: Any) -> StreamChunk:
     )
 
 
+def _extra(obj: Any) -> dict[str, Any]:
+    """The fields of an SDK object its type does not describe: a provider's own, which go back
+    with it (Gemini's ``extra_content`` on a tool call holds the thought signature its API
+    requires with every call of the turn)."""
+    extra = getattr(obj, "model_extra", None)
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
 def _call_delta(call: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": getattr(call, "index", None)}
+    out: dict[str, Any] = {**_extra(call), "index": getattr(call, "index", None)}
     call_id = getattr(call, "id", None)
     if call_id:
         out["id"] = call_id

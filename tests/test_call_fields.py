@@ -1,0 +1,138 @@
+"""A provider's own fields on a tool call travel with it, whatever the guard does to the call.
+
+Gemini 3 (through its OpenAI-compatible endpoint) puts a thought signature on every tool call it
+makes, as ``extra_content.google.thought_signature``, and answers 400 ("Function call is missing a
+thought_signature") when a call of the current turn comes back without it. The guard re-sends a
+failed call in a correction and hands the caller repaired calls: both must keep the signature,
+through the real openai client (whole answers and streams) and through ``agentguard serve``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import agentguard as ag
+from _hostile import RawUpstream, chunk, completion, guarded_client, sse
+from test_differential import TOOLS
+
+SIGNATURE = {"google": {"thought_signature": "c2lnbmF0dXJlLTE="}}
+ASK = {"model": "small", "messages": [{"role": "user", "content": "Weather in Oslo?"}]}
+JSON, SSE = "application/json", "text/event-stream"
+
+
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    fn = {"name": name, "arguments": arguments}
+    return {"id": "call_1", "type": "function", "function": fn, "extra_content": SIGNATURE}
+
+
+def _whole(name: str, arguments: str) -> tuple[int, str, bytes]:
+    message = {"role": "assistant", "content": None, "tool_calls": [_call(name, arguments)]}
+    return 200, JSON, json.dumps(completion(message=message, finish="tool_calls")).encode()
+
+
+def _streamed(name: str, arguments: str) -> tuple[int, str, bytes]:
+    delta = {"role": "assistant", "tool_calls": [{"index": 0, **_call(name, arguments)}]}
+    return 200, SSE, sse([chunk(delta), chunk({}, finish="tool_calls")])
+
+
+WRONG_NAME = ("delete_everything", '{"city": "Oslo"}')  # corrected: a re-ask
+BROKEN_JSON = ("get_weather", '{"city": "Oslo"')  # repaired here: no re-ask
+RIGHT = ("get_weather", '{"city": "Oslo"}')
+
+
+def _final_message(client: Any, streamed: bool) -> Any:
+    """The caller's final message: read whole, or added up by the SDK's stream helper."""
+    if streamed:
+        with client.chat.completions.stream(**ASK, tools=TOOLS) as stream:
+            return stream.get_final_completion().choices[0].message
+    return client.chat.completions.create(**ASK, tools=TOOLS).choices[0].message
+
+
+def _signatures(call: Any) -> Any:
+    return (call.model_extra or {}).get("extra_content")
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "stream"])
+def test_a_corrected_call_goes_back_with_its_signature(streamed: bool) -> None:
+    """The failed call re-sent in the correction carries its ``extra_content``."""
+    answer = _streamed if streamed else _whole
+    upstream = RawUpstream([answer(*WRONG_NAME), answer(*RIGHT)])
+    client = guarded_client(upstream)
+    message = _final_message(client, streamed)
+    assert len(upstream.requests) == 2
+    resent = upstream.requests[1]["messages"][1]
+    assert resent["role"] == "assistant"
+    assert [c.get("extra_content") for c in resent["tool_calls"]] == [SIGNATURE]
+    assert [_signatures(c) for c in message.tool_calls or ()] == [SIGNATURE]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "stream"])
+def test_a_repaired_call_reaches_the_caller_with_its_signature(streamed: bool) -> None:
+    """A call the guard repaired (its arguments' JSON closed) keeps its ``extra_content``: the
+    caller sends it back next turn, and Gemini wants it there."""
+    answer = _streamed if streamed else _whole
+    upstream = RawUpstream([answer(*BROKEN_JSON)])
+    client = guarded_client(upstream)
+    message = _final_message(client, streamed)
+    assert len(upstream.requests) == 1
+    calls = message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Oslo"}]
+    assert [_signatures(c) for c in calls] == [SIGNATURE]
+
+
+def test_the_call_itself_is_the_guards_whatever_the_original_held() -> None:
+    """The original entry lends only its other fields: the repaired name and arguments, and
+    the call's place in a stream, are the guard's."""
+    original = {**_call("get_wether", "{"), "index": 7}
+    call = ag.ToolCall("get_weather", '{"city": "Oslo"}', "call_1")
+    assert call.to_openai(original) == {
+        "extra_content": SIGNATURE,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        "id": "call_1",
+    }
+    assert call.to_openai() == {
+        k: v for k, v in call.to_openai(original).items() if k != "extra_content"
+    }
+
+
+@pytest.mark.anyio
+async def test_through_serve_a_corrected_call_goes_back_with_its_signature() -> None:
+    """``agentguard serve`` re-sends the failed call with its ``extra_content`` too."""
+    pytest.importorskip("starlette", reason="needs the serve extra")
+    import httpx
+
+    from agentguard.serve import GuardServer, create_app
+    from test_serve import client_http, openai
+
+    upstream = RawUpstream([_whole(*WRONG_NAME), _whole(*RIGHT)])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status, kind, body = upstream.answers[min(len(upstream.requests), 1)]
+        upstream.requests.append(json.loads(request.content))
+        return httpx.Response(status, headers={"content-type": kind}, content=body)
+
+    server = GuardServer(
+        ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer),
+    )
+    caller = openai.AsyncOpenAI(
+        api_key="sk-caller",
+        base_url="http://serve.invalid/v1",
+        http_client=client_http.AsyncClient(
+            transport=client_http.ASGITransport(app=create_app(server))
+        ),
+        max_retries=0,
+    )
+    try:
+        message = (await caller.chat.completions.create(**ASK, tools=TOOLS)).choices[0].message
+    finally:
+        await server.aclose()
+    assert len(upstream.requests) == 2
+    resent = upstream.requests[1]["messages"][1]
+    assert [c.get("extra_content") for c in resent["tool_calls"]] == [SIGNATURE]
+    assert [_signatures(c) for c in message.tool_calls or ()] == [SIGNATURE]
