@@ -132,9 +132,7 @@ class ToolCallValidator:
             found = extract_calls(content, self.specs)
             if found is not None:
                 extracted = True
-                # ids that differ from one answer to the next: frameworks refuse a call id
-                # their history already holds (the OpenAI Agents SDK ends the run)
-                prefix = f"call_ag{fingerprint_text(content)[:12]}_"
+                text_of_calls = content
                 content = found.remaining
                 if found.dropped is not None:
                     repairs.append(
@@ -145,12 +143,9 @@ class ToolCallValidator:
                     text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
                     value = _UNDECODED if isinstance(args, str) else args
                     fn = {"name": name, "arguments": text}
-                    raw_calls.append(
-                        ({"id": f"{prefix}{i}", "type": "function", "function": fn}, value)
-                    )
-                    repairs.append(
-                        Repair("extracted_from_text", f"{prefix}{i}", "$", found.style, name)
-                    )
+                    made = _made_id(text_of_calls, i)
+                    raw_calls.append(({"id": made, "type": "function", "function": fn}, value))
+                    repairs.append(Repair("extracted_from_text", made, "$", found.style, name))
         calls: list[ToolCall] = []
         for i, (raw_call, value) in enumerate(raw_calls):
             call, call_errors, call_repairs = self._one(raw_call, i, finish_reason, value)
@@ -498,3 +493,12 @@ def _ends_inside_a_string(text: str) -> bool:
         elif char == '"':
             inside = not inside
     return inside
+
+
+def _made_id(text: str, index: int) -> str:
+    """The id of the ``index``-th call taken out of an answer's ``text``: nine letters and
+    digits, the one form every server takes. Mistral's API and its models' chat templates refuse
+    any other (a local Mistral writes ``[TOOL_CALLS]`` as text: exactly the calls taken out),
+    and ids differ from one answer to the next, since frameworks refuse a call id their history
+    already holds (the OpenAI Agents SDK ends the run)."""
+    return fingerprint_text(f"{text}\x00{index}")[:9]
