@@ -31,7 +31,7 @@ from agents import (  # noqa: E402
 
 import agentguard as ag  # noqa: E402
 from _frameworks import FAULTS, recovery_results, run_docs_example  # noqa: E402
-from _openai_upstream import Upstream, response_events  # noqa: E402
+from _openai_upstream import Upstream, answering, reasoned_calls, text_item  # noqa: E402
 from agentguard.integrations.openai_agents import (  # noqa: E402
     GuardedProvider,
     guard_tools,
@@ -130,83 +130,15 @@ async def test_hallucinated_tool_name_is_corrected(api: str) -> None:
         await run(weather_agent(plain(Upstream(http, list(script)), api)), "Weather?", False)
 
 
-def _answered(outputs: list[list[dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
-    """An async client whose upstream answers Responses calls with ``outputs`` in turn (as
-    events when the call streams), and the request bodies it received."""
-    seen: list[dict[str, Any]] = []
-
-    def answer(request: Any) -> Any:
-        body = json.loads(request.content)
-        seen.append(body)
-        response = {
-            "id": f"resp_{len(seen)}",
-            "object": "response",
-            "created_at": 1,
-            "status": "completed",
-            "model": "gpt-test",
-            "output": outputs[len(seen) - 1],
-            "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42},
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        }
-        if not body.get("stream"):
-            return http.Response(200, json=response)
-        events = "".join(
-            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in response_events(response)
-        )
-        return http.Response(
-            200, headers={"content-type": "text/event-stream"}, content=events.encode()
-        )
-
-    client = openai.AsyncOpenAI(
-        api_key="sk-test",
-        base_url="http://upstream.invalid/v1",
-        http_client=http.AsyncClient(transport=http.MockTransport(answer)),
-    )
-    return client, seen
-
-
-def _reasoned_calls(arguments: str) -> list[dict[str, Any]]:
-    """A reasoning model's parallel calls, each after its own reasoning item (the second's
-    arguments given)."""
-    return [
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA1"},
-        {
-            "type": "function_call",
-            "id": "fc_1",
-            "call_id": "call_1",
-            "name": "get_weather",
-            "arguments": '{"city": "Rome"}',
-            "status": "completed",
-        },
-        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA2"},
-        {
-            "type": "function_call",
-            "id": "fc_2",
-            "call_id": "call_2",
-            "name": "get_weather",
-            "arguments": arguments,
-            "status": "completed",
-        },
-    ]
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_repaired_call_keeps_its_item_beside_its_reasoning(stream: bool) -> None:
     """A reasoning model's item must go back followed by the very item it was paired with
     (OpenAI answers 400, "provided without its required following item", otherwise). When the
     guard repairs one of the calls, every item keeps its place and id in what the SDK sends
     next: only the repaired arguments differ from a healthy run's."""
-    text = {
-        "type": "message",
-        "id": "msg_1",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": "Sunny.", "annotations": []}],
-    }
-    healthy, healthy_seen = _answered([_reasoned_calls('{"city": "Paris"}'), [text]])
-    broken, broken_seen = _answered([_reasoned_calls("{'city': 'Paris',}"), [text]])
+    text = text_item("Sunny.")
+    healthy, healthy_seen = answering(http, [reasoned_calls('{"city": "Paris"}'), [text]])
+    broken, broken_seen = answering(http, [reasoned_calls("{'city': 'Paris',}"), [text]])
     plain_model = agents.OpenAIResponsesModel("gpt-test", healthy)
     guarded = guarded_model("gpt-test", broken, CONFIG, **options())
     expected = await run(weather_agent(plain_model), "Weather in Rome and Paris?", stream)
