@@ -147,6 +147,82 @@ def reasoning_answer(summary: str, text: str) -> dict[str, Any]:
     }
 
 
+def text_item(text: str) -> dict[str, Any]:
+    """A Responses ``message`` output item saying ``text``."""
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def reasoned_calls(arguments: str) -> list[dict[str, Any]]:
+    """A reasoning model's parallel ``get_weather`` calls, each after its own reasoning item
+    (Rome's, then one with ``arguments``)."""
+    return [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA1"},
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Rome"}',
+            "status": "completed",
+        },
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA2"},
+        {
+            "type": "function_call",
+            "id": "fc_2",
+            "call_id": "call_2",
+            "name": "get_weather",
+            "arguments": arguments,
+            "status": "completed",
+        },
+    ]
+
+
+def answering(http: Any, outputs: list[list[dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
+    """An ``AsyncOpenAI`` client whose upstream answers Responses calls with ``outputs`` (each
+    a response's output items) in turn, as events when the call streams; and the request
+    bodies it received."""
+    import openai
+
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: Any) -> Any:
+        body = json.loads(request.content)
+        seen.append(body)
+        response = {
+            "id": f"resp_{len(seen)}",
+            "object": "response",
+            "created_at": 1,
+            "status": "completed",
+            "model": body.get("model", "m"),
+            "output": outputs[len(seen) - 1],
+            "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        if not body.get("stream"):
+            return http.Response(200, json=response)
+        events = "".join(
+            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in response_events(response)
+        )
+        return http.Response(
+            200, headers={"content-type": "text/event-stream"}, content=events.encode()
+        )
+
+    client = openai.AsyncOpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.AsyncClient(transport=http.MockTransport(answer)),
+    )
+    return client, seen
+
+
 class Upstream:
     """A scripted upstream that records what it receives (see the module docstring)."""
 

@@ -8,6 +8,7 @@ users get repaired tool calls, and the report as ``x-agentguard-*`` response hea
 
 from __future__ import annotations
 
+import json
 from importlib import import_module
 from typing import Any
 
@@ -42,29 +43,28 @@ class Weather(BaseModel):
 
 def _chat(model: ScriptedModel, **kw: Any) -> Any:
     """ChatOpenAI over wrapped sync and async clients (both serving ``model``)."""
-    sync = ag.wrap(
-        openai.OpenAI(
-            api_key="sk-test",
-            base_url="http://scripted.invalid/v1",
-            http_client=http.Client(transport=model.mock_transport(http)),
-        ),
-        CONFIG,
-    )
-    asynchronous = ag.wrap(
-        openai.AsyncOpenAI(
-            api_key="sk-test",
-            base_url="http://scripted.invalid/v1",
-            http_client=http.AsyncClient(transport=model.mock_transport(http)),
-        ),
-        CONFIG,
-    )
+    return _over(model.mock_transport(http), model.mock_transport(http), guarded=True, **kw)
+
+
+def _over(sync: Any, aio: Any, *, guarded: bool, **kw: Any) -> Any:
+    """ChatOpenAI over sync and async openai clients (wrapped when ``guarded``) on the HTTP
+    transports ``sync`` and ``aio``."""
+
+    def client(cls: Any, http_client: Any) -> Any:
+        plain = cls(
+            api_key="sk-test", base_url="http://scripted.invalid/v1", http_client=http_client
+        )
+        return ag.wrap(plain, CONFIG) if guarded else plain
+
+    root = client(openai.OpenAI, http.Client(transport=sync))
+    root_async = client(openai.AsyncOpenAI, http.AsyncClient(transport=aio))
     return langchain_openai.ChatOpenAI(
         model="m",
         api_key="sk-test",
-        root_client=sync,
-        client=sync.chat.completions,
-        root_async_client=asynchronous,
-        async_client=asynchronous.chat.completions,
+        root_client=root,
+        client=root.chat.completions,
+        root_async_client=root_async,
+        async_client=root_async.chat.completions,
         **kw,
     )
 
@@ -123,6 +123,110 @@ def test_plain_text_is_unchanged() -> None:
     message = _chat(model).invoke("hi")
     assert message.content == "Hello there."
     assert message.response_metadata["finish_reason"] == "stop"
+
+
+def _sse(*chunks: dict[str, Any]) -> bytes:
+    """Chat chunks as a server's stream: ``id``, date and model as every chunk carries them."""
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    lines = [f"data: {json.dumps({**head, **c})}\n\n" for c in chunks]
+    return "".join([*lines, "data: [DONE]\n\n"]).encode()
+
+
+def _delta(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def _streaming(body: bytes, *, guarded: bool) -> Any:
+    """ChatOpenAI over a client (wrapped or not) whose upstream streams ``body``."""
+
+    def answer(request: Any) -> Any:
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return _over(http.MockTransport(answer), http.MockTransport(answer), guarded=guarded)
+
+
+def _merged(chunks: list[Any]) -> Any:
+    message = chunks[0]
+    for chunk in chunks[1:]:
+        message = message + chunk
+    return message
+
+
+_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def _llama_cpp_call(arguments: str) -> tuple[dict[str, Any], ...]:
+    """llama.cpp's stream of a call: the usage rides on the finish chunk (with ``timings``)."""
+    opening = {"index": 0, "id": "t1", "type": "function"}
+    return (
+        _delta({"role": "assistant", "content": None}),
+        _delta({"tool_calls": [{**opening, "function": {"name": "read_file", "arguments": ""}}]}),
+        _delta({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+        _delta({}, "tool_calls", usage=_USAGE, timings={"prompt_n": 10}),
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_repaired_stream_whose_usage_rides_on_the_finish_finishes_once(
+    asynchronous: bool,
+) -> None:
+    """llama.cpp sends the usage on its finish chunk. When the guard repairs the call, its own
+    finish chunk goes out, and the usage without a second finish: LangChain adds chunks' metadata
+    up, and read ``finish_reason`` as "tool_callstool_calls" and the model as "mm"."""
+    llm = _streaming(_sse(*_llama_cpp_call("{'path': 'a.txt',}")), guarded=True).bind_tools(
+        [READ_FILE]
+    )
+    if asynchronous:
+        chunks = [c async for c in llm.astream("read a.txt")]
+    else:
+        chunks = list(llm.stream("read a.txt"))
+    message = _merged(chunks)
+    assert [(c["name"], c["args"], c["id"]) for c in message.tool_calls] == [
+        ("read_file", {"path": "a.txt"}, "t1")
+    ]
+    assert message.response_metadata["finish_reason"] == "tool_calls"
+    assert message.response_metadata["model_name"] == "m"
+    assert message.usage_metadata["total_tokens"] == 15
+
+
+_CALLS_WITH_TEXT = (  # OpenAI: text, then two calls in fragments, the usage apart
+    _delta({"role": "assistant", "content": "", "refusal": None}),
+    _delta({"content": "Let me "}),
+    _delta({"content": "look."}),
+    *(
+        _delta({"tool_calls": [{"index": i, **part}]})
+        for i, path in enumerate(("a.txt", "b.txt"))
+        for part in (
+            {"id": f"call_{i}", "type": "function", "function": {"name": "read_file"}},
+            {"function": {"arguments": '{"path": '}},
+            {"function": {"arguments": f'"{path}"}}'}},
+        )
+    ),
+    _delta({}, "tool_calls"),
+    {"choices": [], "usage": _USAGE},
+)
+_ROLE_IN_TEXT = (  # vLLM / Ollama: the role in every content delta, reasoning_content first
+    _delta({"role": "assistant", "reasoning_content": "Hm."}),
+    _delta({"role": "assistant", "content": "Hel"}),
+    _delta({"role": "assistant", "content": "lo."}),
+    _delta({"role": "assistant", "content": ""}, "stop"),
+    {"choices": [], "usage": _USAGE},
+)
+
+
+@pytest.mark.parametrize(
+    "shape", [_llama_cpp_call('{"path": "a.txt"}'), _CALLS_WITH_TEXT, _ROLE_IN_TEXT]
+)
+def test_a_healthy_stream_merges_as_the_unguarded_one(shape: tuple[dict[str, Any], ...]) -> None:
+    """Real servers' stream shapes: LangChain gets the same chunks over the guarded client as
+    over the plain one (text, calls merged by index, finish, model, usage)."""
+
+    def chunks(guarded: bool) -> list[Any]:
+        llm = _streaming(_sse(*shape), guarded=guarded).bind_tools([READ_FILE])
+        return [c.model_dump(exclude={"id"}) for c in llm.stream("read")]
+
+    assert chunks(guarded=True) == chunks(guarded=False)
 
 
 def _agent_tools() -> list[Any]:

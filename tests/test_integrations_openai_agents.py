@@ -31,7 +31,7 @@ from agents import (  # noqa: E402
 
 import agentguard as ag  # noqa: E402
 from _frameworks import FAULTS, recovery_results, run_docs_example  # noqa: E402
-from _openai_upstream import Upstream  # noqa: E402
+from _openai_upstream import Upstream, answering, reasoned_calls, text_item  # noqa: E402
 from agentguard.integrations.openai_agents import (  # noqa: E402
     GuardedProvider,
     guard_tools,
@@ -128,6 +128,31 @@ async def test_hallucinated_tool_name_is_corrected(api: str) -> None:
     assert outputs == ["sunny in Oslo"]
     with pytest.raises(agents.exceptions.ModelBehaviorError):
         await run(weather_agent(plain(Upstream(http, list(script)), api)), "Weather?", False)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_repaired_call_keeps_its_item_beside_its_reasoning(stream: bool) -> None:
+    """A reasoning model's item must go back followed by the very item it was paired with
+    (OpenAI answers 400, "provided without its required following item", otherwise). When the
+    guard repairs one of the calls, every item keeps its place and id in what the SDK sends
+    next: only the repaired arguments differ from a healthy run's."""
+    text = text_item("Sunny.")
+    healthy, healthy_seen = answering(http, [reasoned_calls('{"city": "Paris"}'), [text]])
+    broken, broken_seen = answering(http, [reasoned_calls("{'city': 'Paris',}"), [text]])
+    plain_model = agents.OpenAIResponsesModel("gpt-test", healthy)
+    guarded = guarded_model("gpt-test", broken, CONFIG, **options())
+    expected = await run(weather_agent(plain_model), "Weather in Rome and Paris?", stream)
+    result = await run(weather_agent(guarded), "Weather in Rome and Paris?", stream)
+    assert result.final_output == expected.final_output == "Sunny."
+
+    def items(seen: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(i.get("type"), i.get("id"), i.get("call_id")) for i in seen[1]["input"]]
+
+    assert items(broken_seen) == items(healthy_seen)
+    assert [i.get("arguments") for i in broken_seen[1]["input"]][2:5:2] == [
+        '{"city": "Rome"}',
+        '{"city": "Paris"}',
+    ]
 
 
 def looping(request: ModelRequest) -> Reply:

@@ -35,12 +35,12 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
-from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import agentguard as ag
 from _frameworks import FAULTS, recovery_results, run_docs_example
-from _openai_upstream import Upstream
+from _openai_upstream import Upstream, answering, reasoned_calls, text_item
 from _otel import recorded_spans
 from agentguard.integrations.pydantic_ai import AgentGuard, GuardedModel
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
@@ -208,6 +208,28 @@ async def test_broken_json_arguments_are_repaired_in_a_streamed_run() -> None:
     assert output == "Sunny in Paris."
     assert tool_returns(result.all_messages()) == ["sunny in Paris"]
     assert retries(result.all_messages()) == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_repaired_call_keeps_its_part_beside_its_reasoning(stream: bool) -> None:
+    """A reasoning model's item must go back to OpenAI's Responses API followed by the very
+    item it was paired with (400, "provided without its required following item", otherwise).
+    When the guard repairs one of the calls, every part keeps its place and id: what Pydantic AI
+    sends next is what it sends after a healthy answer."""
+    text = text_item("Sunny.")
+    healthy, healthy_seen = answering(http, [reasoned_calls('{"city": "Paris"}'), [text]])
+    broken, broken_seen = answering(http, [reasoned_calls("{'city': 'Paris',}"), [text]])
+
+    async def go(client: Any, capabilities: list[Any]) -> str:
+        provider = OpenAIProvider(openai_client=client)
+        agent = weather_agent(OpenAIResponsesModel("gpt-5", provider=provider), capabilities)
+        if not stream:
+            return (await agent.run("Weather in Rome and Paris?")).output
+        async with agent.run_stream("Weather in Rome and Paris?") as result:
+            return await result.get_output()
+
+    assert await go(broken, [guard()]) == await go(healthy, []) == "Sunny."
+    assert broken_seen[1]["input"] == healthy_seen[1]["input"]
 
 
 async def test_hallucinated_tool_name_is_corrected() -> None:

@@ -14,7 +14,11 @@ caller gets.
   with its ``logprobs`` or ``content_filter_results``, the usage chunk. A chunk held back for its
   text (released whole by the guard) goes without that text, or not at all when nothing else is
   in it.
-- When the guard changed the answer, its own chunks go out.
+- When the guard changed the answer, its own chunks go out, and the upstream's usage chunk.
+  A server that puts the usage on its finish chunk (llama.cpp) has that chunk go out without
+  its choices when the adapter can make it so (``usage_only``): the guard's finish went out
+  already, and clients that add chunks up (LangChain) would read a second one as
+  ``"tool_callstool_calls"``.
 - Once the caller has an attempt's chunks, a later attempt's bare chunks (a re-ask's ``role``
   chunk) stay back: the answer was opened once.
 """
@@ -93,6 +97,9 @@ class ChatReplay:
             every closing chunk is the guard's.
         without_text: an upstream chunk without the first answer's text, or ``None`` when
             nothing else is in it.
+        usage_only: an upstream chunk with its usage alone (no choices), for the usage of an
+            answer the guard changed when the upstream sent it on its finish chunk; ``None``
+            when the adapter cannot make one (that chunk then goes out as it came).
     """
 
     #: consumed chunks are cut from the list once this many have gathered at its front
@@ -102,9 +109,11 @@ class ChatReplay:
         self,
         chunks: Callable[[], Chunks] | None,
         without_text: Callable[[Any, StreamChunk], Any],
+        usage_only: Callable[[Any], Any] | None = None,
     ) -> None:
         self._chunks = chunks
         self._without_text = without_text
+        self._usage_only = usage_only
         self._attempt: Chunks | None = None
         self._at = 0  # the attempt's chunks before it were decided on
         self._upstream_answer = Accumulator()  # the attempt's answer, from the chunks decided
@@ -187,7 +196,17 @@ class ChatReplay:
             return [*(item for item, _ in self._held), *tail]
         bare_held = [item for item, is_bare in self._held if is_bare]
         # the usage chunk among the guard's closing ones is the upstream's own
-        return [*bare_held, *tail, *(c.raw if c.raw is not None else c for c in self._closing)]
+        return [*bare_held, *tail, *(self._closed(c) for c in self._closing)]
+
+    def _closed(self, chunk: StreamChunk) -> Any:
+        """One of the guard's closing chunks as it goes out when the answer changed: the
+        upstream's usage chunk as it came, or without its choices when it is the finish chunk
+        too (the guard's own finish went out before it)."""
+        if chunk.raw is None:
+            return chunk
+        if chunk.finish_reason and self._usage_only is not None:
+            return self._usage_only(chunk.raw)
+        return chunk.raw
 
     def _unchanged(self) -> bool:
         guard = Accumulator()

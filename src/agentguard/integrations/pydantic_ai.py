@@ -128,6 +128,44 @@ def _answer_chat(response: pm.ModelResponse) -> dict[str, Any]:
     return message
 
 
+def _carrying(answer: pm.ModelResponse, message: Mapping[str, Any]) -> list[Any]:
+    """``answer``'s parts carrying ``message`` (the guard's repaired or corrected answer).
+
+    Every part keeps its place, its ``id`` and provider fields: a reasoning model's thinking
+    part goes back to OpenAI's Responses API followed by the call it was paired with (it answers
+    400 otherwise). A call the guard changed is its part with the new name and arguments; one it
+    left out goes; the text is the first text part's; the guard's other calls follow.
+    """
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    calls = {c.get("id"): c for c in message.get("tool_calls") or () if c.get("id")}
+    same_text = text == "".join(p.content for p in answer.parts if isinstance(p, pm.TextPart))
+    parts: list[Any] = []
+    text_done = False
+    for part in answer.parts:
+        kept: Any = part
+        if isinstance(part, pm.ToolCallPart):
+            call = calls.pop(part.tool_call_id, None)
+            if call is None:
+                continue
+            fn = call.get("function") or {}
+            if chat_tool_call(part.tool_call_id, part.tool_name, part.args) != call:
+                kept = dataclasses.replace(
+                    part, tool_name=fn.get("name", ""), args=fn.get("arguments")
+                )
+        elif isinstance(part, pm.TextPart) and not same_text:
+            if text_done or not text:
+                continue
+            kept, text_done = dataclasses.replace(part, content=text), True
+        parts.append(kept)
+    if text and not same_text and not text_done:
+        parts.append(pm.TextPart(text))
+    added = [c for c in message.get("tool_calls") or () if not c.get("id") or c["id"] in calls]
+    if added:
+        parts += _from_chat([{"role": "assistant", "tool_calls": added}], {})[0].parts
+    return parts
+
+
 def _from_chat(chat: Sequence[Any], names: Mapping[str, str]) -> list[pm.ModelMessage]:
     """Chat messages the guard wrote (a correction, a hint ...) as Pydantic AI messages."""
     out: list[pm.ModelMessage] = []
@@ -287,9 +325,7 @@ class GuardedModel(WrapperModel):
             raise original from exc
         answer = response.raw
         if _shape(response.message) != _shape(_answer_chat(answer)):  # repaired or corrected
-            kept = [p for p in answer.parts if not isinstance(p, (pm.TextPart, pm.ToolCallPart))]
-            parts = [*kept, *_from_chat([response.message], {})[0].parts]
-            answer = dataclasses.replace(answer, parts=parts)
+            answer = dataclasses.replace(answer, parts=_carrying(answer, response.message))
         if call.sent > 1:  # every request and token the guard spent counts against the run
             answer = dataclasses.replace(answer, usage=call.usage)
             if run is not None:

@@ -143,9 +143,9 @@ class _Events:
         data = dict(dump(end.response)) if end is not None else {"output": []}
         message = {"role": "assistant", "content": text or None, "tool_calls": self._calls}
         output = responses_output(data, message)
-        first = len([i for i in output if i.get("type") != "function_call"])
-        for offset, item in enumerate(i for i in output if i.get("type") == "function_call"):
-            index = first + offset
+        for index, item in enumerate(output):
+            if item.get("type") != "function_call":
+                continue
             added = types.ResponseFunctionToolCall.construct(**{**item, "arguments": ""})
             done = types.ResponseFunctionToolCall.construct(**item)
             for cls, kind, fields in (

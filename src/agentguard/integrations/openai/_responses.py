@@ -329,19 +329,29 @@ def _tokens(value: Any) -> int | None:
 def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``body``'s output items rewritten to carry ``message`` (the guard's repaired answer).
 
-    Items other than text messages and function calls (reasoning ...) are kept in place; the
-    text goes into the first message item, the calls follow as ``function_call`` items.
+    Items stay where they are, with their ids: a reasoning model's reasoning item must be
+    followed by the very item it was paired with when the conversation goes back (OpenAI
+    answers 400, "provided without its required following item", otherwise). Items other than
+    text messages and function calls (reasoning ...) are kept as they are; the text goes into
+    the first message item; a ``function_call`` item carries the guard's call with its
+    ``call_id`` (a repaired call keeps its item's ``id``), and is left out when the guard's
+    answer has no such call. The guard's other calls (taken out of the text ...) follow.
     """
     kept: list[dict[str, Any]] = []
     text_done = False
     content = message.get("content")
     ids = itertools.count()
+    calls = {call.get("id"): call for call in message.get("tool_calls") or () if call.get("id")}
     for original in body.get("output") or ():
         item = dict(original)
         kind = item.get("type")
         if kind == "function_call":
-            continue
-        if kind == "message":
+            call = calls.pop(item.get("call_id") or item.get("id"), None)
+            if call is None:
+                continue
+            fn = call.get("function") or {}
+            item = {**item, "name": fn.get("name", ""), "arguments": fn.get("arguments", "")}
+        elif kind == "message":
             if text_done or not content:
                 continue
             item = {
@@ -361,6 +371,8 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
             }
         )
     for i, call in enumerate(message.get("tool_calls") or ()):
+        if call.get("id") and call.get("id") not in calls:
+            continue  # carried by the upstream's own item
         fn = call.get("function") or {}
         kept.append(
             {

@@ -120,10 +120,18 @@ def _without_text(raw: Any, neutral: StreamChunk) -> Any:
     return raw.model_copy(update={"choices": out})
 
 
+def _usage_only(raw: Any) -> Any:
+    """An SDK chunk with its usage alone (as OpenAI sends it: no choices)."""
+    if not hasattr(raw, "model_copy"):
+        return raw
+    return raw.model_copy(update={"choices": []})
+
+
 class _Base:
     def __init__(self, model: str, raw: RawCall | None) -> None:
         self._make = _ChunkMaker(model, raw)
-        self._replay = ChatReplay((lambda: raw.chunks) if raw is not None else None, _without_text)
+        chunks = (lambda: raw.chunks) if raw is not None else None
+        self._replay = ChatReplay(chunks, _without_text, _usage_only)
         self._raw = raw
         self._head: list[Any] = []  # chunks read ahead by prime()
         self._primed = False
