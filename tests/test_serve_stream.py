@@ -302,3 +302,14 @@ async def test_a_responses_stream_cut_for_degenerate_reasoning_ends_incomplete()
     assert [e["sequence_number"] for e in events] == sorted(e["sequence_number"] for e in events)
     assert not any(e["type"] == "response.output_text.delta" for e in events)
     assert server.open_streams == 0
+
+
+async def test_an_event_whose_data_spans_several_lines_goes_out_as_it_came() -> None:
+    """SSE lets an event's data come over several ``data:`` lines (joined by newlines): the
+    caller gets them as sent, each on a ``data:`` line of its own, which its client reads back
+    as the one JSON chunk (a single ``data:`` line followed by bare JSON lines is no event)."""
+    lines = json.dumps({**HEAD, "choices": [{"index": 0, "delta": {"content": "Hi"}}]}, indent=1)
+    spread = "".join(f"data: {line}\n" for line in lines.split("\n")).encode() + b"\n"
+    parts = [OPENING, spread, FINISH, DONE]
+    sent = _sent(await _call(_server(Body(parts))))
+    assert sent.startswith(b"".join(parts[:-1]))

@@ -537,7 +537,12 @@ _HEAD = ("id", "object", "created", "model", "system_fingerprint", "service_tier
 
 
 def _sse(data: str, name: str | None = None) -> bytes:
+    """One server-sent event: each line of ``data`` on a ``data:`` line of its own (an event
+    whose JSON came over several lines goes out as it came, not as one ``data:`` line followed
+    by lines a client reads as unknown fields)."""
     head = f"event: {name}\n" if name else ""
+    if "\n" in data:
+        return (head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()
     return f"{head}data: {data}\n\n".encode()
 
 
