@@ -313,3 +313,29 @@ async def test_an_event_whose_data_spans_several_lines_goes_out_as_it_came() -> 
     parts = [OPENING, spread, FINISH, DONE]
     sent = _sent(await _call(_server(Body(parts))))
     assert sent.startswith(b"".join(parts[:-1]))
+
+
+REPORT = b": agentguard "
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # OpenAI's error event in the middle of a chat stream (no finish chunk follows)
+        [
+            b'data: {"error": {"message": "The server had an error while processing your '
+            b'request.", "type": "server_error", "param": null, "code": null}}\n\n'
+        ],
+        [DONE],  # an upstream that ends the answer without a finish chunk
+        [],  # ... or without [DONE] either
+    ],
+)
+async def test_a_stream_without_a_finish_chunk_gets_none_added(tail: list[bytes]) -> None:
+    """The guard's answer has no finish reason when the upstream gave none: the caller gets the
+    upstream's events and then the report, not an empty chunk (no id, no delta) the upstream
+    never sent."""
+    parts = [OPENING, WORDS[0], *tail]
+    sent = _sent(await _call(_server(Body(parts))))
+    upstream = b"".join(p for p in parts if p != DONE)
+    assert sent[: sent.index(REPORT)] == upstream
+    assert sent.endswith(DONE)

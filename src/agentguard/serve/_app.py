@@ -45,7 +45,7 @@ from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
-from agentguard.integrations._replay import ChatReplay, call_keys, text_only
+from agentguard.integrations._replay import ChatReplay, bare, call_keys, text_only
 from agentguard.integrations._tiers import tier_api_key
 from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
@@ -602,6 +602,11 @@ class _ChatEvents:
         )
 
     def out(self, chunk: StreamChunk) -> bytes:
+        if chunk.raw is None and bare(chunk) and not chunk.refusal:
+            # the guard's finish of an answer the upstream gave none (a stream that ended on an
+            # error event, or without its finish chunk): a chunk of nothing, which the upstream
+            # never sent
+            return b""
         return self._bytes(self._replay.of(chunk))
 
     def end(self) -> bytes:
