@@ -65,9 +65,9 @@ class Body(httpx.AsyncByteStream):
         self.closed = True
 
 
-def _server(body: Body) -> GuardServer:
+def _server(body: Body, content_type: str = "text/event-stream") -> GuardServer:
     def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+        return httpx.Response(200, headers={"content-type": content_type}, stream=body)
 
     return GuardServer(
         ag.GuardConfig.from_dict({}),
@@ -339,3 +339,15 @@ async def test_a_stream_without_a_finish_chunk_gets_none_added(tail: list[bytes]
     upstream = b"".join(p for p in parts if p != DONE)
     assert sent[: sent.index(REPORT)] == upstream
     assert sent.endswith(DONE)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["text/event-stream", "text/event-stream; charset=utf-8", "text/event-stream;charset=UTF-8"],
+)
+async def test_a_streams_content_type_is_the_upstreams(kind: str) -> None:
+    """The caller's stream has the upstream's ``Content-Type`` as sent (Ollama and llama.cpp
+    send no charset, OpenAI and vLLM ``; charset=utf-8``), not one the server writes again."""
+    server = _server(Body([OPENING, WORDS[0], FINISH, DONE]), kind)
+    start = (await _call(server))[0]
+    assert [v for k, v in start["headers"] if k == b"content-type"] == [kind.encode()]

@@ -648,7 +648,8 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         await _settle(server, stream)
         raise
     headers = _upstream_headers(forward.headers)
-    headers.pop("content-type", None)
+    if not headers.get("content-type", "").startswith("text/event-stream"):
+        headers.pop("content-type", None)  # the stream's own type, below
     events = _events(server, stream, first, forward)
     try:
         opening = await anext(events)  # the stream's head, up to its first chunk
