@@ -351,3 +351,76 @@ async def test_a_streams_content_type_is_the_upstreams(kind: str) -> None:
     server = _server(Body([OPENING, WORDS[0], FINISH, DONE]), kind)
     start = (await _call(server))[0]
     assert [v for k, v in start["headers"] if k == b"content-type"] == [kind.encode()]
+
+
+class Cut(Body):
+    """An upstream body whose connection drops after ``parts``."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self.parts:
+            yield part
+        raise httpx.ReadError("peer closed connection without sending complete message body")
+
+
+def _cutting(
+    bodies: list[Body], content_type: str = "text/event-stream", **more: str
+) -> GuardServer:
+    """A server whose upstream answers 200 with ``bodies`` in turn (``more``: other headers;
+    the guard's retries wait on a fake clock)."""
+    from agentguard.testing import FakeClock
+
+    clock = FakeClock()
+    left = iter(bodies)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {
+            "content-type": content_type,
+            **{k.replace("_", "-"): v for k, v in more.items()},
+        }
+        return httpx.Response(200, headers=headers, stream=next(left))
+
+    return GuardServer(
+        ag.GuardConfig.from_dict({}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer),
+        clock=clock,
+        sleep=clock.asleep,
+    )
+
+
+def _openai_error(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    start = messages[0]
+    assert start["status"] == 502
+    assert (b"content-type", b"application/json") in start["headers"]
+    error: dict[str, Any] = json.loads(_sent(messages))["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_whose_connection_drops_is_retried_then_an_openai_error(
+    stream: bool,
+) -> None:
+    """The upstream's connection drops before its answer is whole (a restart, a proxy's idle
+    cut): the guard retries it like any dropped connection, and when every attempt drops the
+    caller gets an OpenAI-shaped 502, not the ASGI server's bare ``Internal Server Error``."""
+    half = OPENING if stream else b'{"id": "chatcmpl-1", "object": "chat.co'
+    kind = "text/event-stream" if stream else "application/json"
+    bodies: list[Body] = [Cut([half]) for _ in range(4)]
+    error = _openai_error(await _call(_cutting(bodies, kind), stream=stream))
+    assert error["type"] == "upstream_unreachable"
+    assert "ReadError" in error["message"]
+    assert all(b.closed for b in bodies)
+    # and an attempt after a dropped one answers the caller as the upstream did
+    whole = [OPENING, WORDS[0], FINISH, DONE]
+    messages = await _call(_cutting([Cut([half]), Body(whole)]))
+    assert messages[0]["status"] == 200
+    assert _sent(messages).startswith(b"".join(whole[:-1]))
+
+
+async def test_a_forwarded_answer_whose_connection_drops_is_an_openai_error() -> None:
+    """A forwarded request's answer (read whole: it is small) that breaks off: an
+    OpenAI-shaped 502 as well."""
+    server = _cutting([Cut([b'{"object": "list", "da'])], "application/json", content_length="90")
+    error = _openai_error(await _call(server, path="/v1/files"))
+    assert error["type"] == "upstream_unreachable"

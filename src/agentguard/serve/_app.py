@@ -894,13 +894,13 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     method = scope["method"]
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
+        if _small(answer):
+            # read whole and sent as one: no stream to drive (Starlette's runs a task beside
+            # it, listening for the caller to leave) and no chunked framing (a write less)
+            content = await read_whole(answer)
+            return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
     except (UpstreamError, ModelTimeout) as exc:
         return upstream_error(exc)
-    if _small(answer):
-        # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
-        # listening for the caller to leave) and no chunked framing (a write less)
-        content = await read_whole(answer)
-        return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
 
     async def body_of() -> AsyncIterator[bytes]:
         try:
