@@ -65,9 +65,9 @@ class Body(httpx.AsyncByteStream):
         self.closed = True
 
 
-def _server(body: Body) -> GuardServer:
+def _server(body: Body, content_type: str = "text/event-stream") -> GuardServer:
     def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+        return httpx.Response(200, headers={"content-type": content_type}, stream=body)
 
     return GuardServer(
         ag.GuardConfig.from_dict({}),
@@ -302,3 +302,125 @@ async def test_a_responses_stream_cut_for_degenerate_reasoning_ends_incomplete()
     assert [e["sequence_number"] for e in events] == sorted(e["sequence_number"] for e in events)
     assert not any(e["type"] == "response.output_text.delta" for e in events)
     assert server.open_streams == 0
+
+
+async def test_an_event_whose_data_spans_several_lines_goes_out_as_it_came() -> None:
+    """SSE lets an event's data come over several ``data:`` lines (joined by newlines): the
+    caller gets them as sent, each on a ``data:`` line of its own, which its client reads back
+    as the one JSON chunk (a single ``data:`` line followed by bare JSON lines is no event)."""
+    lines = json.dumps({**HEAD, "choices": [{"index": 0, "delta": {"content": "Hi"}}]}, indent=1)
+    spread = "".join(f"data: {line}\n" for line in lines.split("\n")).encode() + b"\n"
+    parts = [OPENING, spread, FINISH, DONE]
+    sent = _sent(await _call(_server(Body(parts))))
+    assert sent.startswith(b"".join(parts[:-1]))
+
+
+REPORT = b": agentguard "
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # OpenAI's error event in the middle of a chat stream (no finish chunk follows)
+        [
+            b'data: {"error": {"message": "The server had an error while processing your '
+            b'request.", "type": "server_error", "param": null, "code": null}}\n\n'
+        ],
+        [DONE],  # an upstream that ends the answer without a finish chunk
+        [],  # ... or without [DONE] either
+    ],
+)
+async def test_a_stream_without_a_finish_chunk_gets_none_added(tail: list[bytes]) -> None:
+    """The guard's answer has no finish reason when the upstream gave none: the caller gets the
+    upstream's events and then the report, not an empty chunk (no id, no delta) the upstream
+    never sent."""
+    parts = [OPENING, WORDS[0], *tail]
+    sent = _sent(await _call(_server(Body(parts))))
+    upstream = b"".join(p for p in parts if p != DONE)
+    assert sent[: sent.index(REPORT)] == upstream
+    assert sent.endswith(DONE)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["text/event-stream", "text/event-stream; charset=utf-8", "text/event-stream;charset=UTF-8"],
+)
+async def test_a_streams_content_type_is_the_upstreams(kind: str) -> None:
+    """The caller's stream has the upstream's ``Content-Type`` as sent (Ollama and llama.cpp
+    send no charset, OpenAI and vLLM ``; charset=utf-8``), not one the server writes again."""
+    server = _server(Body([OPENING, WORDS[0], FINISH, DONE]), kind)
+    start = (await _call(server))[0]
+    assert [v for k, v in start["headers"] if k == b"content-type"] == [kind.encode()]
+
+
+class Cut(Body):
+    """An upstream body whose connection drops after ``parts``."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self.parts:
+            yield part
+        raise httpx.ReadError("peer closed connection without sending complete message body")
+
+
+def _cutting(
+    bodies: list[Body], content_type: str = "text/event-stream", **more: str
+) -> GuardServer:
+    """A server whose upstream answers 200 with ``bodies`` in turn (``more``: other headers;
+    the guard's retries wait on a fake clock)."""
+    from agentguard.testing import FakeClock
+
+    clock = FakeClock()
+    left = iter(bodies)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {
+            "content-type": content_type,
+            **{k.replace("_", "-"): v for k, v in more.items()},
+        }
+        return httpx.Response(200, headers=headers, stream=next(left))
+
+    return GuardServer(
+        ag.GuardConfig.from_dict({}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer),
+        clock=clock,
+        sleep=clock.asleep,
+    )
+
+
+def _openai_error(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    start = messages[0]
+    assert start["status"] == 502
+    assert (b"content-type", b"application/json") in start["headers"]
+    error: dict[str, Any] = json.loads(_sent(messages))["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_whose_connection_drops_is_retried_then_an_openai_error(
+    stream: bool,
+) -> None:
+    """The upstream's connection drops before its answer is whole (a restart, a proxy's idle
+    cut): the guard retries it like any dropped connection, and when every attempt drops the
+    caller gets an OpenAI-shaped 502, not the ASGI server's bare ``Internal Server Error``."""
+    half = OPENING if stream else b'{"id": "chatcmpl-1", "object": "chat.co'
+    kind = "text/event-stream" if stream else "application/json"
+    bodies: list[Body] = [Cut([half]) for _ in range(4)]
+    error = _openai_error(await _call(_cutting(bodies, kind), stream=stream))
+    assert error["type"] == "upstream_unreachable"
+    assert "ReadError" in error["message"]
+    assert all(b.closed for b in bodies)
+    # and an attempt after a dropped one answers the caller as the upstream did
+    whole = [OPENING, WORDS[0], FINISH, DONE]
+    messages = await _call(_cutting([Cut([half]), Body(whole)]))
+    assert messages[0]["status"] == 200
+    assert _sent(messages).startswith(b"".join(whole[:-1]))
+
+
+async def test_a_forwarded_answer_whose_connection_drops_is_an_openai_error() -> None:
+    """A forwarded request's answer (read whole: it is small) that breaks off: an
+    OpenAI-shaped 502 as well."""
+    server = _cutting([Cut([b'{"object": "list", "da'])], "application/json", content_length="90")
+    error = _openai_error(await _call(server, path="/v1/files"))
+    assert error["type"] == "upstream_unreachable"

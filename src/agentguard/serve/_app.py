@@ -45,7 +45,7 @@ from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
-from agentguard.integrations._replay import ChatReplay, call_keys, text_only
+from agentguard.integrations._replay import ChatReplay, bare, call_keys, text_only
 from agentguard.integrations._tiers import tier_api_key
 from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
@@ -537,7 +537,12 @@ _HEAD = ("id", "object", "created", "model", "system_fingerprint", "service_tier
 
 
 def _sse(data: str, name: str | None = None) -> bytes:
+    """One server-sent event: each line of ``data`` on a ``data:`` line of its own (an event
+    whose JSON came over several lines goes out as it came, not as one ``data:`` line followed
+    by lines a client reads as unknown fields)."""
     head = f"event: {name}\n" if name else ""
+    if "\n" in data:
+        return (head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()
     return f"{head}data: {data}\n\n".encode()
 
 
@@ -597,6 +602,11 @@ class _ChatEvents:
         )
 
     def out(self, chunk: StreamChunk) -> bytes:
+        if chunk.raw is None and bare(chunk) and not chunk.refusal:
+            # the guard's finish of an answer the upstream gave none (a stream that ended on an
+            # error event, or without its finish chunk): a chunk of nothing, which the upstream
+            # never sent
+            return b""
         return self._bytes(self._replay.of(chunk))
 
     def end(self) -> bytes:
@@ -638,7 +648,8 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         await _settle(server, stream)
         raise
     headers = _upstream_headers(forward.headers)
-    headers.pop("content-type", None)
+    if not headers.get("content-type", "").startswith("text/event-stream"):
+        headers.pop("content-type", None)  # the stream's own type, below
     events = _events(server, stream, first, forward)
     try:
         opening = await anext(events)  # the stream's head, up to its first chunk
@@ -883,13 +894,13 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     method = scope["method"]
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
+        if _small(answer):
+            # read whole and sent as one: no stream to drive (Starlette's runs a task beside
+            # it, listening for the caller to leave) and no chunked framing (a write less)
+            content = await read_whole(answer)
+            return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
     except (UpstreamError, ModelTimeout) as exc:
         return upstream_error(exc)
-    if _small(answer):
-        # read whole and sent as one: no stream to drive (Starlette's runs a task beside it,
-        # listening for the caller to leave) and no chunked framing (a write less)
-        content = await read_whole(answer)
-        return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
 
     async def body_of() -> AsyncIterator[bytes]:
         try:

@@ -34,7 +34,9 @@ __all__ = [
     "Forward",
     "HTTPUpstream",
     "Pool",
+    "UpstreamCut",
     "UpstreamError",
+    "failure",
     "hop_by_hop",
     "read_whole",
 ]
@@ -219,16 +221,8 @@ class Pool:
         request = _request(method, self._url(url), headers, content, {"timeout": seconds})
         try:
             response = await self.transport.handle_async_request(request)
-        except httpx.TimeoutException as exc:
-            raise ModelTimeout(
-                f"the upstream did not answer in time ({type(exc).__name__})", model=model
-            ) from exc
         except httpx.HTTPError as exc:
-            raise UpstreamError(
-                f"the upstream could not be reached ({type(exc).__name__})",
-                status_code=None,
-                model=model,
-            ) from exc
+            raise failure(exc, cut=False, model=model) from exc
         response.request = request
         return response
 
@@ -267,7 +261,29 @@ def _request(
     return request
 
 
-async def read_whole(response: httpx.Response) -> bytes:
+class UpstreamCut(UpstreamError, ConnectionError):
+    """The upstream's answer broke off (its connection dropped mid-answer): a connection error,
+    which the guard retries as it would the httpx ``ReadError`` it came from."""
+
+
+def failure(exc: httpx.HTTPError, *, cut: bool, model: str | None = None) -> ModelError:
+    """The model error of an httpx error reaching the upstream, or (``cut``) reading its
+    answer: a :class:`~agentguard.ModelTimeout` when it did not answer in time, else an
+    :class:`UpstreamError` with no status (:class:`UpstreamCut` for an answer that broke off),
+    which the server answers as a 504 and a 502 ``upstream_unreachable``."""
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelTimeout(f"the upstream did not answer in time ({name})", model=model)
+    if cut:
+        return UpstreamCut(
+            f"the upstream's answer broke off ({name})", status_code=None, model=model
+        )
+    return UpstreamError(
+        f"the upstream could not be reached ({name})", status_code=None, model=model
+    )
+
+
+async def read_whole(response: httpx.Response, *, model: str | None = None) -> bytes:
     """The body of ``response``, whole, then the answer closed (its connection back in the
     pool once read to its end).
 
@@ -281,6 +297,8 @@ async def read_whole(response: httpx.Response) -> bytes:
         whole = getattr(response.stream, "read_whole", None)
         content: bytes | None = await whole() if whole is not None else None
         return content if content is not None else await response.aread()
+    except httpx.HTTPError as exc:  # the connection dropped, or went silent, mid-answer
+        raise failure(exc, cut=True, model=model) from exc
     finally:
         await response.aclose()
 
@@ -328,7 +346,7 @@ class HTTPUpstream:
         if forward is not None:
             forward.headers = response.headers
         if response.status_code >= 400:
-            content = await read_whole(response)
+            content = await read_whole(response, model=request.model)
             raise UpstreamError(
                 f"HTTP {response.status_code} from the upstream",
                 status_code=response.status_code,
@@ -341,7 +359,7 @@ class HTTPUpstream:
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call."""
         response = await self._open(request, stream=False)
-        content = await read_whole(response)
+        content = await read_whole(response, model=request.model)
         try:
             data = json.loads(content)
         except ValueError:
@@ -371,6 +389,8 @@ class HTTPUpstream:
                     forward.last = event
                     forward.chat.append((event, chunk))
                 yield chunk
+        except httpx.HTTPError as exc:  # the connection dropped, or went silent, mid-stream
+            raise failure(exc, cut=True, model=request.model) from exc
         finally:
             await response.aclose()
 
