@@ -50,6 +50,12 @@ _CALL = "agentguard.langchain.call"
 def _chat(message: Any) -> dict[str, Any]:
     """A LangChain message in OpenAI chat form, its unparsable tool calls (raw text) included."""
     chat = cast("dict[str, Any]", _to_chat(message))
+    content = chat.get("content")
+    if isinstance(message, AIMessage) and isinstance(content, list):
+        # an answer kept as content blocks (ChatOpenAI over the Responses API): the guard
+        # judges its text (a call written in it, a loop); the blocks stay the message's
+        text = [b.get("text") for b in content if isinstance(b, Mapping)]
+        chat["content"] = "".join(t for t in text if isinstance(t, str)) or None
     # LangChain's translation takes a Responses answer's calls from its content blocks, the
     # unparsable ones included: those are in already
     ids = {c.get("id") for c in chat.get("tool_calls") or ()}
