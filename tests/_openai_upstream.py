@@ -183,10 +183,12 @@ def reasoned_calls(arguments: str) -> list[dict[str, Any]]:
     ]
 
 
-def answering(http: Any, outputs: list[list[dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
-    """An ``AsyncOpenAI`` client whose upstream answers Responses calls with ``outputs`` (each
-    a response's output items) in turn, as events when the call streams; and the request
-    bodies it received."""
+def answering(
+    http: Any, outputs: list[list[dict[str, Any]]], *, asynchronous: bool = True
+) -> tuple[Any, list[dict[str, Any]]]:
+    """An openai client (``AsyncOpenAI``, or ``OpenAI``) whose upstream answers Responses calls
+    with ``outputs`` (each a response's output items) in turn, as events when the call streams;
+    and the request bodies it received."""
     import openai
 
     seen: list[dict[str, Any]] = []
@@ -215,12 +217,11 @@ def answering(http: Any, outputs: list[list[dict[str, Any]]]) -> tuple[Any, list
             200, headers={"content-type": "text/event-stream"}, content=events.encode()
         )
 
-    client = openai.AsyncOpenAI(
-        api_key="sk-test",
-        base_url="http://upstream.invalid/v1",
-        http_client=http.AsyncClient(transport=http.MockTransport(answer)),
-    )
-    return client, seen
+    transport = http.MockTransport(answer)
+    base = {"api_key": "sk-test", "base_url": "http://upstream.invalid/v1", "max_retries": 0}
+    if asynchronous:
+        return openai.AsyncOpenAI(**base, http_client=http.AsyncClient(transport=transport)), seen
+    return openai.OpenAI(**base, http_client=http.Client(transport=transport)), seen
 
 
 class Upstream:

@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 import agentguard as ag
+from _openai_upstream import answering, reasoned_calls, text_item
 from agentguard.testing import Reply, ScriptedModel
 
 openai = pytest.importorskip("openai")
@@ -31,6 +32,20 @@ READ_FILE = {
             "type": "object",
             "properties": {"path": {"type": "string"}},
             "required": ["path"],
+        },
+    },
+}
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
         },
     },
 }
@@ -227,6 +242,45 @@ def test_a_healthy_stream_merges_as_the_unguarded_one(shape: tuple[dict[str, Any
         return [c.model_dump(exclude={"id"}) for c in llm.stream("read")]
 
     assert chunks(guarded=True) == chunks(guarded=False)
+
+
+@pytest.mark.parametrize("output_version", [None, "v1"])
+def test_a_repaired_responses_stream_keeps_each_call_after_its_reasoning(
+    output_version: Any,
+) -> None:
+    """ChatOpenAI builds a streamed Responses answer from its events in order. When the guard
+    repairs a reasoning model's call, its call events go where the call is in the output (after
+    the reasoning item the upstream sent before it), so what LangChain sends next keeps each
+    reasoning item followed by its call, as OpenAI requires: as after a healthy answer."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    sent = {}
+    for name, arguments, guarded in (
+        ("healthy", '{"city": "Paris"}', False),
+        ("broken", "{'city': 'Paris',}", True),
+    ):
+        client, seen = answering(
+            http, [reasoned_calls(arguments), [text_item("Sunny.")]], asynchronous=False
+        )
+        root = ag.wrap(client, CONFIG) if guarded else client
+        llm = langchain_openai.ChatOpenAI(
+            model="gpt-5",
+            api_key="sk-test",
+            root_client=root,
+            client=root.chat.completions,
+            use_responses_api=True,
+            output_version=output_version,
+            streaming=True,
+        ).bind_tools([WEATHER])
+        first = _merged(list(llm.stream("Weather in Rome and Paris?")))
+        assert [c["id"] for c in first.tool_calls] == ["call_1", "call_2"]
+        tool_turns = [
+            ToolMessage(f"sunny in {c['args']['city']}", tool_call_id=c["id"])
+            for c in first.tool_calls
+        ]
+        llm.invoke([HumanMessage("Weather in Rome and Paris?"), first, *tool_turns])
+        sent[name] = [(i.get("type"), i.get("id"), i.get("call_id")) for i in seen[1]["input"]]
+    assert sent["broken"] == sent["healthy"]
 
 
 def _agent_tools() -> list[Any]:

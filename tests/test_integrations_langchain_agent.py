@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 import agentguard as ag
-from _openai_upstream import Upstream
+from _openai_upstream import Upstream, answering, reasoned_calls, text_item
 from _otel import recorded_spans
 from agentguard.testing import FakeClock, Reply, ScriptedModel
 
@@ -347,6 +347,78 @@ def test_budget_exhaustion_stops_the_run() -> None:
         run(chat(model, max_tokens=64), [read_file], [guard(config)])
     assert 1 < len(model.requests) < 30
     assert all(r.max_output_tokens == 64 for r in model.requests)  # the caller's cap, as set
+
+
+def responses_chat(client: Any, **kw: Any) -> Any:
+    """``ChatOpenAI`` for a reasoning model over the Responses API, on the sync ``client``."""
+    return CHAT_OPENAI(
+        model="gpt-5",
+        api_key="sk-test",
+        root_client=client,
+        client=client.chat.completions,
+        use_responses_api=True,
+        **kw,
+    )
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("output_version", ["responses/v1", "v1"])
+def test_a_repaired_responses_call_keeps_its_block_beside_its_reasoning(
+    output_version: str, streaming: bool
+) -> None:
+    """ChatOpenAI over the Responses API keeps the answer's items as content blocks and sends
+    them back from there. When the guard repairs one of a reasoning model's calls, the call
+    runs once (not again from its content block) and its block keeps its place and ids: a
+    reasoning item goes back followed by the very item it was paired with, as OpenAI requires.
+    What the agent sends next is what it sends after a healthy answer (but the arguments)."""
+    seen = {}
+    tool_results = {}
+    for name, arguments, middleware in (
+        ("healthy", '{"city": "Paris"}', []),
+        ("broken", "{'city': 'Paris',}", [guard()]),
+    ):
+        client, seen[name] = answering(
+            http, [reasoned_calls(arguments), [text_item("Sunny.")]], asynchronous=False
+        )
+        llm = responses_chat(client, output_version=output_version, streaming=streaming)
+        messages = run(llm, [get_weather], middleware, "Weather in Rome and Paris?")
+        tool_results[name] = [(m.tool_call_id, m.content) for m in messages if m.type == "tool"]
+
+    def items(name: str) -> list[tuple[Any, ...]]:
+        return [(i.get("type"), i.get("id"), i.get("call_id")) for i in seen[name][1]["input"]]
+
+    assert (
+        tool_results["broken"]
+        == tool_results["healthy"]
+        == [
+            ("call_1", "sunny in Rome"),
+            ("call_2", "sunny in Paris"),
+        ]
+    )
+    assert items("broken") == items("healthy")
+
+
+@pytest.mark.parametrize("output_version", [None, "responses/v1", "v1"])
+def test_a_call_written_in_a_responses_answers_text_becomes_a_call(output_version: Any) -> None:
+    """ChatOpenAI over the Responses API keeps the answer as content blocks (by default, and
+    with ``output_version="responses/v1"`` or ``"v1"``): the guard reads their text, so a call
+    the model wrote in it is handed over as a call there too, as with plain text content."""
+    written = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gA1"}
+    client, seen = answering(
+        http, [[reasoning, text_item(written)], [text_item("Sunny.")]], asynchronous=False
+    )
+    llm = responses_chat(client, output_version=output_version)
+    messages = run(llm, [get_weather], [guard()], "Weather in Paris?")
+    assert results(messages) == ["sunny in Paris"]
+    assert messages[-1].text == "Sunny."
+    assert len(seen) == 2
 
 
 def test_parallel_calls_each_run_their_own_tool() -> None:

@@ -155,6 +155,37 @@ async def test_a_repaired_call_keeps_its_item_beside_its_reasoning(stream: bool)
     ]
 
 
+async def test_a_re_ask_after_live_text_keeps_the_new_calls_beside_their_reasoning() -> None:
+    """The text went out live, then the call was corrected by a re-ask whose answer is a
+    reasoning item and a call: the served answer carries the text first, and the re-ask's
+    reasoning item still followed by its call (as OpenAI wants it back)."""
+    rocket = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "launch_rocket",
+        "arguments": '{"city": "Paris"}',
+        "status": "completed",
+    }
+    client, seen = answering(
+        http,
+        [
+            [text_item("Let me check."), rocket],
+            reasoned_calls('{"city": "Paris"}')[2:],
+            [text_item("Sunny.")],
+        ],
+    )
+    result = await run(
+        weather_agent(guarded_model("gpt-test", client, CONFIG, **options())), "?", True
+    )
+    assert result.final_output == "Sunny."
+    assert [(i.get("type"), i.get("id")) for i in seen[2]["input"]][1:4] == [
+        ("message", "msg_agentguard_0"),
+        ("reasoning", "rs_2"),
+        ("function_call", "fc_2"),
+    ]
+
+
 def looping(request: ModelRequest) -> Reply:
     """A model stuck on one call, that answers once the guard forces an answer."""
     if request.params.get("tool_choice") == "none" or "[agentguard]" in json.dumps(

@@ -50,7 +50,18 @@ _CALL = "agentguard.langchain.call"
 def _chat(message: Any) -> dict[str, Any]:
     """A LangChain message in OpenAI chat form, its unparsable tool calls (raw text) included."""
     chat = cast("dict[str, Any]", _to_chat(message))
+    content = chat.get("content")
+    if isinstance(message, AIMessage) and isinstance(content, list):
+        # an answer kept as content blocks (ChatOpenAI over the Responses API): the guard
+        # judges its text (a call written in it, a loop); the blocks stay the message's
+        text = [b.get("text") for b in content if isinstance(b, Mapping)]
+        chat["content"] = "".join(t for t in text if isinstance(t, str)) or None
+    # LangChain's translation takes a Responses answer's calls from its content blocks, the
+    # unparsable ones included: those are in already
+    ids = {c.get("id") for c in chat.get("tool_calls") or ()}
     for c in getattr(message, "invalid_tool_calls", None) or ():
+        if c.get("id") is not None and c.get("id") in ids:
+            continue
         call = chat_tool_call(c.get("id"), c.get("name") or "", c.get("args") or "")
         chat.setdefault("tool_calls", []).append(call)
     return chat
@@ -171,8 +182,14 @@ def _answer(response: ModelResponse, structured: Any) -> Any:
     before, after = _chat_form(ai), response.message
     if changed(before, after):
         fixed = _from_chat({**after, "role": "assistant"})
+        content = ai.content
+        if isinstance(content, list):  # content blocks: each keeps its place and ids
+            text = fixed.content if changed(before, after, "content") else None
+            content = _blocks(content, before, after, fixed, text)
+        elif changed(before, after, "content"):
+            content = fixed.content
         update = {
-            "content": fixed.content if changed(before, after, "content") else ai.content,
+            "content": content,
             "tool_calls": fixed.tool_calls,
             "invalid_tool_calls": fixed.invalid_tool_calls,
             "additional_kwargs": {
@@ -186,6 +203,57 @@ def _answer(response: ModelResponse, structured: Any) -> Any:
     if response.report is not None:
         attach_report(ai, response.report)
     return raw
+
+
+#: The text blocks of a message's content (LangChain's, and the Responses API's own).
+_TEXT_BLOCKS = ("text", "output_text")
+#: LangChain's call blocks (``output_version="v1"``; a streamed call's that did not parse stays
+#: a chunk's)
+_CALL_BLOCKS = ("tool_call", "invalid_tool_call", "tool_call_chunk")
+
+
+def _blocks(content: list[Any], before: Any, after: Any, fixed: Any, text: Any) -> list[Any]:
+    """A message's content blocks carrying the guard's calls (those of ``after``, the guard's
+    answer, and ``fixed``, it as LangChain's message, where they differ from ``before``, the
+    model's) and ``text``, when not ``None``.
+
+    ChatOpenAI over the Responses API keeps the answer's items as blocks (``function_call`` in
+    ``output_version="responses/v1"``, ``tool_call`` / ``invalid_tool_call`` in ``"v1"``) and
+    sends them back from there, ids and reasoning items included: a call block the guard
+    repaired carries the repaired call in its place, with its ids (OpenAI wants a reasoning item
+    followed by the very item it was paired with); one the guard left out goes; the first text
+    block carries the text.
+    """
+    by_id = {c["id"]: ("tool_call", c) for c in fixed.tool_calls if c.get("id")}
+    by_id.update((c["id"], ("invalid_tool_call", c)) for c in fixed.invalid_tool_calls if c["id"])
+    texts = {c.get("id"): c.get("function") for c in after.get("tool_calls") or ()}
+    unchanged = {c.get("id"): c.get("function") for c in before.get("tool_calls") or ()}
+    out: list[Any] = []
+    text_done = False
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        carried = block
+        if kind == "function_call" or kind in _CALL_BLOCKS:
+            found = by_id.get(block.get("call_id" if kind == "function_call" else "id"))
+            if found is None:
+                continue
+            state, call = found
+            if texts.get(call["id"]) == unchanged.get(call["id"]):
+                pass  # as the model sent it
+            elif kind == "function_call":  # the guard's own arguments text
+                fn = texts.get(call["id"]) or {}
+                carried = {**block, "name": fn.get("name"), "arguments": fn.get("arguments")}
+            else:
+                extras = {k: v for k, v in block.items() if k not in ("args", "error", "type")}
+                carried = {**extras, "type": state, "name": call["name"], "args": call["args"]}
+        elif kind in _TEXT_BLOCKS and text is not None:
+            if text_done or not text:
+                continue
+            carried, text_done = {**block, "text": text}, True
+        out.append(carried)
+    if text and not text_done:
+        out.append({"type": "text", "text": text})
+    return out
 
 
 def _parsed(raw: Any, calls: list[Any], structured: Any) -> Any:

@@ -128,51 +128,63 @@ class _Events:
     def _rebuilt(self, end: Any, text: str, *, same_text: bool) -> list[Any]:
         """The rest of the events for an answer the guard changed; the upstream's text events
         not handed on yet go too when the guard's text is not the upstream's (a call written
-        as text, taken out of it: the final response carries the guard's text)."""
+        as text, taken out of it: the final response carries the guard's text). The guard's
+        calls go where their items are in the output, among the upstream's events still held
+        (a reasoning item's that came after a call): clients that build the answer from the
+        events in order (LangChain's) keep each reasoning item before the call it goes with."""
         types = require("openai.types.responses", "openai")
         if end is None and self._finish == "length":
             end = self._incomplete(types)
-        out = [
-            self._emit(e)
-            for e in self._pending()
-            if not _is_call_event(e)
-            and getattr(e, "type", None) not in ENDS
-            and not (getattr(e, "type", None) in _ONCE and e.type in self._kinds)
-            and (same_text or not _is_text_event(e))
-        ]
         data = dict(dump(end.response)) if end is not None else {"output": []}
         message = {"role": "assistant", "content": text or None, "tool_calls": self._calls}
         output = responses_output(data, message)
-        for index, item in enumerate(output):
-            if item.get("type") != "function_call":
-                continue
-            added = types.ResponseFunctionToolCall.construct(**{**item, "arguments": ""})
-            done = types.ResponseFunctionToolCall.construct(**item)
-            for cls, kind, fields in (
-                (types.ResponseOutputItemAddedEvent, "response.output_item.added", {"item": added}),
-                (
-                    types.ResponseFunctionCallArgumentsDeltaEvent,
-                    "response.function_call_arguments.delta",
-                    {"item_id": item["id"], "delta": item["arguments"]},
-                ),
-                (
-                    types.ResponseFunctionCallArgumentsDoneEvent,
-                    "response.function_call_arguments.done",
-                    {"item_id": item["id"], "arguments": item["arguments"], "name": item["name"]},
-                ),
-                (types.ResponseOutputItemDoneEvent, "response.output_item.done", {"item": done}),
+        calls = [(i, item) for i, item in enumerate(output) if item.get("type") == "function_call"]
+        out: list[Any] = []
+        for event in self._pending():
+            kind = getattr(event, "type", None)
+            if (
+                _is_call_event(event)
+                or kind in ENDS
+                or (kind in _ONCE and kind in self._kinds)
+                or (not same_text and _is_text_event(event))
             ):
-                self._seq += 1
-                out.append(
-                    cls.construct(
-                        type=kind, output_index=index, sequence_number=self._seq, **fields
-                    )
-                )
+                continue
+            at = getattr(event, "output_index", None)
+            while calls and isinstance(at, int) and calls[0][0] < at:
+                out += self._call_events(types, *calls.pop(0))
+            out.append(self._emit(event))
+        for index, item in calls:
+            out += self._call_events(types, index, item)
         if end is not None:
             self._seq += 1
             response = type(end.response).construct(**{**data, "output": output})
             out.append(
                 type(end).construct(type=end.type, response=response, sequence_number=self._seq)
+            )
+        return out
+
+    def _call_events(self, types: Any, index: int, item: Mapping[str, Any]) -> list[Any]:
+        """The events of one of the guard's calls, whole, at ``index`` of the output."""
+        added = types.ResponseFunctionToolCall.construct(**{**item, "arguments": ""})
+        done = types.ResponseFunctionToolCall.construct(**item)
+        out = []
+        for cls, kind, fields in (
+            (types.ResponseOutputItemAddedEvent, "response.output_item.added", {"item": added}),
+            (
+                types.ResponseFunctionCallArgumentsDeltaEvent,
+                "response.function_call_arguments.delta",
+                {"item_id": item["id"], "delta": item["arguments"]},
+            ),
+            (
+                types.ResponseFunctionCallArgumentsDoneEvent,
+                "response.function_call_arguments.done",
+                {"item_id": item["id"], "arguments": item["arguments"], "name": item["name"]},
+            ),
+            (types.ResponseOutputItemDoneEvent, "response.output_item.done", {"item": done}),
+        ):
+            self._seq += 1
+            out.append(
+                cls.construct(type=kind, output_index=index, sequence_number=self._seq, **fields)
             )
         return out
 

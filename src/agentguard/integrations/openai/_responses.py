@@ -335,7 +335,8 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
     text messages and function calls (reasoning ...) are kept as they are; the text goes into
     the first message item; a ``function_call`` item carries the guard's call with its
     ``call_id`` (a repaired call keeps its item's ``id``), and is left out when the guard's
-    answer has no such call. The guard's other calls (taken out of the text ...) follow.
+    answer has no such call. Text with no message item to carry it (another attempt's, sent
+    live) goes first; the guard's other calls (taken out of the text ...) follow.
     """
     kept: list[dict[str, Any]] = []
     text_done = False
@@ -360,15 +361,16 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
             }
             text_done = True
         kept.append(item)
-    if content and not text_done:
-        kept.append(
+    if content and not text_done:  # the text first, as a model writes it before its calls
+        kept.insert(
+            0,
             {
                 "type": "message",
                 "id": f"msg_agentguard_{next(ids)}",
                 "role": "assistant",
                 "status": "completed",
                 "content": [{"type": "output_text", "text": content, "annotations": []}],
-            }
+            },
         )
     for i, call in enumerate(message.get("tool_calls") or ()):
         if call.get("id") and call.get("id") not in calls:
