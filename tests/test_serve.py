@@ -389,6 +389,40 @@ async def test_other_requests_are_forwarded_unchanged(served: Callable[..., Serv
     assert (method, path, content) == ("POST", "/v1/embeddings", b'{"input": "abc"}')
 
 
+class _Targets(httpx.AsyncBaseTransport):
+    """A transport that notes each request's target (path and query) and passes it on."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.seen: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.url.raw_path)
+        return await self.inner.handle_async_request(request)
+
+
+async def test_the_callers_query_string_goes_upstream(served: Callable[..., Served]) -> None:
+    """A query string (Azure's ``api-version``, a client's ``extra_query``) goes upstream with
+    the guarded calls, streamed or not, and with ``/v1/models``, as it goes with everything the
+    server forwards."""
+    replies = [Reply.text("one"), Reply.text("two"), Reply.text("three")]
+    server = served(replies, {"tiers": {"fast": {"model": "m"}}})
+    targets = _Targets(server.upstream.transport)
+    server.server.pool.transport = targets
+    client = server.client().with_options(default_query={"api-version": "2024-10-21"})
+    await client.chat.completions.create(model="m", messages=ASK)
+    stream = await client.chat.completions.create(model="m", messages=ASK, stream=True)
+    [chunk async for chunk in stream]
+    await client.responses.create(model="m", input="hi")
+    await client.models.list()
+    assert targets.seen == [
+        b"/v1/chat/completions?api-version=2024-10-21",
+        b"/v1/chat/completions?api-version=2024-10-21",
+        b"/v1/responses?api-version=2024-10-21",
+        b"/v1/models?api-version=2024-10-21",
+    ]
+
+
 async def test_models_lists_the_tiers(served: Callable[..., Served]) -> None:
     """``/v1/models`` lists the configured tiers by name (the upstream here has no list)."""
     tiers = {"tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}}}

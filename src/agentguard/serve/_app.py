@@ -474,7 +474,7 @@ def _build(
         return None
     headers = _forwarded(request)
     caller = _caller(headers)
-    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content)}
+    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content, _query(request.scope))}
     if caller:
         extensions[SCOPE] = caller
     # the caller's trace context: the guard's spans join the caller's trace (they go upstream
@@ -868,6 +868,12 @@ def _target(server: GuardServer, path: str) -> str:
     return str(origin).rstrip("/") + path
 
 
+def _query(scope: Scope) -> str:
+    """The request's query string as it came, with its ``?`` (``""`` when it has none)."""
+    query: bytes = scope.get("query_string") or b""
+    return "?" + query.decode() if query else ""
+
+
 async def forward(
     server: GuardServer, request: Request, *, content: bytes | None = None
 ) -> Response:
@@ -882,10 +888,7 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     """The request of ``scope`` with ``body``, sent upstream: its target as the caller gave it
     (the query string's bytes as they came) and its headers' raw pairs (a header sent twice
     stays two), but those of its connection (its body's ``Content-Encoding`` kept)."""
-    url = _target(server, scope.get("root_path", "") + scope["path"])
-    query = scope.get("query_string")
-    if query:
-        url += "?" + query.decode()
+    url = _target(server, scope.get("root_path", "") + scope["path"]) + _query(scope)
     # the body goes as it came, so its coding goes with it (a gzip body without its
     # Content-Encoding cannot be read upstream)
     headers = [
@@ -938,7 +941,10 @@ async def models(server: GuardServer, request: Request) -> Response:
     headers: dict[str, str] = {}
     try:
         answer = await server.pool.send(
-            "GET", server.upstream + "/models", headers=_forwarded(request), content=b""
+            "GET",
+            server.upstream + "/models" + _query(request.scope),
+            headers=_forwarded(request),
+            content=b"",
         )
         content = await read_whole(answer)
         if answer.status_code == 200:

@@ -101,6 +101,8 @@ class Forward:
         path: the upstream path (``/chat/completions`` or ``/responses``), after the base URL.
         body: the caller's JSON body as parsed.
         content: the caller's body bytes, forwarded as they are while the guard changes nothing.
+        query: the caller's query string as it came, with its ``?`` (``?api-version=...``), or
+            ``""``: it goes upstream with the request.
         headers: the upstream's answer headers of the last attempt (set by the transport).
         last: the last chunk the upstream streamed (what chunks the guard makes are dated by).
         chat: every event of the last attempt's chat stream, in order, each with the chunk the
@@ -112,6 +114,7 @@ class Forward:
     path: str
     body: Mapping[str, Any]
     content: bytes
+    query: str = ""
     headers: httpx.Headers = field(default_factory=httpx.Headers)
     last: Event | None = None
     chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
@@ -330,7 +333,7 @@ class HTTPUpstream:
         forward = request.extensions.get(FORWARD)
         forward = forward if isinstance(forward, Forward) else None
         body = request_body(request, stream=stream)
-        path = forward.path if forward is not None else "/chat/completions"
+        path = forward.path + forward.query if forward is not None else "/chat/completions"
         if forward is not None and body == forward.body:
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
