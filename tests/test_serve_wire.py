@@ -25,7 +25,7 @@ pytest.importorskip("starlette", reason='needs the serve extra: pip install "age
 import agentguard as ag
 from _processes import free_port
 from agentguard.serve import GuardServer, create_app
-from agentguard.serve._upstream import hop_by_hop
+from agentguard.serve._upstream import DECODABLE, hop_by_hop
 
 pytestmark = pytest.mark.anyio
 
@@ -49,6 +49,7 @@ ANSWER = json.dumps(
     indent=1,  # not the server's own serialisation: a re-encoding would show
 ).encode()
 CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
+BROTLI = bytes(range(7, 40))  # what a brotli body looks like to a server that cannot undo it
 TEAPOT = b'{"error": {"message": "short and stout", "code": "teapot"}}\n'
 
 ANSWER_HEADERS = [
@@ -97,6 +98,10 @@ class RawUpstream:
                     packed = gzip.compress(ANSWER)
                     head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
                     writer.write(head % len(packed) + b"\r\n\r\n" + packed)
+                    continue
+                if b"/br/" in line:  # a coding the server may not undo (no brotli package)
+                    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: %d"
+                    writer.write(head % len(BROTLI) + b"\r\n\r\n" + BROTLI)
                     continue
                 if b"/teapot" in line:  # an error, with a body and headers of its own
                     head_out = [b"HTTP/1.1 418 I'm a teapot"]
@@ -325,3 +330,28 @@ def test_aiohttp_errors_are_the_httpx_errors_they_are() -> None:
         assert isinstance(error, httpx.TimeoutException) == issubclass(kind, httpx.TimeoutException)
     cancelled = asyncio.CancelledError()
     assert _httpx_error(cancelled, request) is cancelled
+
+
+@pytest.mark.skipif("br" in DECODABLE, reason="brotli is installed: the server undoes br")
+@pytest.mark.parametrize("make", _transports())
+async def test_a_coding_the_server_cannot_undo_is_never_lost(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """Node's ``fetch`` and curl offer ``br``, which the server reads only with the ``brotli``
+    package. A forwarded answer in it goes on as it came, with its ``Content-Encoding`` (it went
+    without it: bytes the caller took for JSON); a guarded call, whose answer the guard reads,
+    goes up without ``br`` among the codings it accepts (and as it came when it has none)."""
+    raw, base = upstream
+    offered = "gzip, deflate, br"
+    async with _serving(base, make) as http:
+        forwarded = await http.get("/v1/br/files", headers={"accept-encoding": offered})
+        ask = {"model": "m", "messages": [{"role": "user", "content": "docs?"}]}
+        for coding in (offered, "br", "gzip, deflate"):
+            answer = await http.post(
+                "/v1/chat/completions", json=ask, headers={"accept-encoding": coding}
+            )
+            assert answer.json()["choices"][0]["message"]["content"].startswith("Voil")
+    assert forwarded.headers["content-encoding"] == "br"
+    assert forwarded.content == BROTLI
+    sent = [dict(headers).get(b"accept-encoding") for _, headers, _ in raw.requests[1:]]
+    assert sent == [b"gzip, deflate", b"identity", b"gzip, deflate"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx
+from httpx import _decoders as httpx_decoders
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
@@ -27,6 +28,7 @@ from agentguard.integrations.openai._responses import REASONING_DELTAS
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
+    "DECODABLE",
     "FORWARD",
     "HOP_BY_HOP",
     "Answer",
@@ -36,9 +38,11 @@ __all__ = [
     "Pool",
     "UpstreamCut",
     "UpstreamError",
+    "accepted",
     "failure",
     "hop_by_hop",
     "read_whole",
+    "readable",
 ]
 
 #: The ``ModelRequest.extensions`` key of a request's :class:`Forward`.
@@ -69,6 +73,36 @@ HOP_BY_HOP = frozenset(name.encode() for name in _HOP)
 def hop_by_hop(name: str) -> bool:
     """Whether a header belongs to one connection only (never forwarded either way)."""
     return name.lower() in _HOP
+
+
+#: The content codings whose answers the server reads (httpx undoes them): ``gzip`` and
+#: ``deflate``, and ``br`` / ``zstd`` when their packages are installed.
+DECODABLE = frozenset(
+    getattr(httpx_decoders, "SUPPORTED_DECODERS", ("identity", "gzip", "deflate"))
+)
+
+
+def _codings(value: str) -> list[str]:
+    return [c.split(";")[0].strip().lower() for c in value.split(",") if c.strip()]
+
+
+def readable(headers: httpx.Headers) -> bool:
+    """Whether the server can undo an answer's ``Content-Encoding`` (else its body is passed on
+    as it came, with that header: the caller asked for the coding)."""
+    found = headers.get_list("content-encoding")
+    return not found or all(c in DECODABLE for c in _codings(",".join(found)))
+
+
+def accepted(value: str) -> str:
+    """A caller's ``Accept-Encoding`` for a guarded call, whose answer the guard reads: as it
+    came, but for the codings the server cannot undo (Node's ``fetch`` and curl offer ``br``:
+    without the ``brotli`` package its answer could be read by neither the guard nor, once its
+    ``Content-Encoding`` is taken off, the caller); ``identity`` when none is left."""
+    items = [item for item in value.split(",") if item.strip()]
+    kept = [item for item, name in zip(items, _codings(value), strict=True) if name in DECODABLE]
+    if len(kept) == len(items):
+        return value
+    return ",".join(kept).strip() or "identity"
 
 
 class Answer(dict[str, Any]):
@@ -338,10 +372,14 @@ class HTTPUpstream:
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
+        headers = {**request.headers, **self._headers, "content-type": "application/json"}
+        coding = headers.get("accept-encoding")
+        if coding is not None:
+            headers["accept-encoding"] = accepted(coding)
         response = await self._pool.send(
             "POST",
             self._base + path,
-            headers={**request.headers, **self._headers, "content-type": "application/json"},
+            headers=headers,
             content=content,
             timeout=request.timeout,
             model=request.model,
