@@ -355,3 +355,24 @@ async def test_a_coding_the_server_cannot_undo_is_never_lost(
     assert forwarded.content == BROTLI
     sent = [dict(headers).get(b"accept-encoding") for _, headers, _ in raw.requests[1:]]
     assert sent == [b"gzip, deflate", b"identity", b"gzip, deflate"]
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_a_callers_expectation_of_100_continue_is_met_here_not_upstream(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """curl sends ``Expect: 100-continue`` with a large body: the ASGI server meets it before
+    the body is read. Forwarded, aiohttp would hold the body back for the upstream's own
+    ``100 Continue``, and an upstream that waits for the body (as this one does) would never
+    answer: both calls go up without it and are answered."""
+    import anyio
+
+    raw, base = upstream
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]})
+    expect = {"expect": "100-continue", "content-type": "application/json"}
+    with anyio.fail_after(30):  # a bound on a hang, not a measure of time
+        async with _serving(base, make) as http:
+            guarded = await http.post("/v1/chat/completions", content=body, headers=expect)
+            forwarded = await http.post("/v1/files", content=body, headers=expect)
+    assert guarded.status_code == forwarded.status_code == 200
+    assert [dict(headers).get(b"expect") for _, headers, _ in raw.requests] == [None, None]

@@ -48,8 +48,11 @@ __all__ = [
 #: The ``ModelRequest.extensions`` key of a request's :class:`Forward`.
 FORWARD = "agentguard.serve.forward"
 
-# Headers that describe one connection, not the message (RFC 9110 §7.6.1), and those httpx sets
-# itself for the body it sends.
+# Headers that describe one connection, not the message (RFC 9110 §7.6.1), those httpx sets
+# itself for the body it sends, and ``Expect``: a caller's ``100-continue`` was met by the
+# ASGI server before the body was read whole (forwarded, aiohttp would hold the body back until
+# the upstream's own ``100 Continue``: a round trip more, and no answer at all from an upstream
+# that waits for the body).
 _HOP = frozenset(
     {
         "connection",
@@ -62,6 +65,7 @@ _HOP = frozenset(
         "host",
         "content-length",
         "content-encoding",
+        "expect",
     }
 )
 
