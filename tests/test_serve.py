@@ -389,6 +389,43 @@ async def test_other_requests_are_forwarded_unchanged(served: Callable[..., Serv
     assert (method, path, content) == ("POST", "/v1/embeddings", b'{"input": "abc"}')
 
 
+CUSTOM = [  # OpenAI's custom tool: free-form input under a grammar, no function schema
+    {
+        "type": "custom",
+        "custom": {
+            "name": "run_sql",
+            "description": "runs one SQL query",
+            "format": {
+                "type": "grammar",
+                "grammar": {"syntax": "lark", "definition": "start: /.+/"},
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_with_custom_tools_reaches_the_upstream(
+    served: Callable[..., Served], stream: bool
+) -> None:
+    """Chat's ``custom`` tools have no function for the guard to read: the call went nowhere
+    (a 500 "a tool needs a non-empty string 'name'"); it goes upstream as it came, unguarded,
+    and the caller gets the upstream's answer."""
+    upstream, direct = _direct([Reply.text("SELECT 1")])
+    server = served([Reply.text("SELECT 1")])
+    ask: dict[str, Any] = {"model": "m", "messages": ASK, "tools": CUSTOM}
+    if stream:
+        chunks = await direct.chat.completions.create(**ask, stream=True)
+        expected: Any = [c.model_dump() async for c in chunks]
+        chunks = await server.client().chat.completions.create(**ask, stream=True)
+        got: Any = [c.model_dump() async for c in chunks]
+    else:
+        expected = (await direct.chat.completions.create(**ask)).model_dump()
+        got = (await server.client().chat.completions.create(**ask)).model_dump()
+    assert got == expected
+    assert server.bodies() == [content for _, _, content, _ in upstream.seen]
+
+
 class _Targets(httpx.AsyncBaseTransport):
     """A transport that notes each request's target (path and query) and passes it on."""
 

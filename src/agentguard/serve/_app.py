@@ -41,7 +41,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.events import Hook
-from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
+from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout, ToolSchemaError
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
@@ -505,10 +505,14 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
     if built is None:
         return await forward(server, request, content=content)
     guard, neutral = built
-    if body is not None and body.get("stream") is True:
-        return await _stream(server, guard, neutral)
     try:
+        if body is not None and body.get("stream") is True:
+            return await _stream(server, guard, neutral)
         response = await guard.acomplete(neutral)
+    except ToolSchemaError:
+        # tools the guard cannot read (a chat ``custom`` tool has no function): the call goes
+        # upstream unguarded, as a body the guard cannot read does, and the upstream judges it
+        return await forward(server, request, content=content)
     except AgentGuardError as exc:
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
@@ -642,6 +646,8 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         first = None
     except AgentGuardError as exc:
         await _settle(server, stream)
+        if isinstance(exc, ToolSchemaError):
+            raise  # the caller's tools: see _guarded
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
         return guard_error(exc)
