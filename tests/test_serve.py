@@ -426,6 +426,19 @@ async def test_a_call_with_custom_tools_reaches_the_upstream(
     assert server.bodies() == [content for _, _, content, _ in upstream.seen]
 
 
+@pytest.mark.parametrize("messages", [["hi"], [ASK[0], 5]])
+async def test_messages_the_guard_cannot_read_go_upstream_as_they_came(
+    served: Callable[..., Served], messages: list[Any]
+) -> None:
+    """A message that is no object was left out of the request sent upstream (``["hi"]`` went
+    as ``[]``): the upstream now gets the caller's bytes, and answers them itself."""
+    server = served([Reply.text("hi")])
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    async with server.http() as http:
+        await http.post("/v1/chat/completions", content=body)
+    assert server.bodies() == [body]
+
+
 class _Targets(httpx.AsyncBaseTransport):
     """A transport that notes each request's target (path and query) and passes it on."""
 

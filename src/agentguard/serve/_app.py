@@ -455,6 +455,8 @@ def _chat_request(
     messages = body.get("messages")
     if not isinstance(messages, list) or not isinstance(body.get("model"), str):
         return None
+    if not all(isinstance(m, dict) for m in messages):
+        return None  # a message the guard cannot read would be left out of what goes upstream
     skip = {"model", "messages"} | ({"stream"} if body.get("stream") is True else set())
     params = {k: v for k, v in body.items() if k not in skip}
     return ModelRequest(
