@@ -439,6 +439,20 @@ async def test_messages_the_guard_cannot_read_go_upstream_as_they_came(
     assert server.bodies() == [body]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_tools_list_goes_upstream_as_sent(
+    served: Callable[..., Served], stream: bool
+) -> None:
+    """Clients that always send their tools send ``"tools": []`` when there are none: the
+    request went upstream re-encoded without it (OpenAI answers such a request 400, the server
+    made it a 200); it goes as the caller's bytes."""
+    server = served([Reply.text("hi")])
+    body = json.dumps({"model": "m", "messages": ASK, "tools": [], "stream": stream})
+    async with server.http() as http:
+        await http.post("/v1/chat/completions", content=body.encode())
+    assert server.bodies() == [body.encode()]
+
+
 class _Targets(httpx.AsyncBaseTransport):
     """A transport that notes each request's target (path and query) and passes it on."""
 

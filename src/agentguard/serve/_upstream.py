@@ -352,6 +352,17 @@ def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     return AiohttpTransport(max_connections=limits.max_connections or 512)
 
 
+def _unchanged(body: Mapping[str, Any], caller: Mapping[str, Any]) -> bool:
+    """Whether the body to send is the caller's: equal, but for the empty lists the neutral
+    request leaves out (``"tools": []``, which OpenAI refuses and a local server ignores: either
+    way the upstream's to judge, on the caller's bytes)."""
+    if body == caller:
+        return True
+    return len(body) < len(caller) and body == {
+        k: v for k, v in caller.items() if k in body or v != []
+    }
+
+
 class HTTPUpstream:
     """An async transport to one OpenAI-compatible base URL.
 
@@ -372,7 +383,7 @@ class HTTPUpstream:
         forward = forward if isinstance(forward, Forward) else None
         body = request_body(request, stream=stream)
         path = forward.path + forward.query if forward is not None else "/chat/completions"
-        if forward is not None and body == forward.body:
+        if forward is not None and _unchanged(body, forward.body):
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
