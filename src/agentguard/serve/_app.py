@@ -620,8 +620,11 @@ class _ChatEvents:
         return self._bytes(self._replay.end())
 
 
-def _error_event(exc: Exception) -> bytes:
-    """An error after the stream began: the OpenAI form of a streamed error."""
+def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
+    """An error after the stream began, in the OpenAI form of a streamed error: a chat
+    stream's ``data: {"error": {...}}``; a Responses stream's ``error`` event (``type``,
+    ``code``, ``message``, ``param`` and the next ``sequence_number`` after the events it
+    ``responses`` received), which the SDK hands on as a ``ResponseErrorEvent``."""
     if isinstance(exc, UpstreamError) and exc.content:
         return _sse(exc.content.decode("utf-8", "replace"))
     kind = "error"
@@ -630,6 +633,9 @@ def _error_event(exc: Exception) -> bytes:
         _, kind, _ = error_answer(exc)
         if isinstance(exc, LoopDetected):
             error.update(exc.to_error())
+    if responses is not None:
+        event = {"type": "error", **error, "code": kind, "sequence_number": _next(responses)}
+        return _sse(json.dumps(event, ensure_ascii=False), "error")
     error.setdefault("type", kind)
     error["code"] = kind
     return _sse(json.dumps({"error": error}, ensure_ascii=False))
@@ -723,7 +729,7 @@ async def _events(
             async for chunk in stream:
                 yield replay.out(chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
-            yield _error_event(exc)
+            yield _error_event(exc, None if chat else forward.events)
             return
         yield replay.end()
         report = stream.report
@@ -847,6 +853,12 @@ class _Replay:
         return b"".join(out)
 
 
+def _next(received: list[Event]) -> int:
+    """The sequence number after those of a Responses stream's ``received`` events."""
+    numbers = [e.get("sequence_number") for e in received]
+    return max((n for n in numbers if isinstance(n, int)), default=-1) + 1
+
+
 def _incomplete(received: list[Event]) -> Event | None:
     """The closing event of a stream the guard cut (a degenerating answer) before the
     upstream's own: ``response.incomplete``, the response the upstream opened with, as an answer
@@ -855,11 +867,10 @@ def _incomplete(received: list[Event]) -> Event | None:
     body = opening.get("response") if opening is not None else None
     if not isinstance(body, Mapping):
         return None
-    numbers = [e.get("sequence_number") for e in received]
     details = {"reason": "max_output_tokens"}
     event = {
         "type": "response.incomplete",
-        "sequence_number": max((n for n in numbers if isinstance(n, int)), default=-1) + 1,
+        "sequence_number": _next(received),
         "response": {**body, "status": "incomplete", "incomplete_details": details},
     }
     return Event(event, json.dumps(event, ensure_ascii=False), "response.incomplete")
