@@ -50,6 +50,7 @@ ANSWER = json.dumps(
 ).encode()
 CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
 BROTLI = bytes(range(7, 40))  # what a brotli body looks like to a server that cannot undo it
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "up"}]}'
 TEAPOT = b'{"error": {"message": "short and stout", "code": "teapot"}}\n'
 
 ANSWER_HEADERS = [
@@ -99,7 +100,13 @@ class RawUpstream:
                     head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
                     writer.write(head % len(packed) + b"\r\n\r\n" + packed)
                     continue
-                if b"/br/" in line:  # a coding the server may not undo (no brotli package)
+                offered = dict(headers).get(b"accept-encoding", b"")  # type: ignore[arg-type]
+                if b"/models" in line and b"br" not in offered:
+                    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
+                    writer.write(head % len(MODELS) + MODELS)
+                    continue
+                if b"/br/" in line or b"/models" in line:
+                    # a coding the server may not undo (no brotli package)
                     head = b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: %d"
                     writer.write(head % len(BROTLI) + b"\r\n\r\n" + BROTLI)
                     continue
@@ -136,11 +143,13 @@ async def upstream() -> AsyncIterator[tuple[RawUpstream, str]]:
 
 @contextlib.asynccontextmanager
 async def _serving(
-    upstream: str, make: Callable[[], httpx.AsyncBaseTransport]
+    upstream: str, make: Callable[[], httpx.AsyncBaseTransport], config: Any = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the server's app in front of ``upstream`` (its ``/v1``), on ``make()``'s
-    pooled transport; the server is closed after the block."""
-    server = GuardServer(ag.GuardConfig.from_dict({}), f"{upstream}/v1", transport=make())
+    pooled transport (``config``: the guard's, as a dict); the server is closed after the
+    block."""
+    guard = ag.GuardConfig.from_dict(config or {})
+    server = GuardServer(guard, f"{upstream}/v1", transport=make())
     try:
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
@@ -340,11 +349,13 @@ async def test_a_coding_the_server_cannot_undo_is_never_lost(
     """Node's ``fetch`` and curl offer ``br``, which the server reads only with the ``brotli``
     package. A forwarded answer in it goes on as it came, with its ``Content-Encoding`` (it went
     without it: bytes the caller took for JSON); a guarded call, whose answer the guard reads,
-    goes up without ``br`` among the codings it accepts (and as it came when it has none)."""
+    and the model list the server adds its tiers to go up without ``br`` among the codings they
+    accept (and as they came when they have none)."""
     raw, base = upstream
     offered = "gzip, deflate, br"
-    async with _serving(base, make) as http:
+    async with _serving(base, make, {"tiers": {"fast": {"model": "m"}}}) as http:
         forwarded = await http.get("/v1/br/files", headers={"accept-encoding": offered})
+        listed = await http.get("/v1/models", headers={"accept-encoding": offered})
         ask = {"model": "m", "messages": [{"role": "user", "content": "docs?"}]}
         for coding in (offered, "br", "gzip, deflate"):
             answer = await http.post(
@@ -353,8 +364,10 @@ async def test_a_coding_the_server_cannot_undo_is_never_lost(
             assert answer.json()["choices"][0]["message"]["content"].startswith("Voil")
     assert forwarded.headers["content-encoding"] == "br"
     assert forwarded.content == BROTLI
+    # the upstream's models beside the tiers: a list the server read
+    assert {m["id"] for m in listed.json()["data"]} == {"m", "fast"}
     sent = [dict(headers).get(b"accept-encoding") for _, headers, _ in raw.requests[1:]]
-    assert sent == [b"gzip, deflate", b"identity", b"gzip, deflate"]
+    assert sent == [b"gzip, deflate", b"gzip, deflate", b"identity", b"gzip, deflate"]
 
 
 @pytest.mark.parametrize("make", _transports())

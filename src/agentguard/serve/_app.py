@@ -73,6 +73,7 @@ from ._upstream import (
     Pool,
     UpstreamError,
     hop_by_hop,
+    read_by_server,
     read_whole,
     readable,
     responses_request,
@@ -970,7 +971,7 @@ async def models(server: GuardServer, request: Request) -> Response:
         answer = await server.pool.send(
             "GET",
             server.upstream + "/models" + _query(request.scope),
-            headers=_forwarded(request),
+            headers=read_by_server(_forwarded(request)),
             content=b"",
         )
         content = await read_whole(answer)

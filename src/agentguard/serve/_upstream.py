@@ -41,6 +41,7 @@ __all__ = [
     "accepted",
     "failure",
     "hop_by_hop",
+    "read_by_server",
     "read_whole",
     "readable",
 ]
@@ -302,6 +303,16 @@ def _request(
     return request
 
 
+def read_by_server(headers: dict[str, str]) -> dict[str, str]:
+    """The headers (lowercase names) of a request whose answer the server reads itself (a
+    guarded call, the model list it adds the tiers to): its ``Accept-Encoding`` as
+    :func:`accepted` leaves it."""
+    coding = headers.get("accept-encoding")
+    if coding is not None:
+        headers["accept-encoding"] = accepted(coding)
+    return headers
+
+
 class UpstreamCut(UpstreamError, ConnectionError):
     """The upstream's answer broke off (its connection dropped mid-answer): a connection error,
     which the guard retries as it would the httpx ``ReadError`` it came from."""
@@ -395,10 +406,9 @@ class HTTPUpstream:
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
-        headers = {**request.headers, **self._headers, "content-type": "application/json"}
-        coding = headers.get("accept-encoding")
-        if coding is not None:
-            headers["accept-encoding"] = accepted(coding)
+        headers = read_by_server(
+            {**request.headers, **self._headers, "content-type": "application/json"}
+        )
         response = await self._pool.send(
             "POST",
             self._base + path,
