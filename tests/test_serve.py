@@ -389,6 +389,104 @@ async def test_other_requests_are_forwarded_unchanged(served: Callable[..., Serv
     assert (method, path, content) == ("POST", "/v1/embeddings", b'{"input": "abc"}')
 
 
+CUSTOM = [  # OpenAI's custom tool: free-form input under a grammar, no function schema
+    {
+        "type": "custom",
+        "custom": {
+            "name": "run_sql",
+            "description": "runs one SQL query",
+            "format": {
+                "type": "grammar",
+                "grammar": {"syntax": "lark", "definition": "start: /.+/"},
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_with_custom_tools_reaches_the_upstream(
+    served: Callable[..., Served], stream: bool
+) -> None:
+    """Chat's ``custom`` tools have no function for the guard to read: the call went nowhere
+    (a 500 "a tool needs a non-empty string 'name'"); it goes upstream as it came, unguarded,
+    and the caller gets the upstream's answer."""
+    upstream, direct = _direct([Reply.text("SELECT 1")])
+    server = served([Reply.text("SELECT 1")])
+    ask: dict[str, Any] = {"model": "m", "messages": ASK, "tools": CUSTOM}
+    if stream:
+        chunks = await direct.chat.completions.create(**ask, stream=True)
+        expected: Any = [c.model_dump() async for c in chunks]
+        chunks = await server.client().chat.completions.create(**ask, stream=True)
+        got: Any = [c.model_dump() async for c in chunks]
+    else:
+        expected = (await direct.chat.completions.create(**ask)).model_dump()
+        got = (await server.client().chat.completions.create(**ask)).model_dump()
+    assert got == expected
+    assert server.bodies() == [content for _, _, content, _ in upstream.seen]
+
+
+@pytest.mark.parametrize("messages", [["hi"], [ASK[0], 5]])
+async def test_messages_the_guard_cannot_read_go_upstream_as_they_came(
+    served: Callable[..., Served], messages: list[Any]
+) -> None:
+    """A message that is no object was left out of the request sent upstream (``["hi"]`` went
+    as ``[]``): the upstream now gets the caller's bytes, and answers them itself."""
+    server = served([Reply.text("hi")])
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    async with server.http() as http:
+        await http.post("/v1/chat/completions", content=body)
+    assert server.bodies() == [body]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_tools_list_goes_upstream_as_sent(
+    served: Callable[..., Served], stream: bool
+) -> None:
+    """Clients that always send their tools send ``"tools": []`` when there are none: the
+    request went upstream re-encoded without it (OpenAI answers such a request 400, the server
+    made it a 200); it goes as the caller's bytes."""
+    server = served([Reply.text("hi")])
+    body = json.dumps({"model": "m", "messages": ASK, "tools": [], "stream": stream})
+    async with server.http() as http:
+        await http.post("/v1/chat/completions", content=body.encode())
+    assert server.bodies() == [body.encode()]
+
+
+class _Targets(httpx.AsyncBaseTransport):
+    """A transport that notes each request's target (path and query) and passes it on."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.seen: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.url.raw_path)
+        return await self.inner.handle_async_request(request)
+
+
+async def test_the_callers_query_string_goes_upstream(served: Callable[..., Served]) -> None:
+    """A query string (Azure's ``api-version``, a client's ``extra_query``) goes upstream with
+    the guarded calls, streamed or not, and with ``/v1/models``, as it goes with everything the
+    server forwards."""
+    replies = [Reply.text("one"), Reply.text("two"), Reply.text("three")]
+    server = served(replies, {"tiers": {"fast": {"model": "m"}}})
+    targets = _Targets(server.upstream.transport)
+    server.server.pool.transport = targets
+    client = server.client().with_options(default_query={"api-version": "2024-10-21"})
+    await client.chat.completions.create(model="m", messages=ASK)
+    stream = await client.chat.completions.create(model="m", messages=ASK, stream=True)
+    [chunk async for chunk in stream]
+    await client.responses.create(model="m", input="hi")
+    await client.models.list()
+    assert targets.seen == [
+        b"/v1/chat/completions?api-version=2024-10-21",
+        b"/v1/chat/completions?api-version=2024-10-21",
+        b"/v1/responses?api-version=2024-10-21",
+        b"/v1/models?api-version=2024-10-21",
+    ]
+
+
 async def test_models_lists_the_tiers(served: Callable[..., Served]) -> None:
     """``/v1/models`` lists the configured tiers by name (the upstream here has no list)."""
     tiers = {"tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}}}

@@ -424,3 +424,37 @@ async def test_a_forwarded_answer_whose_connection_drops_is_an_openai_error() ->
     server = _cutting([Cut([b'{"object": "list", "da'])], "application/json", content_length="90")
     error = _openai_error(await _call(server, path="/v1/files"))
     assert error["type"] == "upstream_unreachable"
+
+
+async def test_a_stream_that_breaks_off_after_its_first_words_ends_on_the_error() -> None:
+    """The connection drops after words went to the caller: another attempt would answer again
+    from its start, and the guard's retry lost the rest (the caller got "The docs " and
+    ``finish_reason: "stop"``, a cut answer passed off as whole). The stream ends on the error,
+    as it would straight from the upstream; nothing is asked again."""
+    whole = Body([OPENING, *WORDS, FINISH, DONE])
+    sent = _sent(await _call(_cutting([Cut([OPENING, WORDS[0]]), whole])))
+    error = b'data: {"error": {"message": "the upstream\'s answer broke off (ReadError)"'
+    assert sent.startswith(OPENING + WORDS[0] + error)
+    assert b'"finish_reason": "stop"' not in sent
+    assert not whole.closed  # never asked for
+
+
+async def test_a_responses_stream_that_breaks_off_ends_on_an_error_event() -> None:
+    """A Responses stream's error after it began is the API's own ``error`` event (``type``,
+    ``code``, ``message``, ``param``, the next ``sequence_number``), which the SDK hands on as
+    a ``ResponseErrorEvent``, not chat's ``{"error": ...}``."""
+    parts = _responses_body("Look it up.", "The docs are at /docs.")
+    upto = next(i for i, p in enumerate(parts) if b"output_text.delta" in p) + 1
+    sent = _sent(await _call(_cutting([Cut(parts[:upto])]), path="/v1/responses"))
+    assert sent.startswith(b"".join(parts[:upto]))
+    last = sent[len(b"".join(parts[:upto])) :].split(b"\n\n")[0].decode()
+    name, data = last.split("\n")
+    event = json.loads(data.removeprefix("data: "))
+    assert name == "event: error"
+    assert event == {
+        "type": "error",
+        "code": "error",
+        "message": "the upstream's answer broke off (ReadError)",
+        "param": None,
+        "sequence_number": upto,
+    }

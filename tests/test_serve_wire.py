@@ -25,7 +25,7 @@ pytest.importorskip("starlette", reason='needs the serve extra: pip install "age
 import agentguard as ag
 from _processes import free_port
 from agentguard.serve import GuardServer, create_app
-from agentguard.serve._upstream import hop_by_hop
+from agentguard.serve._upstream import DECODABLE, hop_by_hop
 
 pytestmark = pytest.mark.anyio
 
@@ -49,6 +49,8 @@ ANSWER = json.dumps(
     indent=1,  # not the server's own serialisation: a re-encoding would show
 ).encode()
 CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
+BROTLI = bytes(range(7, 40))  # what a brotli body looks like to a server that cannot undo it
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "up"}]}'
 TEAPOT = b'{"error": {"message": "short and stout", "code": "teapot"}}\n'
 
 ANSWER_HEADERS = [
@@ -98,6 +100,16 @@ class RawUpstream:
                     head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
                     writer.write(head % len(packed) + b"\r\n\r\n" + packed)
                     continue
+                offered = dict(headers).get(b"accept-encoding", b"")  # type: ignore[arg-type]
+                if b"/models" in line and b"br" not in offered:
+                    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
+                    writer.write(head % len(MODELS) + MODELS)
+                    continue
+                if b"/br/" in line or b"/models" in line:
+                    # a coding the server may not undo (no brotli package)
+                    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: %d"
+                    writer.write(head % len(BROTLI) + b"\r\n\r\n" + BROTLI)
+                    continue
                 if b"/teapot" in line:  # an error, with a body and headers of its own
                     head_out = [b"HTTP/1.1 418 I'm a teapot"]
                     head_out += [k + b": " + v for k, v in ANSWER_HEADERS]
@@ -131,11 +143,13 @@ async def upstream() -> AsyncIterator[tuple[RawUpstream, str]]:
 
 @contextlib.asynccontextmanager
 async def _serving(
-    upstream: str, make: Callable[[], httpx.AsyncBaseTransport]
+    upstream: str, make: Callable[[], httpx.AsyncBaseTransport], config: Any = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the server's app in front of ``upstream`` (its ``/v1``), on ``make()``'s
-    pooled transport; the server is closed after the block."""
-    server = GuardServer(ag.GuardConfig.from_dict({}), f"{upstream}/v1", transport=make())
+    pooled transport (``config``: the guard's, as a dict); the server is closed after the
+    block."""
+    guard = ag.GuardConfig.from_dict(config or {})
+    server = GuardServer(guard, f"{upstream}/v1", transport=make())
     try:
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(server)), base_url="http://serve.invalid"
@@ -325,3 +339,53 @@ def test_aiohttp_errors_are_the_httpx_errors_they_are() -> None:
         assert isinstance(error, httpx.TimeoutException) == issubclass(kind, httpx.TimeoutException)
     cancelled = asyncio.CancelledError()
     assert _httpx_error(cancelled, request) is cancelled
+
+
+@pytest.mark.skipif("br" in DECODABLE, reason="brotli is installed: the server undoes br")
+@pytest.mark.parametrize("make", _transports())
+async def test_a_coding_the_server_cannot_undo_is_never_lost(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """Node's ``fetch`` and curl offer ``br``, which the server reads only with the ``brotli``
+    package. A forwarded answer in it goes on as it came, with its ``Content-Encoding`` (it went
+    without it: bytes the caller took for JSON); a guarded call, whose answer the guard reads,
+    and the model list the server adds its tiers to go up without ``br`` among the codings they
+    accept (and as they came when they have none)."""
+    raw, base = upstream
+    offered = "gzip, deflate, br"
+    async with _serving(base, make, {"tiers": {"fast": {"model": "m"}}}) as http:
+        forwarded = await http.get("/v1/br/files", headers={"accept-encoding": offered})
+        listed = await http.get("/v1/models", headers={"accept-encoding": offered})
+        ask = {"model": "m", "messages": [{"role": "user", "content": "docs?"}]}
+        for coding in (offered, "br", "gzip, deflate"):
+            answer = await http.post(
+                "/v1/chat/completions", json=ask, headers={"accept-encoding": coding}
+            )
+            assert answer.json()["choices"][0]["message"]["content"].startswith("Voil")
+    assert forwarded.headers["content-encoding"] == "br"
+    assert forwarded.content == BROTLI
+    # the upstream's models beside the tiers: a list the server read
+    assert {m["id"] for m in listed.json()["data"]} == {"m", "fast"}
+    sent = [dict(headers).get(b"accept-encoding") for _, headers, _ in raw.requests[1:]]
+    assert sent == [b"gzip, deflate", b"gzip, deflate", b"identity", b"gzip, deflate"]
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_a_callers_expectation_of_100_continue_is_met_here_not_upstream(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """curl sends ``Expect: 100-continue`` with a large body: the ASGI server meets it before
+    the body is read. Forwarded, aiohttp would hold the body back for the upstream's own
+    ``100 Continue``, and an upstream that waits for the body (as this one does) would never
+    answer: both calls go up without it and are answered."""
+    import anyio
+
+    raw, base = upstream
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]})
+    expect = {"expect": "100-continue", "content-type": "application/json"}
+    with anyio.fail_after(30):  # a bound on a hang, not a measure of time
+        async with _serving(base, make) as http:
+            guarded = await http.post("/v1/chat/completions", content=body, headers=expect)
+            forwarded = await http.post("/v1/files", content=body, headers=expect)
+    assert guarded.status_code == forwarded.status_code == 200
+    assert [dict(headers).get(b"expect") for _, headers, _ in raw.requests] == [None, None]

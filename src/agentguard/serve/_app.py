@@ -41,7 +41,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.events import Hook
-from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
+from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout, ToolSchemaError
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
@@ -73,7 +73,9 @@ from ._upstream import (
     Pool,
     UpstreamError,
     hop_by_hop,
+    read_by_server,
     read_whole,
+    readable,
     responses_request,
 )
 
@@ -454,6 +456,8 @@ def _chat_request(
     messages = body.get("messages")
     if not isinstance(messages, list) or not isinstance(body.get("model"), str):
         return None
+    if not all(isinstance(m, dict) for m in messages):
+        return None  # a message the guard cannot read would be left out of what goes upstream
     skip = {"model", "messages"} | ({"stream"} if body.get("stream") is True else set())
     params = {k: v for k, v in body.items() if k not in skip}
     return ModelRequest(
@@ -474,7 +478,7 @@ def _build(
         return None
     headers = _forwarded(request)
     caller = _caller(headers)
-    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content)}
+    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content, _query(request.scope))}
     if caller:
         extensions[SCOPE] = caller
     # the caller's trace context: the guard's spans join the caller's trace (they go upstream
@@ -504,10 +508,14 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
     if built is None:
         return await forward(server, request, content=content)
     guard, neutral = built
-    if body is not None and body.get("stream") is True:
-        return await _stream(server, guard, neutral)
     try:
+        if body is not None and body.get("stream") is True:
+            return await _stream(server, guard, neutral)
         response = await guard.acomplete(neutral)
+    except ToolSchemaError:
+        # tools the guard cannot read (a chat ``custom`` tool has no function): the call goes
+        # upstream unguarded, as a body the guard cannot read does, and the upstream judges it
+        return await forward(server, request, content=content)
     except AgentGuardError as exc:
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
@@ -613,8 +621,11 @@ class _ChatEvents:
         return self._bytes(self._replay.end())
 
 
-def _error_event(exc: Exception) -> bytes:
-    """An error after the stream began: the OpenAI form of a streamed error."""
+def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
+    """An error after the stream began, in the OpenAI form of a streamed error: a chat
+    stream's ``data: {"error": {...}}``; a Responses stream's ``error`` event (``type``,
+    ``code``, ``message``, ``param`` and the next ``sequence_number`` after the events it
+    ``responses`` received), which the SDK hands on as a ``ResponseErrorEvent``."""
     if isinstance(exc, UpstreamError) and exc.content:
         return _sse(exc.content.decode("utf-8", "replace"))
     kind = "error"
@@ -623,6 +634,9 @@ def _error_event(exc: Exception) -> bytes:
         _, kind, _ = error_answer(exc)
         if isinstance(exc, LoopDetected):
             error.update(exc.to_error())
+    if responses is not None:
+        event = {"type": "error", **error, "code": kind, "sequence_number": _next(responses)}
+        return _sse(json.dumps(event, ensure_ascii=False), "error")
     error.setdefault("type", kind)
     error["code"] = kind
     return _sse(json.dumps({"error": error}, ensure_ascii=False))
@@ -641,6 +655,8 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         first = None
     except AgentGuardError as exc:
         await _settle(server, stream)
+        if isinstance(exc, ToolSchemaError):
+            raise  # the caller's tools: see _guarded
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
         return guard_error(exc)
@@ -714,7 +730,7 @@ async def _events(
             async for chunk in stream:
                 yield replay.out(chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
-            yield _error_event(exc)
+            yield _error_event(exc, None if chat else forward.events)
             return
         yield replay.end()
         report = stream.report
@@ -838,6 +854,12 @@ class _Replay:
         return b"".join(out)
 
 
+def _next(received: list[Event]) -> int:
+    """The sequence number after those of a Responses stream's ``received`` events."""
+    numbers = [e.get("sequence_number") for e in received]
+    return max((n for n in numbers if isinstance(n, int)), default=-1) + 1
+
+
 def _incomplete(received: list[Event]) -> Event | None:
     """The closing event of a stream the guard cut (a degenerating answer) before the
     upstream's own: ``response.incomplete``, the response the upstream opened with, as an answer
@@ -846,11 +868,10 @@ def _incomplete(received: list[Event]) -> Event | None:
     body = opening.get("response") if opening is not None else None
     if not isinstance(body, Mapping):
         return None
-    numbers = [e.get("sequence_number") for e in received]
     details = {"reason": "max_output_tokens"}
     event = {
         "type": "response.incomplete",
-        "sequence_number": max((n for n in numbers if isinstance(n, int)), default=-1) + 1,
+        "sequence_number": _next(received),
         "response": {**body, "status": "incomplete", "incomplete_details": details},
     }
     return Event(event, json.dumps(event, ensure_ascii=False), "response.incomplete")
@@ -868,6 +889,12 @@ def _target(server: GuardServer, path: str) -> str:
     return str(origin).rstrip("/") + path
 
 
+def _query(scope: Scope) -> str:
+    """The request's query string as it came, with its ``?`` (``""`` when it has none)."""
+    query: bytes = scope.get("query_string") or b""
+    return "?" + query.decode() if query else ""
+
+
 async def forward(
     server: GuardServer, request: Request, *, content: bytes | None = None
 ) -> Response:
@@ -882,10 +909,7 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     """The request of ``scope`` with ``body``, sent upstream: its target as the caller gave it
     (the query string's bytes as they came) and its headers' raw pairs (a header sent twice
     stays two), but those of its connection (its body's ``Content-Encoding`` kept)."""
-    url = _target(server, scope.get("root_path", "") + scope["path"])
-    query = scope.get("query_string")
-    if query:
-        url += "?" + query.decode()
+    url = _target(server, scope.get("root_path", "") + scope["path"]) + _query(scope)
     # the body goes as it came, so its coding goes with it (a gzip body without its
     # Content-Encoding cannot be read upstream)
     headers = [
@@ -894,7 +918,8 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     method = scope["method"]
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
-        if _small(answer):
+        decoded = readable(answer.headers)
+        if decoded and _small(answer):
             # read whole and sent as one: no stream to drive (Starlette's runs a task beside
             # it, listening for the caller to leave) and no chunked framing (a write less)
             content = await read_whole(answer)
@@ -903,13 +928,19 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
         return upstream_error(exc)
 
     async def body_of() -> AsyncIterator[bytes]:
+        # a coding the server cannot undo goes on as it came, for the caller that asked for it
+        # (an answer read already, as a mock transport's are, holds the bytes as they came)
+        raw = not decoded and not answer.is_stream_consumed
+        pieces = answer.aiter_raw() if raw else answer.aiter_bytes()
         try:
-            async for piece in answer.aiter_bytes():
+            async for piece in pieces:
                 yield piece
         finally:
             await answer.aclose()
 
     headers_out = _upstream_headers(answer.headers)
+    if not decoded:
+        headers_out["content-encoding"] = ", ".join(answer.headers.get_list("content-encoding"))
     out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers_out)
     return _repeated(out, answer.headers)
 
@@ -938,7 +969,10 @@ async def models(server: GuardServer, request: Request) -> Response:
     headers: dict[str, str] = {}
     try:
         answer = await server.pool.send(
-            "GET", server.upstream + "/models", headers=_forwarded(request), content=b""
+            "GET",
+            server.upstream + "/models" + _query(request.scope),
+            headers=read_by_server(_forwarded(request)),
+            content=b"",
         )
         content = await read_whole(answer)
         if answer.status_code == 200:

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx
+from httpx import _decoders as httpx_decoders
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
@@ -27,6 +28,7 @@ from agentguard.integrations.openai._responses import REASONING_DELTAS
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
+    "DECODABLE",
     "FORWARD",
     "HOP_BY_HOP",
     "Answer",
@@ -36,16 +38,22 @@ __all__ = [
     "Pool",
     "UpstreamCut",
     "UpstreamError",
+    "accepted",
     "failure",
     "hop_by_hop",
+    "read_by_server",
     "read_whole",
+    "readable",
 ]
 
 #: The ``ModelRequest.extensions`` key of a request's :class:`Forward`.
 FORWARD = "agentguard.serve.forward"
 
-# Headers that describe one connection, not the message (RFC 9110 §7.6.1), and those httpx sets
-# itself for the body it sends.
+# Headers that describe one connection, not the message (RFC 9110 §7.6.1), those httpx sets
+# itself for the body it sends, and ``Expect``: a caller's ``100-continue`` was met by the
+# ASGI server before the body was read whole (forwarded, aiohttp would hold the body back until
+# the upstream's own ``100 Continue``: a round trip more, and no answer at all from an upstream
+# that waits for the body).
 _HOP = frozenset(
     {
         "connection",
@@ -58,6 +66,7 @@ _HOP = frozenset(
         "host",
         "content-length",
         "content-encoding",
+        "expect",
     }
 )
 
@@ -69,6 +78,36 @@ HOP_BY_HOP = frozenset(name.encode() for name in _HOP)
 def hop_by_hop(name: str) -> bool:
     """Whether a header belongs to one connection only (never forwarded either way)."""
     return name.lower() in _HOP
+
+
+#: The content codings whose answers the server reads (httpx undoes them): ``gzip`` and
+#: ``deflate``, and ``br`` / ``zstd`` when their packages are installed.
+DECODABLE = frozenset(
+    getattr(httpx_decoders, "SUPPORTED_DECODERS", ("identity", "gzip", "deflate"))
+)
+
+
+def _codings(value: str) -> list[str]:
+    return [c.split(";")[0].strip().lower() for c in value.split(",") if c.strip()]
+
+
+def readable(headers: httpx.Headers) -> bool:
+    """Whether the server can undo an answer's ``Content-Encoding`` (else its body is passed on
+    as it came, with that header: the caller asked for the coding)."""
+    found = headers.get_list("content-encoding")
+    return not found or all(c in DECODABLE for c in _codings(",".join(found)))
+
+
+def accepted(value: str) -> str:
+    """A caller's ``Accept-Encoding`` for a guarded call, whose answer the guard reads: as it
+    came, but for the codings the server cannot undo (Node's ``fetch`` and curl offer ``br``:
+    without the ``brotli`` package its answer could be read by neither the guard nor, once its
+    ``Content-Encoding`` is taken off, the caller); ``identity`` when none is left."""
+    items = [item for item in value.split(",") if item.strip()]
+    kept = [item for item, name in zip(items, _codings(value), strict=True) if name in DECODABLE]
+    if len(kept) == len(items):
+        return value
+    return ",".join(kept).strip() or "identity"
 
 
 class Answer(dict[str, Any]):
@@ -101,6 +140,8 @@ class Forward:
         path: the upstream path (``/chat/completions`` or ``/responses``), after the base URL.
         body: the caller's JSON body as parsed.
         content: the caller's body bytes, forwarded as they are while the guard changes nothing.
+        query: the caller's query string as it came, with its ``?`` (``?api-version=...``), or
+            ``""``: it goes upstream with the request.
         headers: the upstream's answer headers of the last attempt (set by the transport).
         last: the last chunk the upstream streamed (what chunks the guard makes are dated by).
         chat: every event of the last attempt's chat stream, in order, each with the chunk the
@@ -112,6 +153,7 @@ class Forward:
     path: str
     body: Mapping[str, Any]
     content: bytes
+    query: str = ""
     headers: httpx.Headers = field(default_factory=httpx.Headers)
     last: Event | None = None
     chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
@@ -261,17 +303,35 @@ def _request(
     return request
 
 
+def read_by_server(headers: dict[str, str]) -> dict[str, str]:
+    """The headers (lowercase names) of a request whose answer the server reads itself (a
+    guarded call, the model list it adds the tiers to): its ``Accept-Encoding`` as
+    :func:`accepted` leaves it."""
+    coding = headers.get("accept-encoding")
+    if coding is not None:
+        headers["accept-encoding"] = accepted(coding)
+    return headers
+
+
 class UpstreamCut(UpstreamError, ConnectionError):
     """The upstream's answer broke off (its connection dropped mid-answer): a connection error,
     which the guard retries as it would the httpx ``ReadError`` it came from."""
 
 
-def failure(exc: httpx.HTTPError, *, cut: bool, model: str | None = None) -> ModelError:
+def failure(
+    exc: httpx.HTTPError, *, cut: bool, retry: bool = True, model: str | None = None
+) -> ModelError:
     """The model error of an httpx error reaching the upstream, or (``cut``) reading its
     answer: a :class:`~agentguard.ModelTimeout` when it did not answer in time, else an
     :class:`UpstreamError` with no status (:class:`UpstreamCut` for an answer that broke off),
-    which the server answers as a 504 and a 502 ``upstream_unreachable``."""
+    which the server answers as a 504 and a 502 ``upstream_unreachable``. Without ``retry`` (a
+    stream that handed on part of its answer already), an :class:`UpstreamError` the guard does
+    not retry, whatever broke it off."""
     name = type(exc).__name__
+    if not retry:
+        return UpstreamError(
+            f"the upstream's answer broke off ({name})", status_code=None, model=model
+        )
     if isinstance(exc, httpx.TimeoutException):
         return ModelTimeout(f"the upstream did not answer in time ({name})", model=model)
     if cut:
@@ -311,6 +371,17 @@ def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     return AiohttpTransport(max_connections=limits.max_connections or 512)
 
 
+def _unchanged(body: Mapping[str, Any], caller: Mapping[str, Any]) -> bool:
+    """Whether the body to send is the caller's: equal, but for the empty lists the neutral
+    request leaves out (``"tools": []``, which OpenAI refuses and a local server ignores: either
+    way the upstream's to judge, on the caller's bytes)."""
+    if body == caller:
+        return True
+    return len(body) < len(caller) and body == {
+        k: v for k, v in caller.items() if k in body or v != []
+    }
+
+
 class HTTPUpstream:
     """An async transport to one OpenAI-compatible base URL.
 
@@ -330,15 +401,18 @@ class HTTPUpstream:
         forward = request.extensions.get(FORWARD)
         forward = forward if isinstance(forward, Forward) else None
         body = request_body(request, stream=stream)
-        path = forward.path if forward is not None else "/chat/completions"
-        if forward is not None and body == forward.body:
+        path = forward.path + forward.query if forward is not None else "/chat/completions"
+        if forward is not None and _unchanged(body, forward.body):
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
+        headers = read_by_server(
+            {**request.headers, **self._headers, "content-type": "application/json"}
+        )
         response = await self._pool.send(
             "POST",
             self._base + path,
-            headers={**request.headers, **self._headers, "content-type": "application/json"},
+            headers=headers,
             content=content,
             timeout=request.timeout,
             model=request.model,
@@ -380,6 +454,7 @@ class HTTPUpstream:
         if forward is not None:  # a new attempt: its own record
             forward.events = []
             forward.chat = []
+        began = False  # a part of the answer was handed on
         try:
             async for event in _events(response):
                 if forward is not None and responses:
@@ -388,9 +463,16 @@ class HTTPUpstream:
                 if forward is not None and not responses:
                     forward.last = event
                     forward.chat.append((event, chunk))
+                began = began or bool(
+                    chunk.content or chunk.reasoning or chunk.refusal or chunk.tool_calls
+                )
                 yield chunk
         except httpx.HTTPError as exc:  # the connection dropped, or went silent, mid-stream
-            raise failure(exc, cut=True, model=request.model) from exc
+            # Once part of the answer went on, another attempt would answer again from its
+            # start, after what the caller has: the guard's retry of it lost the rest of the
+            # answer (a chat stream ended on the first attempt's words, with "stop"). The
+            # stream ends on the error instead, as it would straight from the upstream.
+            raise failure(exc, cut=True, retry=not began, model=request.model) from exc
         finally:
             await response.aclose()
 
