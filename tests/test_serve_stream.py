@@ -458,3 +458,45 @@ async def test_a_responses_stream_that_breaks_off_ends_on_an_error_event() -> No
         "param": None,
         "sequence_number": upto,
     }
+
+
+async def test_a_repaired_stream_whose_usage_rides_on_the_finish_finishes_once() -> None:
+    """llama.cpp sends the usage on its finish chunk. When the guard repairs the call, its own
+    finish goes out and the usage after it without choices: a second finish chunk made clients
+    that add chunks up (LangChain) read ``"tool_callstool_calls"``."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+    call = {"index": 0, "id": "t1", "type": "function"}
+    call["function"] = {"name": "read_file", "arguments": "{'path': 'a.txt',}"}
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    finish = {**HEAD, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    parts = [
+        _event({"role": "assistant", "content": None, "tool_calls": [call]}),
+        f"data: {json.dumps({**finish, 'usage': usage})}\n\n".encode(),
+        DONE,
+    ]
+    sent = _sent(await _call(_server(Body(parts)), tools=[tool])).decode()
+    chunks = [
+        json.loads(line[len("data: ") :])
+        for line in sent.splitlines()
+        if line.startswith("data: {")
+    ]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert [f for f in finishes if f] == ["tool_calls"]
+    calls = [
+        tc
+        for c in chunks
+        if c["choices"]
+        for tc in c["choices"][0]["delta"].get("tool_calls") or ()
+    ]
+    assert [json.loads(tc["function"]["arguments"]) for tc in calls] == [{"path": "a.txt"}]
+    assert [c["usage"] for c in chunks if not c["choices"]] == [usage]

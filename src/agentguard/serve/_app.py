@@ -595,13 +595,20 @@ def _without_text(event: Event, neutral: StreamChunk) -> Event | None:
     return Event(body, json.dumps(body, ensure_ascii=False), event.name)
 
 
+def _usage_only(event: Event) -> Event:
+    """A chat event with its usage alone (no choices), as OpenAI sends the usage: what goes out
+    of a finish chunk carrying the usage (llama.cpp) when the guard's own finish went out."""
+    body = {**event, "choices": []}
+    return Event(body, json.dumps(body, ensure_ascii=False), event.name)
+
+
 class _ChatEvents:
     """A guarded chat stream as events: the upstream's own wherever the guard changed nothing
     (see :class:`~agentguard.integrations._replay.ChatReplay`), the guard's made otherwise."""
 
     def __init__(self, forward: Forward) -> None:
         self._forward = forward
-        self._replay = ChatReplay(lambda: forward.chat, _without_text)
+        self._replay = ChatReplay(lambda: forward.chat, _without_text, _usage_only)
 
     def _bytes(self, items: list[Any]) -> bytes:
         return b"".join(
