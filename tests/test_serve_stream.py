@@ -22,6 +22,7 @@ pytest.importorskip("starlette", reason='needs the serve extra: pip install "age
 import agentguard as ag
 from agentguard.serve import GuardServer, create_app
 from agentguard.serve import _upstream as upstream_module
+from test_wrap_paths import TOOLS as READ_FILE
 
 pytestmark = pytest.mark.anyio
 
@@ -464,17 +465,6 @@ async def test_a_repaired_stream_whose_usage_rides_on_the_finish_finishes_once()
     """llama.cpp sends the usage on its finish chunk. When the guard repairs the call, its own
     finish goes out and the usage after it without choices: a second finish chunk made clients
     that add chunks up (LangChain) read ``"tool_callstool_calls"``."""
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
     call = {"index": 0, "id": "t1", "type": "function"}
     call["function"] = {"name": "read_file", "arguments": "{'path': 'a.txt',}"}
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -484,7 +474,7 @@ async def test_a_repaired_stream_whose_usage_rides_on_the_finish_finishes_once()
         f"data: {json.dumps({**finish, 'usage': usage})}\n\n".encode(),
         DONE,
     ]
-    sent = _sent(await _call(_server(Body(parts)), tools=[tool])).decode()
+    sent = _sent(await _call(_server(Body(parts)), tools=READ_FILE)).decode()
     chunks = [
         json.loads(line[len("data: ") :])
         for line in sent.splitlines()
