@@ -729,3 +729,63 @@ async def test_a_re_ask_after_live_text_does_not_open_the_stream_again(
     message = final.choices[0].message
     assert (message.role, message.content) == ("assistant", "Let me search.")
     assert [c.function.name for c in message.tool_calls or ()] == ["search"]
+
+
+@pytest.mark.parametrize("tier_key", [True, False], ids=["tier-key", "no-tier-key"])
+async def test_a_tier_elsewhere_never_gets_the_callers_credentials(
+    tier_key: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's key was given for the server's upstream: a tier at another origin gets only its
+    own key (or none), never the caller's ``Authorization``, ``api-key`` or ``x-api-key``."""
+    monkeypatch.setenv("PREMIUM_KEY", "sk-premium-tier-0123456789")
+    premium: dict[str, Any] = {"model": "big", "base_url": "https://premium.invalid/v1"}
+    if tier_key:
+        premium["api_key_env"] = "PREMIUM_KEY"
+    config = {
+        "tiers": {"fast": {"model": "small"}, "premium": premium},
+        "escalation": {"chain": ["fast", "premium"], "max_retries_before_escalate": 0},
+        "memory_pressure": {"enabled": False},
+    }
+    seen: list[tuple[str, dict[str, str]]] = []
+    answer = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "big",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    }
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, {k.lower(): v for k, v in request.headers.items()}))
+        if request.url.host == "upstream.invalid":
+            return httpx.Response(503, json={"error": {"message": "down", "type": "server_error"}})
+        return httpx.Response(200, json=answer)
+
+    server = GuardServer(
+        ag.GuardConfig.from_dict(config, env={}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(upstream),
+        clock=FakeClock(),
+        rng=random.Random(0),
+    )
+    try:
+        async with client_http.AsyncClient(
+            transport=client_http.ASGITransport(app=create_app(server)),
+            base_url="http://serve.invalid",
+        ) as http:
+            got = await http.post(
+                "/v1/chat/completions",
+                json={"model": "fast", "messages": ASK},
+                headers={"authorization": f"Bearer {KEY_A}", "api-key": KEY_B, "x-api-key": KEY_B},
+            )
+    finally:
+        await server.aclose()
+    assert got.status_code == 200
+    hosts = [host for host, _ in seen]
+    assert (hosts[0], hosts[-1]) == ("upstream.invalid", "premium.invalid")
+    fast, tier = seen[0][1], seen[-1][1]
+    assert (fast["authorization"], fast["x-api-key"]) == (f"Bearer {KEY_A}", KEY_B)
+    assert not {"api-key", "x-api-key"} & set(tier)
+    assert tier.get("authorization") == ("Bearer sk-premium-tier-0123456789" if tier_key else None)

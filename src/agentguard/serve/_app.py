@@ -177,12 +177,18 @@ class GuardServer:
         return guard
 
     def transport(self, tier: Tier) -> HTTPUpstream:
-        """The transport of a tier: its own endpoint and key, else the upstream's."""
+        """The transport of a tier: its own endpoint and key, else the upstream's.
+
+        The caller's credentials (``Authorization``, ``api-key``, ``x-api-key`` ...) were given
+        for the server's upstream: a tier at another origin never gets them, only its own key.
+        """
         found = self._transports.get(tier.name)
         if found is None:
             key = tier_api_key(tier)
             headers = {"authorization": f"Bearer {key}"} if key else {}
-            found = HTTPUpstream(self.pool, tier.base_url or self.upstream, headers)
+            base = tier.base_url or self.upstream
+            elsewhere = _origin(base) != _origin(self.upstream)
+            found = HTTPUpstream(self.pool, base, headers, keep_credentials=not elsewhere)
             self._transports[tier.name] = found
         return found
 
@@ -885,6 +891,13 @@ def _incomplete(received: list[Event]) -> Event | None:
 
 
 # -- the rest -------------------------------------------------------------------------------
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Where a URL's requests go: scheme, host and port (the default port spelled out)."""
+    parsed = httpx.URL(url)
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    return parsed.scheme, parsed.host, port
 
 
 def _target(server: GuardServer, path: str) -> str:

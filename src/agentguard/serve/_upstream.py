@@ -382,6 +382,13 @@ def _unchanged(body: Mapping[str, Any], caller: Mapping[str, Any]) -> bool:
     }
 
 
+#: The request headers that carry a caller's credentials (OpenAI and most servers, Azure
+#: OpenAI, Anthropic-style servers, Google's; cookies), lower-case.
+CREDENTIALS = frozenset(
+    {"authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "cookie"}
+)
+
+
 class HTTPUpstream:
     """An async transport to one OpenAI-compatible base URL.
 
@@ -390,12 +397,23 @@ class HTTPUpstream:
         base_url: the upstream's base URL, e.g. ``http://127.0.0.1:11434/v1``.
         headers: headers every request carries (a tier's own ``Authorization``), over the
             caller's.
+        keep_credentials: whether the caller's credentials go along (``Authorization``,
+            ``api-key``, ``x-api-key`` ...): not to a tier at another origin than the server's
+            upstream, which they were not given for.
     """
 
-    def __init__(self, pool: Pool, base_url: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        keep_credentials: bool = True,
+    ) -> None:
         self._pool = pool
         self._base = base_url.rstrip("/")
         self._headers = dict(headers or {})
+        self._keep_credentials = keep_credentials
 
     async def _open(self, request: ModelRequest, *, stream: bool) -> httpx.Response:
         forward = request.extensions.get(FORWARD)
@@ -406,9 +424,10 @@ class HTTPUpstream:
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
-        headers = read_by_server(
-            {**request.headers, **self._headers, "content-type": "application/json"}
-        )
+        caller = request.headers
+        if not self._keep_credentials:
+            caller = {k: v for k, v in caller.items() if k.lower() not in CREDENTIALS}
+        headers = read_by_server({**caller, **self._headers, "content-type": "application/json"})
         response = await self._pool.send(
             "POST",
             self._base + path,
