@@ -153,3 +153,56 @@ async def test_async_client() -> None:
     report = ag.report_of(completion)
     assert report is not None
     assert report.retries == 1
+
+
+@pytest.mark.parametrize(
+    ("base_url", "expected"),
+    [
+        ("https://premium.invalid/v1", "Bearer agentguard-tier-without-key"),
+        ("http://local.invalid/other/v1", f"Bearer {CANARY}"),  # the client's own origin
+    ],
+    ids=["elsewhere", "same-origin"],
+)
+def test_a_tier_elsewhere_never_gets_the_clients_key(base_url: str, expected: str) -> None:
+    """The client's key was given for the client's endpoint: a tier at another origin that names
+    no key of its own is sent a placeholder, not the client's key; one at the client's origin
+    gets the client's key, as before."""
+    seen: list[tuple[str, str]] = []
+    answer = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "big",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    }
+
+    def upstream(request: Any) -> Any:
+        seen.append((str(request.url), request.headers.get("authorization", "")))
+        if str(request.url).startswith("http://local.invalid/v1/"):
+            return http.Response(503, json={"error": {"message": "down", "type": "server_error"}})
+        return http.Response(200, json=answer)
+
+    config = ag.GuardConfig.from_dict(
+        {
+            "tiers": {
+                "fast": {"model": "small"},
+                "premium": {"model": "big", "base_url": base_url},
+            },
+            "escalation": {"chain": ["fast", "premium"], "max_retries_before_escalate": 0},
+            "memory_pressure": {"enabled": False},
+        },
+        env={},
+    )
+    raw = openai.OpenAI(
+        api_key=CANARY,
+        base_url="http://local.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(upstream)),
+    )
+    clock = FakeClock()
+    client = ag.wrap(raw, config, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    answer_got = client.chat.completions.create(model="fast", messages=MESSAGES)
+    assert answer_got.choices[0].message.content == "ok"
+    assert seen[0] == ("http://local.invalid/v1/chat/completions", f"Bearer {CANARY}")
+    assert seen[-1] == (base_url + "/chat/completions", expected)

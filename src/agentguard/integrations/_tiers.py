@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
@@ -33,6 +34,26 @@ def tier_api_key(tier: Tier) -> str | None:
         )
     register_secret(value)  # sent upstream: an error echoing it is redacted by value
     return value
+
+
+#: The key a tier at another origin is sent when it names none of its own: the client's key was
+#: given for the client's endpoint, never for another (servers that need no key ignore it).
+NO_KEY = "agentguard-tier-without-key"
+
+
+def origin(url: object) -> tuple[str, str, int | None]:
+    """Where a URL's requests go (a string or an ``httpx.URL``): scheme, host and port, the
+    default port spelled out. A tier at another origin than the caller's endpoint never gets the
+    caller's credentials."""
+    parts = urlsplit(str(url))
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a port: no origin to share
+        port = -1
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
 
 
 def with_tier_chain(config: GuardConfig, models: Mapping[str, str]) -> GuardConfig:

@@ -46,7 +46,7 @@ from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
 from agentguard.integrations._replay import ChatReplay, bare, call_keys, text_only
-from agentguard.integrations._tiers import tier_api_key
+from agentguard.integrations._tiers import origin, tier_api_key
 from agentguard.integrations.openai._responses import is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
 from agentguard.resilience import CircuitBreaker
@@ -187,7 +187,7 @@ class GuardServer:
             key = tier_api_key(tier)
             headers = {"authorization": f"Bearer {key}"} if key else {}
             base = tier.base_url or self.upstream
-            elsewhere = _origin(base) != _origin(self.upstream)
+            elsewhere = origin(base) != origin(self.upstream)
             found = HTTPUpstream(self.pool, base, headers, keep_credentials=not elsewhere)
             self._transports[tier.name] = found
         return found
@@ -891,13 +891,6 @@ def _incomplete(received: list[Event]) -> Event | None:
 
 
 # -- the rest -------------------------------------------------------------------------------
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    """Where a URL's requests go: scheme, host and port (the default port spelled out)."""
-    parsed = httpx.URL(url)
-    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
-    return parsed.scheme, parsed.host, port
 
 
 def _target(server: GuardServer, path: str) -> str:

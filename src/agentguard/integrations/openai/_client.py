@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from agentguard.config import GuardConfig
 from agentguard.guard import AsyncGuard, Guard, GuardReport
 from agentguard.integrations._chat import changed
-from agentguard.integrations._tiers import tier_api_key
+from agentguard.integrations._tiers import NO_KEY, origin, tier_api_key
 from agentguard.transport import (
     ModelRequest,
     ModelResponse,
@@ -428,6 +428,8 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
             api_key = tier_api_key(tier)
             if api_key:
                 overrides["api_key"] = api_key
+            elif tier.base_url and origin(tier.base_url) != origin(client.base_url):
+                overrides["api_key"] = NO_KEY  # the client's key is for its own endpoint
             clients[key] = base.with_options(**overrides) if overrides else base
         return clients[key]
 
