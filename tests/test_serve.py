@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import agentguard as ag
+from _hostile import completion
 from _openai_upstream import Upstream
 from _otel import recorded_spans
 from agentguard.serve import ROUTES, GuardServer, add_route, create_app
@@ -747,15 +748,7 @@ async def test_a_tier_elsewhere_never_gets_the_callers_credentials(
         "memory_pressure": {"enabled": False},
     }
     seen: list[tuple[str, dict[str, str]]] = []
-    answer = {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "big",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-        ],
-    }
+    answer = completion(content="ok")
 
     def upstream(request: httpx.Request) -> httpx.Response:
         seen.append((request.url.host, {k.lower(): v for k, v in request.headers.items()}))

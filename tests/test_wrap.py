@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
+from _hostile import completion
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 
 openai = pytest.importorskip("openai")
@@ -168,15 +169,7 @@ def test_a_tier_elsewhere_never_gets_the_clients_key(base_url: str, expected: st
     no key of its own is sent a placeholder, not the client's key; one at the client's origin
     gets the client's key, as before."""
     seen: list[tuple[str, str]] = []
-    answer = {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "big",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-        ],
-    }
+    answer = completion(content="ok")
 
     def upstream(request: Any) -> Any:
         seen.append((str(request.url), request.headers.get("authorization", "")))
