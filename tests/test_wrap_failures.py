@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -504,3 +505,61 @@ def test_wrap_rejects_a_config_of_the_wrong_type() -> None:
     """A config that is no GuardConfig, dict or path: TypeError naming the accepted types."""
     with pytest.raises(TypeError, match="a dict or a file path"):
         ag.wrap(_client(ScriptedModel([GOOD])), 42)  # type: ignore[arg-type]
+
+
+def test_a_stream_that_breaks_off_after_its_first_words_ends_on_the_error() -> None:
+    """The connection drops after the first words went out. Another attempt cannot go on from
+    them (its text would be held back: the caller got ``"The docs "`` and ``finish_reason:
+    "stop"``, a cut answer ending as if whole): the stream ends on the error the raw client
+    raises, after one upstream call, and what it delivered is counted, nothing left held."""
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode()
+
+    class BreaksOff(http.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            yield event({"role": "assistant", "content": ""})
+            yield event({"content": "The docs "})
+            raise http.ReadError("connection reset by peer")
+
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return http.Response(200, headers={"content-type": "text/event-stream"}, stream=BreaksOff())
+
+    def read(client: Any) -> tuple[list[str], type[BaseException] | None]:
+        words: list[str] = []
+        ask = {"model": "m", "messages": [{"role": "user", "content": "docs?"}], "stream": True}
+        ask["extra_headers"] = {"x-agentguard-session": "cut"}
+        try:
+            for chunk in client.chat.completions.create(**ask):
+                words += [c.delta.content or "" for c in chunk.choices]
+        except Exception as exc:  # the error each client ends on
+            return words, type(exc)
+        return words, None
+
+    def client() -> Any:
+        return openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://upstream.invalid/v1",
+            http_client=http.Client(transport=http.MockTransport(upstream)),
+            max_retries=0,
+        )
+
+    raw = read(client())
+    calls.clear()
+    config = ag.GuardConfig.from_dict(
+        {"memory_pressure": {"enabled": False}, "token_budget": {"per_session": 100_000}}, env={}
+    )
+    ledger = ag.TokenLedger(config)
+    clock = FakeClock()
+    guarded_client = ag.wrap(client(), config, ledger=ledger, clock=clock, sleep=clock.sleep)
+    guarded = read(guarded_client)
+    assert raw == (["", "The docs "], openai.APIConnectionError)
+    assert guarded == raw
+    assert len(calls) == 1
+    usage = ledger.usage("cut")
+    assert (usage.session_reserved, usage.session_tokens > 0) == (0, True)

@@ -446,7 +446,8 @@ class Pipeline:
             else:
                 response = yield Send(tier, request, b.session)
         except Exception as exc:
-            yield from self._release(reservation)
+            broken_off = stream and call.handed_on
+            yield from self._free(call, reservation, delivered=broken_off)
             classification = self._classified(call, exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -454,6 +455,11 @@ class Pipeline:
                     tier.name, tier.model, classification.error_class.value, classification.reason
                 )
             )
+            if broken_off:
+                # Part of this answer reached the caller: no other attempt can go on from it (a
+                # retry's text would be held back, the caller left with a cut answer ending as
+                # if whole). The stream ends on the error, as it would straight from upstream.
+                raise
             decision = self.retry.decide(call.transient, classification)
             if decision.retry and breaker.state != "open":  # a just-opened breaker: move on now
                 call.transient += 1
@@ -509,6 +515,23 @@ class Pipeline:
         except Exception:  # see the docstring: the lease frees the hold
             logger.debug("could not settle an abandoned stream", exc_info=True)
 
+    def _free(self, call: _Call, reservation: Reservation | None, *, delivered: bool) -> Plan[None]:
+        """The hold of a failed attempt given back; when it ``delivered`` part of a stream to
+        the caller, that part was spent: counted (its usage chunk, else an estimate), the rest
+        of the hold freed."""
+        ledger = self.ledger
+        if not delivered:
+            yield from self._release(reservation)
+            return
+        if ledger is None or reservation is None:
+            return
+        usage = call.usage_chunk.usage if call.usage_chunk is not None else None
+        if usage is None:
+            streamed = call.streamed
+            message = streamed.response(cut=True).message if streamed is not None else None
+            usage = estimate_usage(call.messages, message, tools=call.tools)
+        yield from perform(ledger.commit, ledger.acommit, reservation, usage)
+
     def _release(self, reservation: Reservation | None) -> Plan[None]:
         """Give a failed call's reservation back to the ledger."""
         ledger = self.ledger
@@ -523,6 +546,7 @@ class Pipeline:
         """
         yield Open(tier, request, call.b.session)
         call.usage_chunk = None
+        call.handed_on = False
         acc = call.streamed = Accumulator()
         cfg = self.config.tool_validation
         checked = call.validator is not None and cfg.enabled
@@ -553,6 +577,7 @@ class Pipeline:
                 raw = chunk.raw if (content or None) == (chunk.content or None) else None
                 call.content_sent = call.content_sent or bool(content)
                 if content or chunk.reasoning:
+                    call.handed_on = True
                     yield Emit(StreamChunk(content=content, raw=raw, reasoning=chunk.reasoning))
             # text held back is watched too: a degenerating answer is cut, whoever reads it
             if (chunk.content or chunk.reasoning) and watch is not None and watch.degenerate(acc):
@@ -1241,6 +1266,7 @@ class _Call:
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
     streamed: Accumulator | None = None  # streaming: what the current attempt has delivered
+    handed_on: bool = False  # streaming: the current attempt passed part of its answer on
     gate: CallGate | None = None  # streaming: the live attempt's hold on text-written calls
     rework: Rework = field(default_factory=Rework)  # re-asks and recovery turns on this tier
     shrunk: bool = False  # sent again without repeated tool results after a context-length 400

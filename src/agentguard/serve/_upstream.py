@@ -318,20 +318,12 @@ class UpstreamCut(UpstreamError, ConnectionError):
     which the guard retries as it would the httpx ``ReadError`` it came from."""
 
 
-def failure(
-    exc: httpx.HTTPError, *, cut: bool, retry: bool = True, model: str | None = None
-) -> ModelError:
+def failure(exc: httpx.HTTPError, *, cut: bool, model: str | None = None) -> ModelError:
     """The model error of an httpx error reaching the upstream, or (``cut``) reading its
     answer: a :class:`~agentguard.ModelTimeout` when it did not answer in time, else an
     :class:`UpstreamError` with no status (:class:`UpstreamCut` for an answer that broke off),
-    which the server answers as a 504 and a 502 ``upstream_unreachable``. Without ``retry`` (a
-    stream that handed on part of its answer already), an :class:`UpstreamError` the guard does
-    not retry, whatever broke it off."""
+    which the server answers as a 504 and a 502 ``upstream_unreachable``."""
     name = type(exc).__name__
-    if not retry:
-        return UpstreamError(
-            f"the upstream's answer broke off ({name})", status_code=None, model=model
-        )
     if isinstance(exc, httpx.TimeoutException):
         return ModelTimeout(f"the upstream did not answer in time ({name})", model=model)
     if cut:
@@ -473,7 +465,6 @@ class HTTPUpstream:
         if forward is not None:  # a new attempt: its own record
             forward.events = []
             forward.chat = []
-        began = False  # a part of the answer was handed on
         try:
             async for event in _events(response):
                 if forward is not None and responses:
@@ -482,16 +473,11 @@ class HTTPUpstream:
                 if forward is not None and not responses:
                     forward.last = event
                     forward.chat.append((event, chunk))
-                began = began or bool(
-                    chunk.content or chunk.reasoning or chunk.refusal or chunk.tool_calls
-                )
                 yield chunk
         except httpx.HTTPError as exc:  # the connection dropped, or went silent, mid-stream
-            # Once part of the answer went on, another attempt would answer again from its
-            # start, after what the caller has: the guard's retry of it lost the rest of the
-            # answer (a chat stream ended on the first attempt's words, with "stop"). The
-            # stream ends on the error instead, as it would straight from the upstream.
-            raise failure(exc, cut=True, retry=not began, model=request.model) from exc
+            # a connection error the guard retries while nothing of this attempt reached the
+            # caller; once part of it did, the guard ends the stream on it (see the pipeline)
+            raise failure(exc, cut=True, model=request.model) from exc
         finally:
             await response.aclose()
 
