@@ -53,6 +53,7 @@ from _harness import Table, side_by_side, us
 from _peers import optional
 from agentguard import GuardConfig
 from agentguard.loops import LoopDetector
+from agentguard.loops._identity import forget_texts
 from agentguard.types import Severity
 
 LOOPBENCH = Path(__file__).resolve().parent / "loopbench"
@@ -384,11 +385,16 @@ def _cost(eps: list[Episode], quick: bool) -> tuple[float, int]:
     ]
     events = sum(len(m.get("tool_calls") or ()) or 1 for _, ms in tool_messages for m in ms)
 
+    # Each replay starts with the process-wide identity memos empty: a replay meets the texts
+    # the one before met, and would otherwise measure memo hits only. (Texts met again within
+    # a replay, in one episode or across episodes, are hits as in a long-running process.)
     def construct_only() -> None:
+        forget_texts()
         for tools, _ in tool_messages:
             LoopDetector(tools=tools, hooks=(), _process_hooks=False)
 
     def replay() -> None:
+        forget_texts()
         for tools, messages in tool_messages:
             detector = LoopDetector(tools=tools, hooks=(), _process_hooks=False)
             for message in messages:

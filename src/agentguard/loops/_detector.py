@@ -43,6 +43,8 @@ from ._identity import (
     is_error_result,
     policies_from,
     result_key,
+    text_call_key,
+    text_result_key,
 )
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
@@ -378,7 +380,7 @@ class LoopDetector:
         memo = self._fp_memo
         fp = memo.get((name, arguments))
         if fp is None:
-            fp = memo[(name, arguments)] = call_key(name, arguments, policy)
+            fp = memo[(name, arguments)] = text_call_key(name, arguments, policy)
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
@@ -401,7 +403,7 @@ class LoopDetector:
         key = (name, result)
         fp = memo.get(key)
         if fp is None:
-            fp = memo[key] = result_key(result, policy)
+            fp = memo[key] = text_result_key(result, policy)
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
