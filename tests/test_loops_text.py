@@ -6,6 +6,7 @@ from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rapidfuzz import fuzz
 
 from agentguard.config import LoopDetectionConfig
 from agentguard.loops import LoopDetector
@@ -253,3 +254,35 @@ def test_the_cheap_bound_passes_only_short_prose() -> None:
     assert not repeats_below("A. B. C. D. E.", 5)  # five sentences: the analysis decides
     assert not repeats_below("see " * 8, 5)  # a word eight times: the run search decides
     assert not repeats_below("x" * 16, 5)  # a long token: the run search decides
+
+
+@given(
+    size=st.integers(1, 6),
+    similarity=st.sampled_from([0.3, 0.8, 0.95, 1.0]),
+    long=st.booleans(),
+    texts=st.lists(
+        st.lists(st.sampled_from(["run", "the", "Build", "  failed", "3", "."])), max_size=14
+    ),
+)
+@settings(max_examples=150)
+def test_window_counts_as_comparing_each_recent_response(
+    size: int, similarity: float, long: bool, texts: list[list[str]]
+) -> None:
+    """The count is 1 plus the recent responses equal to this one (normalised) or near it (the
+    heads' ratio at the similarity), the pairwise rule, however the window tells them: the
+    matches found in one call over the heads, equal long responses by a digest of the whole."""
+    window = ResponseWindow(size, similarity)
+    recent: deque[str] = deque(maxlen=size)
+    pad = "x" * (2_000 if long else 0)  # past the compared head: only the tails differ
+    for words in texts:
+        norm = normalise_text(pad + " ".join(words))
+        expected = 1 + sum(
+            other == norm
+            or (
+                similarity < 1.0
+                and fuzz.ratio(norm[:2_000], other[:2_000], score_cutoff=similarity * 100) > 0
+            )
+            for other in recent
+        )
+        assert window.add(pad + " ".join(words)) == expected
+        recent.append(norm)

@@ -281,7 +281,12 @@ class LoopDetector:
         if not self.config.enabled or not text or not text.strip():
             return OK
         event = TextEvent(text, narration)
-        return self._emit(pick([d.check(event) for d in self._on_text]))
+        verdict = OK
+        for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
+            found = d.check(event)
+            if found is not OK:
+                verdict = pick((verdict, found))
+        return verdict if verdict is OK else self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------
 

@@ -765,6 +765,9 @@ class ResponseRepeat(Detector):
             return OK  # a short narration repeated while the calls progress is normal
         n = self.config.duplicate_threshold
         count = self._window.add(event.text)
+        if count < n:  # the usual case: no repeat (and the ladder starts at n)
+            self._level = OK
+            return OK
         repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
         if repeat.ok:
             self._level = OK

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from itertools import pairwise
+from typing import Any
 
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from agentguard._fingerprint import fingerprint_bytes
 
@@ -155,25 +156,33 @@ class ResponseWindow:
     __slots__ = ("_items", "_keep", "_similarity")
 
     def __init__(self, size: int, similarity: float) -> None:
-        # A tuple of (digest, head) string pairs, replaced on each add: it holds only strings,
-        # so the garbage collector stops tracking it (a deque it would walk in every full
-        # collection, once per session the guard remembers).
-        self._items: tuple[tuple[str, str], ...] = ()
+        # A tuple of strings (or 1-tuples of a digest), replaced on each add: it holds only
+        # strings, so the garbage collector stops tracking it (a deque it would walk in every
+        # full collection, once per session the guard remembers).
+        self._items: tuple[Any, ...] = ()
         self._keep = max(0, size - 1)  # the responses kept besides the newest
         self._similarity = similarity * 100.0
 
     def add(self, text: str) -> int:
         """Remember ``text``; return how many responses in the window (itself included) match it."""
         norm = normalise_text(text)
-        digest = fingerprint_bytes(norm.encode("utf-8", "surrogatepass"))
-        head = norm[:_COMPARE_CHARS]
-        count = 1
-        for other_digest, other_head in self._items:
-            if other_digest == digest or (
-                self._similarity < 100.0
-                and fuzz.ratio(head, other_head, score_cutoff=self._similarity) > 0
-            ):
-                count += 1
         items = self._items
-        self._items = (*items[max(0, len(items) - self._keep) :], (digest, head))
+        if self._similarity < 100.0:
+            # Near-duplicates: an equal response scores 100, so the heads alone tell every match
+            # (no digest of the whole), counted by one call over the window.
+            item: Any = norm[:_COMPARE_CHARS]
+            found = process.extract(
+                item, items, scorer=fuzz.ratio, score_cutoff=self._similarity, limit=None
+            )
+            count = 1 + len(found)
+        else:
+            # Equal responses only: a short one is its own key, a long one its digest (a 1-tuple,
+            # never equal to a text)
+            item = (
+                norm
+                if len(norm) <= _COMPARE_CHARS
+                else (fingerprint_bytes(norm.encode("utf-8", "surrogatepass")),)
+            )
+            count = 1 + items.count(item)
+        self._items = (*items[max(0, len(items) - self._keep) :], item)
         return count
