@@ -14,7 +14,8 @@ detector that consumes it.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import functools
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,9 +58,16 @@ _MEMO_CHARS = 65_536
 _OK_NAMES = 256
 
 
+@functools.cache
+def _defaults() -> LoopDetectionConfig:
+    """The default settings, made once: a config is immutable, and validating a new one costs
+    more than scanning a short transcript (``scan_transcript`` without a config)."""
+    return LoopDetectionConfig()
+
+
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
     if config is None:
-        return LoopDetectionConfig()
+        return _defaults()
     if isinstance(config, GuardConfig):
         return config.loop_detection
     if isinstance(config, LoopDetectionConfig):
@@ -93,7 +101,7 @@ class LoopDetector:
     _no_runs: tuple[int, ...]
     _outcomes: deque[bool]
     _stalled: int
-    _pending_calls: OrderedDict[str, tuple[str, Any]]
+    _pending_calls: dict[str, tuple[str, Any]]  # by call id, oldest first
 
     def __init__(
         self,
@@ -153,7 +161,7 @@ class LoopDetector:
         self._no_runs = tuple(self._runs)
         self._outcomes = deque(maxlen=cfg.tool_window)
         self._stalled = 0
-        self._pending_calls = OrderedDict()
+        self._pending_calls = {}
         self._tooled = True
 
     def declare(self, policy: ToolLoopPolicy) -> None:
@@ -338,17 +346,18 @@ class LoopDetector:
                     if call_id.__class__ is not str:
                         call_id = _text_of(call_id)
                     self._pending_calls[call_id] = (name, arguments)
-                    if len(self._pending_calls) > self.config.tool_window:
-                        self._pending_calls.popitem(last=False)
+                    if len(self._pending_calls) > self.config.tool_window:  # the oldest goes
+                        del self._pending_calls[next(iter(self._pending_calls))]
         elif role == "user":
             for detector in self._detectors:
                 detector.news()
         elif role == "tool":
-            pending = (
-                self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
-                if self._tooled
-                else None
-            )
+            pending = None
+            if self._tooled:
+                call_id = message.get("tool_call_id")
+                if call_id.__class__ is not str:
+                    call_id = _text_of(call_id)
+                pending = self._pending_calls.pop(call_id, None)
             if pending is None:
                 name = _text_of(message.get("name", ""))
                 pending = (name, None) if name else None
