@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentguard.loops import ToolLoopPolicy, call_fingerprint, result_fingerprint
+from agentguard.loops import ToolLoopPolicy, call_fingerprint, is_error_result, result_fingerprint
 from agentguard.loops._identity import (
     _CALL_MEMOS,
+    _FAILURE_MEMOS,
     _LONG_KEPT,
     _LONG_TEXT,
     _RESULT_MEMOS,
@@ -20,6 +21,7 @@ from agentguard.loops._identity import (
     _SHORT_TEXT,
     _TEXT_NOISE,
     _denoise,
+    _reports_failure,
     call_key,
     forget_texts,
     result_key,
@@ -354,6 +356,7 @@ def test_the_shared_memos_give_the_identities_they_remember(texts: list[str]) ->
     (a policy's volatile fields are part of the memo's key), however often a text comes back."""
     policy = ToolLoopPolicy("t", volatile_results=frozenset({"q"}), volatile_arguments={"n"})
     for text in [*texts, *texts]:
+        assert is_error_result(text) is _reports_failure(text)
         for p in (None, policy):
             assert text_result_key(text, p) == result_key(text, p)
             assert text_call_key("t", text, p) == call_key("t", text, p)
@@ -374,10 +377,18 @@ def test_the_shared_memos_keep_a_fixed_number_of_texts() -> None:
         text_result_key(f"short {i}")
         text_result_key(f"long {i} " + "x" * _SHORT_TEXT)
         text_call_key("t", json.dumps({"i": i}))
-        assert all(len(memo) <= _SHORT_KEPT for memo in (_RESULT_MEMOS[0], _CALL_MEMOS[0]))
+        is_error_result(f"Error {i}")
+        is_error_result(f"Error {i} " + "x" * _SHORT_TEXT)
+        assert all(
+            len(memo) <= _SHORT_KEPT
+            for memo in (_RESULT_MEMOS[0], _CALL_MEMOS[0], _FAILURE_MEMOS[0])
+        )
         assert len(_RESULT_MEMOS[1]) <= _LONG_KEPT
+        assert len(_FAILURE_MEMOS[1]) <= _LONG_KEPT
     huge = "y" * (_LONG_TEXT + 1)
     assert text_result_key(huge) == result_key(huge)
     assert all(huge not in key for key in _RESULT_MEMOS[1])
+    assert is_error_result("Error: " + huge)
+    assert not any(len(key) > _LONG_TEXT for key in _FAILURE_MEMOS[1])
     forget_texts()
-    assert not any((*_RESULT_MEMOS, *_CALL_MEMOS))
+    assert not any((*_RESULT_MEMOS, *_CALL_MEMOS, *_FAILURE_MEMOS))

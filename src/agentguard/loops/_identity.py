@@ -337,7 +337,8 @@ def result_key(result: Any, policy: ToolLoopPolicy | None = None) -> str:
     return compact_key(_result_text(result, policy))
 
 
-#: Identities of texts, shared by every LoopDetector in the process. The sessions of one agent
+#: Identities of texts (and whether a result reports a failure), shared by every LoopDetector in
+#: the process. The sessions of one agent
 #: call the same tools on the same data (a file read again, a record looked up by another run of
 #: the task, a poll's unchanged answer), so most argument and result texts are met again, in this
 #: session or another; a detector's own memo only spans its last few events. An identity is a
@@ -351,6 +352,7 @@ _LONG_TEXT, _LONG_KEPT = 65_536, 32
 _NO_FIELDS: frozenset[str] = frozenset()
 _RESULT_MEMOS: tuple[dict[tuple[str, frozenset[str]], str], ...] = ({}, {})
 _CALL_MEMOS: tuple[dict[tuple[str, str, frozenset[str]], str], ...] = ({}, {})
+_FAILURE_MEMOS: tuple[dict[str, bool], ...] = ({}, {})  # is_error_result, by text
 
 
 def text_result_key(text: str, policy: ToolLoopPolicy | None = None) -> str:
@@ -391,6 +393,8 @@ def forget_texts() -> None:
         memo.clear()
     for calls in _CALL_MEMOS:
         calls.clear()
+    for failures in _FAILURE_MEMOS:
+        failures.clear()
 
 
 def policies_from(
@@ -451,7 +455,21 @@ def is_error_result(content: Any) -> bool:
     Args:
         content: a tool message's ``content``: a string or a list of OpenAI content parts.
     """
-    text = content_text(content)
+    if content.__class__ is str and len(content) <= _LONG_TEXT:
+        # results come back, in this session or another: the verdict is remembered per text
+        memo = _FAILURE_MEMOS[len(content) > _SHORT_TEXT]
+        failed = memo.get(content)
+        if failed is None:
+            failed = _reports_failure(content)
+            if len(memo) >= (_LONG_KEPT if len(content) > _SHORT_TEXT else _SHORT_KEPT):
+                memo.clear()
+            memo[content] = failed
+        return failed
+    return _reports_failure(content_text(content))
+
+
+def _reports_failure(text: str) -> bool:
+    """:func:`is_error_result` of a text."""
     if _FAILED.match(text):
         return True
     # a long result is not copied just to look at its first character
