@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import deque
+import re
+from collections import Counter, deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -286,3 +287,76 @@ def test_window_counts_as_comparing_each_recent_response(
         )
         assert window.add(pad + " ".join(words)) == expected
         recent.append(norm)
+
+
+def _earliest_by_definition(text: str) -> int:
+    """Where the earliest stretch of the gate's rule starts, ``-1`` when none does."""
+    low = [ord(c) & 0xFF for c in text]
+    starts = []
+    for p in range(1, min(80, len(low) // 8) + 1):
+        streak = 0
+        for k in range(p, len(low)):
+            streak = streak + 1 if low[k] == low[k - p] else 0
+            if streak >= 7 * p:
+                starts.append(k - 8 * p + 1)
+                break
+    return min(starts, default=-1)
+
+
+@given(
+    st.tuples(
+        st.text(alphabet="ab\x00\u0100\u0200\u0161", max_size=24),
+        st.text(alphabet="ab\x00\u0100\u0200", min_size=1, max_size=6),
+        st.integers(0, 9),
+        st.text(alphabet="ab\x00\u0100", max_size=24),
+        st.text(alphabet="ab", max_size=4),
+        st.integers(0, 10),
+    )
+)
+def test_the_earliest_periodic_stretch_is_its_definition(
+    parts: tuple[str, str, int, str, str, int],
+) -> None:
+    """The shifted-XOR scan finds where the earliest periodic stretch starts, of any period
+    (a later stretch of a shorter period included)."""
+    head, unit, copies, tail, late, late_copies = parts
+    text = head + unit * copies + tail + late * late_copies
+    assert _text_module._first_periodic(text) == _earliest_by_definition(text)
+
+
+def _degenerate_repeats_from_the_start(text: str) -> int:
+    """:func:`degenerate_repeats` with the run regex searching the whole prose (the gates
+    before it as they are)."""
+    lines = _text_module._prose_lines(text[-_text_module._SCAN_CHARS :])
+    if not lines:
+        return 0
+    units = lines if len(lines) > 1 else _text_module._SENTENCE.split(lines[0])
+    best = _text_module._looping(units)
+    prose = "\n".join(lines)
+    words = prose.split()
+    if max(map(len, words), default=0) < 16 and (
+        len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
+    ):
+        return best
+    if not _text_module._periodic("".join(words)):
+        return best
+    match = _text_module._RUN.search(prose)
+    if match is not None:
+        unit = match.group(1)
+        best = max(best, len(re.findall(re.escape(unit), match.group(0))))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab c\n\u00e9.\u2003", max_size=60),
+    _UNIT,
+    st.lists(st.sampled_from(["", " ", "\n", "\u2003", " \n "]), min_size=0, max_size=12),
+    st.text(alphabet="ab c\n\u0101x0f", max_size=60),
+)
+def test_the_run_search_starting_at_the_earliest_stretch_finds_the_same_run(
+    head: str, unit: str, gaps: list[str], tail: str
+) -> None:
+    """The run regex starts where the earliest periodic stretch allows: the count is the one
+    a search of the whole prose gives."""
+    text = head + unit + "".join(gap + unit for gap in gaps) + tail
+    assert degenerate_repeats(text) == _degenerate_repeats_from_the_start(text)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any
 
 from rapidfuzz import fuzz, process
@@ -79,18 +80,31 @@ def _periodic(text: str) -> bool:
     characters give equal bytes), so the scan is a few C passes per period where the regex
     steps through every position and unit length.
     """
+    return _first_periodic(text, first_found=True) >= 0
+
+
+def _first_periodic(text: str, *, first_found: bool = False) -> int:
+    """Where the earliest stretch :func:`_periodic` looks for starts in ``text``, ``-1`` when
+    there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
     codes = text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
     whole = int.from_bytes(codes, "big")
     top = min(80, n // 8)
     zeros = memoryview(bytes(7 * top))
+    earliest = -1
     for period in range(1, top + 1):
         # byte k >= period of the XOR compares character k with character k - period; the
-        # bytes before are the text's own and not searched (no mask to cut them off)
+        # bytes before are the text's own and not searched (no mask to cut them off). A zero
+        # streak at k is a stretch from k - period: once one is found, only an earlier one
+        # matters, so the search ends where such a streak would have to begin.
         same = (whole ^ (whole >> (8 * period))).to_bytes(n, "big")
-        if same.find(zeros[: 7 * period], period) >= 0:
-            return True
-    return False
+        end = n if earliest < 0 else earliest + 8 * period - 1
+        at = same.find(zeros[: 7 * period], period, end)
+        if at >= 0:
+            earliest = at - period
+            if first_found or earliest == 0:
+                break
+    return earliest
 
 
 def repeats_below(text: str, limit: int) -> bool:
@@ -136,9 +150,14 @@ def degenerate_repeats(text: str) -> int:
         len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
     ):
         return best
-    if not _periodic("".join(words)):
+    start = _first_periodic("".join(words))
+    if start < 0:
         return best
-    match = _RUN.search(prose)
+    # A run, whitespace removed, is such a stretch: none starts before the earliest one, whose
+    # first character has at least one whitespace before it per word before it (the run may
+    # open with the whitespace just before it). The regex, O(len * 80), starts there.
+    before = bisect_right(list(accumulate(map(len, words))), start)
+    match = _RUN.search(prose, max(0, start + before - 1))
     if match is not None:
         unit = match.group(1)
         best = max(best, len(re.findall(re.escape(unit), match.group(0))))
