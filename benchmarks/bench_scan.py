@@ -145,8 +145,10 @@ def run(quick: bool) -> list[Table]:
             "`agentguard.cli._scan.scan_file` in this process (reading, every loop detector, "
             "tool-call checks, token accounting per session); the command rows run `agentguard "
             "scan FILE --json` as a process, start-up included, and count the child's CPU "
-            "time. The last rows show the file-shape bound: an array with one huge item is "
-            "decoded in linear time."
+            "time. Each library round starts with the loop detectors' process-wide memos of "
+            "identities empty (the transcripts share tool results and arguments, as runs of one "
+            "agent do). The last rows show the file-shape bound: an array with one huge item "
+            "is decoded in linear time."
         ),
     )
     with tempfile.TemporaryDirectory() as tmp_name:
