@@ -123,7 +123,7 @@ def repeats_below(text: str, limit: int) -> bool:
     if units >= limit:
         return False
     words = text.lower().split()
-    if max(map(len, words), default=0) >= 16:
+    if words and max(map(len, words)) >= 16:  # (max without a default: no keyword to parse)
         return False
     return len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
 
