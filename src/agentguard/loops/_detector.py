@@ -65,6 +65,25 @@ def _defaults() -> LoopDetectionConfig:
     return LoopDetectionConfig()
 
 
+@functools.lru_cache(maxsize=4)  # one registry in practice (a test may register another)
+def _plan(
+    registry: tuple[type[Detector], ...],
+) -> tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], tuple[int, ...]]:
+    """Which detectors of ``registry`` (by place) each tool event kind runs, sticky ones then
+    the others, and which want to know when a result was flagged (see
+    :meth:`Detector.flagged`): properties of the classes, worked out once."""
+    kinds = tuple(
+        (
+            kind,
+            tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind in d.sticky),
+            tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind not in d.sticky),
+        )
+        for kind in ("call", "result")
+    )
+    flag = tuple(i for i, d in enumerate(registry) if d.flagged is not Detector.flagged)
+    return kinds, flag
+
+
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
     if config is None:
         return _defaults()
@@ -142,18 +161,15 @@ class LoopDetector:
         event); a detector that also judges text keeps its instance."""
         cfg = self.config
         built = {type(d): d for d in self._on_text}
-        self._detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
+        self._detectors = detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
         # methods, which would be more objects for the garbage collector to walk)
+        kinds, flag = _plan(REGISTRY)
         self._runs_on = {
-            kind: (
-                tuple(d for d in self._detectors if kind in d.consumes and kind in d.sticky),
-                tuple(d for d in self._detectors if kind in d.consumes and kind not in d.sticky),
-            )
-            for kind in ("call", "result")
+            kind: (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
+            for kind, sticky, loose in kinds
         }
-        # the detectors that want to know when a result was flagged (see Detector.flagged)
-        self._on_flag = tuple(d for d in self._detectors if type(d).flagged is not Detector.flagged)
+        self._on_flag = tuple([detectors[i] for i in flag])
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
