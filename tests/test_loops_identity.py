@@ -10,8 +10,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentguard.loops import ToolLoopPolicy, call_fingerprint, result_fingerprint
-from agentguard.loops._identity import _TEXT_NOISE, _denoise, call_key, result_key
+from agentguard.loops import ToolLoopPolicy, call_fingerprint, is_error_result, result_fingerprint
+from agentguard.loops._identity import (
+    _CALL_MEMOS,
+    _FAILURE_MEMOS,
+    _LONG_KEPT,
+    _LONG_TEXT,
+    _RESULT_MEMOS,
+    _SHORT_KEPT,
+    _SHORT_TEXT,
+    _TEXT_NOISE,
+    _denoise,
+    _reports_failure,
+    call_key,
+    forget_texts,
+    result_key,
+    text_call_key,
+    text_result_key,
+)
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=10))
 json_values = st.recursive(
@@ -323,3 +339,56 @@ def test_a_string_left_open_in_a_result_of_many_containers(tail: str) -> None:
     text = "[" * 70 + '"' + '\\"' * 5_000 + tail
     assert _identity._nesting(text) == 70
     assert _identity._result_text(text, None) == _general_identity(text)
+
+
+_MEMO_TEXTS = st.one_of(
+    st.text(max_size=40),
+    st.dictionaries(st.sampled_from(["id", "q", "requestId", "n"]), st.text(max_size=30)).map(
+        json.dumps
+    ),
+)
+
+
+@given(texts=st.lists(_MEMO_TEXTS, max_size=12))
+@settings(max_examples=60)
+def test_the_shared_memos_give_the_identities_they_remember(texts: list[str]) -> None:
+    """The process-wide memos answer what the identity functions compute, under every policy
+    (a policy's volatile fields are part of the memo's key), however often a text comes back."""
+    policy = ToolLoopPolicy("t", volatile_results=frozenset({"q"}), volatile_arguments={"n"})
+    for text in [*texts, *texts]:
+        assert is_error_result(text) is _reports_failure(text)
+        for p in (None, policy):
+            assert text_result_key(text, p) == result_key(text, p)
+            assert text_call_key("t", text, p) == call_key("t", text, p)
+
+
+def test_a_custom_fingerprint_is_always_asked() -> None:
+    """A tool's own fingerprint function may depend on anything: its answer is never memoised."""
+    answers = iter(["first", "second"])
+    policy = ToolLoopPolicy("t", fingerprint=lambda _: next(answers))
+    assert text_result_key("same", policy) != text_result_key("same", policy)
+
+
+def test_the_shared_memos_keep_a_fixed_number_of_texts() -> None:
+    """Each tier of each memo stays within its bound however many distinct texts pass (the
+    memory they keep alive is bounded), and long texts are not kept at all."""
+    forget_texts()
+    for i in range(3 * max(_SHORT_KEPT, _LONG_KEPT)):
+        text_result_key(f"short {i}")
+        text_result_key(f"long {i} " + "x" * _SHORT_TEXT)
+        text_call_key("t", json.dumps({"i": i}))
+        is_error_result(f"Error {i}")
+        is_error_result(f"Error {i} " + "x" * _SHORT_TEXT)
+        assert all(
+            len(memo) <= _SHORT_KEPT
+            for memo in (_RESULT_MEMOS[0], _CALL_MEMOS[0], _FAILURE_MEMOS[0])
+        )
+        assert len(_RESULT_MEMOS[1]) <= _LONG_KEPT
+        assert len(_FAILURE_MEMOS[1]) <= _LONG_KEPT
+    huge = "y" * (_LONG_TEXT + 1)
+    assert text_result_key(huge) == result_key(huge)
+    assert all(huge not in key for key in _RESULT_MEMOS[1])
+    assert is_error_result("Error: " + huge)
+    assert not any(len(key) > _LONG_TEXT for key in _FAILURE_MEMOS[1])
+    forget_texts()
+    assert not any((*_RESULT_MEMOS, *_CALL_MEMOS, *_FAILURE_MEMOS))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections import deque
+import re
+from collections import Counter, deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rapidfuzz import fuzz
 
 from agentguard.config import LoopDetectionConfig
 from agentguard.loops import LoopDetector
@@ -253,3 +255,108 @@ def test_the_cheap_bound_passes_only_short_prose() -> None:
     assert not repeats_below("A. B. C. D. E.", 5)  # five sentences: the analysis decides
     assert not repeats_below("see " * 8, 5)  # a word eight times: the run search decides
     assert not repeats_below("x" * 16, 5)  # a long token: the run search decides
+
+
+@given(
+    size=st.integers(1, 6),
+    similarity=st.sampled_from([0.3, 0.8, 0.95, 1.0]),
+    long=st.booleans(),
+    texts=st.lists(
+        st.lists(st.sampled_from(["run", "the", "Build", "  failed", "3", "."])), max_size=14
+    ),
+)
+@settings(max_examples=150)
+def test_window_counts_as_comparing_each_recent_response(
+    size: int, similarity: float, long: bool, texts: list[list[str]]
+) -> None:
+    """The count is 1 plus the recent responses equal to this one (normalised) or near it (the
+    heads' ratio at the similarity), the pairwise rule, however the window tells them: the
+    matches found in one call over the heads, equal long responses by a digest of the whole."""
+    window = ResponseWindow(size, similarity)
+    recent: deque[str] = deque(maxlen=size)
+    pad = "x" * (2_000 if long else 0)  # past the compared head: only the tails differ
+    for words in texts:
+        norm = normalise_text(pad + " ".join(words))
+        expected = 1 + sum(
+            other == norm
+            or (
+                similarity < 1.0
+                and fuzz.ratio(norm[:2_000], other[:2_000], score_cutoff=similarity * 100) > 0
+            )
+            for other in recent
+        )
+        assert window.add(pad + " ".join(words)) == expected
+        recent.append(norm)
+
+
+def _earliest_by_definition(text: str) -> int:
+    """Where the earliest stretch of the gate's rule starts, ``-1`` when none does."""
+    low = [ord(c) & 0xFF for c in text]
+    starts = []
+    for p in range(1, min(80, len(low) // 8) + 1):
+        streak = 0
+        for k in range(p, len(low)):
+            streak = streak + 1 if low[k] == low[k - p] else 0
+            if streak >= 7 * p:
+                starts.append(k - 8 * p + 1)
+                break
+    return min(starts, default=-1)
+
+
+@given(
+    st.tuples(
+        st.text(alphabet="ab\x00\u0100\u0200\u0161", max_size=24),
+        st.text(alphabet="ab\x00\u0100\u0200", min_size=1, max_size=6),
+        st.integers(0, 9),
+        st.text(alphabet="ab\x00\u0100", max_size=24),
+        st.text(alphabet="ab", max_size=4),
+        st.integers(0, 10),
+    )
+)
+def test_the_earliest_periodic_stretch_is_its_definition(
+    parts: tuple[str, str, int, str, str, int],
+) -> None:
+    """The shifted-XOR scan finds where the earliest periodic stretch starts, of any period
+    (a later stretch of a shorter period included)."""
+    head, unit, copies, tail, late, late_copies = parts
+    text = head + unit * copies + tail + late * late_copies
+    assert _text_module._first_periodic(text) == _earliest_by_definition(text)
+
+
+def _degenerate_repeats_from_the_start(text: str) -> int:
+    """:func:`degenerate_repeats` with the run regex searching the whole prose (the gates
+    before it as they are)."""
+    lines = _text_module._prose_lines(text[-_text_module._SCAN_CHARS :])
+    if not lines:
+        return 0
+    units = lines if len(lines) > 1 else _text_module._SENTENCE.split(lines[0])
+    best = _text_module._looping(units)
+    prose = "\n".join(lines)
+    words = prose.split()
+    if max(map(len, words), default=0) < 16 and (
+        len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
+    ):
+        return best
+    if not _text_module._periodic("".join(words)):
+        return best
+    match = _text_module._RUN.search(prose)
+    if match is not None:
+        unit = match.group(1)
+        best = max(best, len(re.findall(re.escape(unit), match.group(0))))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab c\n\u00e9.\u2003", max_size=60),
+    _UNIT,
+    st.lists(st.sampled_from(["", " ", "\n", "\u2003", " \n "]), min_size=0, max_size=12),
+    st.text(alphabet="ab c\n\u0101x0f", max_size=60),
+)
+def test_the_run_search_starting_at_the_earliest_stretch_finds_the_same_run(
+    head: str, unit: str, gaps: list[str], tail: str
+) -> None:
+    """The run regex starts where the earliest periodic stretch allows: the count is the one
+    a search of the whole prose gives."""
+    text = head + unit + "".join(gap + unit for gap in gaps) + tail
+    assert degenerate_repeats(text) == _degenerate_repeats_from_the_start(text)

@@ -14,7 +14,8 @@ detector that consumes it.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import functools
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -43,6 +44,8 @@ from ._identity import (
     is_error_result,
     policies_from,
     result_key,
+    text_call_key,
+    text_result_key,
 )
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
@@ -55,9 +58,35 @@ _MEMO_CHARS = 65_536
 _OK_NAMES = 256
 
 
+@functools.cache
+def _defaults() -> LoopDetectionConfig:
+    """The default settings, made once: a config is immutable, and validating a new one costs
+    more than scanning a short transcript (``scan_transcript`` without a config)."""
+    return LoopDetectionConfig()
+
+
+@functools.lru_cache(maxsize=4)  # one registry in practice (a test may register another)
+def _plan(
+    registry: tuple[type[Detector], ...],
+) -> tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], tuple[int, ...]]:
+    """Which detectors of ``registry`` (by place) each tool event kind runs, sticky ones then
+    the others, and which want to know when a result was flagged (see
+    :meth:`Detector.flagged`): properties of the classes, worked out once."""
+    kinds = tuple(
+        (
+            kind,
+            tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind in d.sticky),
+            tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind not in d.sticky),
+        )
+        for kind in ("call", "result")
+    )
+    flag = tuple(i for i, d in enumerate(registry) if d.flagged is not Detector.flagged)
+    return kinds, flag
+
+
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
     if config is None:
-        return LoopDetectionConfig()
+        return _defaults()
     if isinstance(config, GuardConfig):
         return config.loop_detection
     if isinstance(config, LoopDetectionConfig):
@@ -91,7 +120,7 @@ class LoopDetector:
     _no_runs: tuple[int, ...]
     _outcomes: deque[bool]
     _stalled: int
-    _pending_calls: OrderedDict[str, tuple[str, Any]]
+    _pending_calls: dict[str, tuple[str, Any]]  # by call id, oldest first
 
     def __init__(
         self,
@@ -132,18 +161,15 @@ class LoopDetector:
         event); a detector that also judges text keeps its instance."""
         cfg = self.config
         built = {type(d): d for d in self._on_text}
-        self._detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
+        self._detectors = detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
         # methods, which would be more objects for the garbage collector to walk)
+        kinds, flag = _plan(REGISTRY)
         self._runs_on = {
-            kind: (
-                tuple(d for d in self._detectors if kind in d.consumes and kind in d.sticky),
-                tuple(d for d in self._detectors if kind in d.consumes and kind not in d.sticky),
-            )
-            for kind in ("call", "result")
+            kind: (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
+            for kind, sticky, loose in kinds
         }
-        # the detectors that want to know when a result was flagged (see Detector.flagged)
-        self._on_flag = tuple(d for d in self._detectors if type(d).flagged is not Detector.flagged)
+        self._on_flag = tuple([detectors[i] for i in flag])
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
@@ -151,7 +177,7 @@ class LoopDetector:
         self._no_runs = tuple(self._runs)
         self._outcomes = deque(maxlen=cfg.tool_window)
         self._stalled = 0
-        self._pending_calls = OrderedDict()
+        self._pending_calls = {}
         self._tooled = True
 
     def declare(self, policy: ToolLoopPolicy) -> None:
@@ -279,7 +305,12 @@ class LoopDetector:
         if not self.config.enabled or not text or not text.strip():
             return OK
         event = TextEvent(text, narration)
-        return self._emit(pick([d.check(event) for d in self._on_text]))
+        verdict = OK
+        for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
+            found = d.check(event)
+            if found is not OK:
+                verdict = pick((verdict, found))
+        return verdict if verdict is OK else self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------
 
@@ -331,17 +362,18 @@ class LoopDetector:
                     if call_id.__class__ is not str:
                         call_id = _text_of(call_id)
                     self._pending_calls[call_id] = (name, arguments)
-                    if len(self._pending_calls) > self.config.tool_window:
-                        self._pending_calls.popitem(last=False)
+                    if len(self._pending_calls) > self.config.tool_window:  # the oldest goes
+                        del self._pending_calls[next(iter(self._pending_calls))]
         elif role == "user":
             for detector in self._detectors:
                 detector.news()
         elif role == "tool":
-            pending = (
-                self._pending_calls.pop(_text_of(message.get("tool_call_id")), None)
-                if self._tooled
-                else None
-            )
+            pending = None
+            if self._tooled:
+                call_id = message.get("tool_call_id")
+                if call_id.__class__ is not str:
+                    call_id = _text_of(call_id)
+                pending = self._pending_calls.pop(call_id, None)
             if pending is None:
                 name = _text_of(message.get("name", ""))
                 pending = (name, None) if name else None
@@ -378,7 +410,7 @@ class LoopDetector:
         memo = self._fp_memo
         fp = memo.get((name, arguments))
         if fp is None:
-            fp = memo[(name, arguments)] = call_key(name, arguments, policy)
+            fp = memo[(name, arguments)] = text_call_key(name, arguments, policy)
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
@@ -401,7 +433,7 @@ class LoopDetector:
         key = (name, result)
         fp = memo.get(key)
         if fp is None:
-            fp = memo[key] = result_key(result, policy)
+            fp = memo[key] = text_result_key(result, policy)
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp

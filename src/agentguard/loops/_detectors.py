@@ -29,7 +29,7 @@ from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
-from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool
+from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool, text_result_key
 from ._text import ResponseWindow, degenerate_repeats, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
@@ -446,7 +446,9 @@ class _Group:
         args = event.arguments
         self.arguments: Any = None
         self.text: str | None = None
-        if isinstance(args, Mapping):
+        if args.__class__ is str:  # (JSON text, what the API sends: no Mapping check first)
+            self.arguments = args
+        elif isinstance(args, Mapping):
             self.arguments = dict(args)
         elif isinstance(args, (str, bytes)):
             self.arguments = args
@@ -647,8 +649,16 @@ class SameResult(Detector):
 
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
-        # a failure's text matters here: different business errors are different answers
-        key = result_key(event.result, event.policy) if event.error else event.rfp
+        # a failure's text matters here: different business errors are different answers (a
+        # text one's identity remembered, as a result's is: a failing call repeats its error)
+        key = event.rfp
+        if event.error:
+            result = event.result
+            key = (
+                text_result_key(result, event.policy)
+                if result.__class__ is str
+                else result_key(result, event.policy)
+            )
         seen, runs = self.seen, self.runs
         news = (name, key) not in seen
         run = runs.get(name)
@@ -765,6 +775,9 @@ class ResponseRepeat(Detector):
             return OK  # a short narration repeated while the calls progress is normal
         n = self.config.duplicate_threshold
         count = self._window.add(event.text)
+        if count < n:  # the usual case: no repeat (and the ladder starts at n)
+            self._level = OK
+            return OK
         repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
         if repeat.ok:
             self._level = OK

@@ -337,6 +337,66 @@ def result_key(result: Any, policy: ToolLoopPolicy | None = None) -> str:
     return compact_key(_result_text(result, policy))
 
 
+#: Identities of texts (and whether a result reports a failure), shared by every LoopDetector in
+#: the process. The sessions of one agent
+#: call the same tools on the same data (a file read again, a record looked up by another run of
+#: the task, a poll's unchanged answer), so most argument and result texts are met again, in this
+#: session or another; a detector's own memo only spans its last few events. An identity is a
+#: pure function of the text and the policy's volatile fields, so sharing it changes no verdict.
+#: Two tiers bound what the memos keep alive: texts of up to ``_SHORT_TEXT`` characters, at most
+#: ``_SHORT_KEPT`` of them, and longer ones up to ``_LONG_TEXT``, at most ``_LONG_KEPT`` (about 3
+#: million characters in all per memo); a full tier is emptied (a dict's clear is atomic, so
+#: threads sharing the memo need no lock).
+_SHORT_TEXT, _SHORT_KEPT = 1_024, 1_024
+_LONG_TEXT, _LONG_KEPT = 65_536, 32
+_NO_FIELDS: frozenset[str] = frozenset()
+_RESULT_MEMOS: tuple[dict[tuple[str, frozenset[str]], str], ...] = ({}, {})
+_CALL_MEMOS: tuple[dict[tuple[str, str, frozenset[str]], str], ...] = ({}, {})
+_FAILURE_MEMOS: tuple[dict[str, bool], ...] = ({}, {})  # is_error_result, by text
+
+
+def text_result_key(text: str, policy: ToolLoopPolicy | None = None) -> str:
+    """:func:`result_key` of a text result, remembered process-wide (see ``_RESULT_MEMOS``)."""
+    size = len(text)
+    if size > _LONG_TEXT or (policy is not None and policy.fingerprint is not None):
+        return result_key(text, policy)
+    memo = _RESULT_MEMOS[size > _SHORT_TEXT]
+    key = (text, _NO_FIELDS if policy is None else policy.volatile_results)
+    found = memo.get(key)
+    if found is None:
+        found = result_key(text, policy)
+        if len(memo) >= (_LONG_KEPT if size > _SHORT_TEXT else _SHORT_KEPT):
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def text_call_key(name: str, arguments: str, policy: ToolLoopPolicy | None = None) -> str:
+    """:func:`call_key` of JSON-text arguments, remembered process-wide (see ``_RESULT_MEMOS``)."""
+    size = len(arguments)
+    if size > _LONG_TEXT:
+        return call_key(name, arguments, policy)
+    memo = _CALL_MEMOS[size > _SHORT_TEXT]
+    key = (name, arguments, _NO_FIELDS if policy is None else policy.volatile_arguments)
+    found = memo.get(key)
+    if found is None:
+        found = call_key(name, arguments, policy)
+        if len(memo) >= (_LONG_KEPT if size > _SHORT_TEXT else _SHORT_KEPT):
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def forget_texts() -> None:
+    """Empty the process-wide identity memos (a benchmark's replay starts cold with it)."""
+    for memo in _RESULT_MEMOS:
+        memo.clear()
+    for calls in _CALL_MEMOS:
+        calls.clear()
+    for failures in _FAILURE_MEMOS:
+        failures.clear()
+
+
 def policies_from(
     tools: Iterable[Any] | Mapping[str, Any] | None,
 ) -> tuple[dict[str, ToolLoopPolicy], frozenset[str] | None]:
@@ -395,7 +455,21 @@ def is_error_result(content: Any) -> bool:
     Args:
         content: a tool message's ``content``: a string or a list of OpenAI content parts.
     """
-    text = content_text(content)
+    if content.__class__ is str and len(content) <= _LONG_TEXT:
+        # results come back, in this session or another: the verdict is remembered per text
+        memo = _FAILURE_MEMOS[len(content) > _SHORT_TEXT]
+        failed = memo.get(content)
+        if failed is None:
+            failed = _reports_failure(content)
+            if len(memo) >= (_LONG_KEPT if len(content) > _SHORT_TEXT else _SHORT_KEPT):
+                memo.clear()
+            memo[content] = failed
+        return failed
+    return _reports_failure(content_text(content))
+
+
+def _reports_failure(text: str) -> bool:
+    """:func:`is_error_result` of a text."""
     if _FAILED.match(text):
         return True
     # a long result is not copied just to look at its first character

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
-from itertools import pairwise
+from itertools import accumulate, pairwise
+from typing import Any
 
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from agentguard._fingerprint import fingerprint_bytes
 
@@ -78,18 +80,31 @@ def _periodic(text: str) -> bool:
     characters give equal bytes), so the scan is a few C passes per period where the regex
     steps through every position and unit length.
     """
+    return _first_periodic(text, first_found=True) >= 0
+
+
+def _first_periodic(text: str, *, first_found: bool = False) -> int:
+    """Where the earliest stretch :func:`_periodic` looks for starts in ``text``, ``-1`` when
+    there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
     codes = text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
     whole = int.from_bytes(codes, "big")
     top = min(80, n // 8)
     zeros = memoryview(bytes(7 * top))
+    earliest = -1
     for period in range(1, top + 1):
         # byte k >= period of the XOR compares character k with character k - period; the
-        # bytes before are the text's own and not searched (no mask to cut them off)
+        # bytes before are the text's own and not searched (no mask to cut them off). A zero
+        # streak at k is a stretch from k - period: once one is found, only an earlier one
+        # matters, so the search ends where such a streak would have to begin.
         same = (whole ^ (whole >> (8 * period))).to_bytes(n, "big")
-        if same.find(zeros[: 7 * period], period) >= 0:
-            return True
-    return False
+        end = n if earliest < 0 else earliest + 8 * period - 1
+        at = same.find(zeros[: 7 * period], period, end)
+        if at >= 0:
+            earliest = at - period
+            if first_found or earliest == 0:
+                break
+    return earliest
 
 
 def repeats_below(text: str, limit: int) -> bool:
@@ -108,7 +123,7 @@ def repeats_below(text: str, limit: int) -> bool:
     if units >= limit:
         return False
     words = text.lower().split()
-    if max(map(len, words), default=0) >= 16:
+    if words and max(map(len, words)) >= 16:  # (max without a default: no keyword to parse)
         return False
     return len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
 
@@ -135,9 +150,14 @@ def degenerate_repeats(text: str) -> int:
         len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
     ):
         return best
-    if not _periodic("".join(words)):
+    start = _first_periodic("".join(words))
+    if start < 0:
         return best
-    match = _RUN.search(prose)
+    # A run, whitespace removed, is such a stretch: none starts before the earliest one, whose
+    # first character has at least one whitespace before it per word before it (the run may
+    # open with the whitespace just before it). The regex, O(len * 80), starts there.
+    before = bisect_right(list(accumulate(map(len, words))), start)
+    match = _RUN.search(prose, max(0, start + before - 1))
     if match is not None:
         unit = match.group(1)
         best = max(best, len(re.findall(re.escape(unit), match.group(0))))
@@ -155,25 +175,33 @@ class ResponseWindow:
     __slots__ = ("_items", "_keep", "_similarity")
 
     def __init__(self, size: int, similarity: float) -> None:
-        # A tuple of (digest, head) string pairs, replaced on each add: it holds only strings,
-        # so the garbage collector stops tracking it (a deque it would walk in every full
-        # collection, once per session the guard remembers).
-        self._items: tuple[tuple[str, str], ...] = ()
+        # A tuple of strings (or 1-tuples of a digest), replaced on each add: it holds only
+        # strings, so the garbage collector stops tracking it (a deque it would walk in every
+        # full collection, once per session the guard remembers).
+        self._items: tuple[Any, ...] = ()
         self._keep = max(0, size - 1)  # the responses kept besides the newest
         self._similarity = similarity * 100.0
 
     def add(self, text: str) -> int:
         """Remember ``text``; return how many responses in the window (itself included) match it."""
         norm = normalise_text(text)
-        digest = fingerprint_bytes(norm.encode("utf-8", "surrogatepass"))
-        head = norm[:_COMPARE_CHARS]
-        count = 1
-        for other_digest, other_head in self._items:
-            if other_digest == digest or (
-                self._similarity < 100.0
-                and fuzz.ratio(head, other_head, score_cutoff=self._similarity) > 0
-            ):
-                count += 1
         items = self._items
-        self._items = (*items[max(0, len(items) - self._keep) :], (digest, head))
+        if self._similarity < 100.0:
+            # Near-duplicates: an equal response scores 100, so the heads alone tell every match
+            # (no digest of the whole), counted by one call over the window.
+            item: Any = norm[:_COMPARE_CHARS]
+            found = process.extract(
+                item, items, scorer=fuzz.ratio, score_cutoff=self._similarity, limit=None
+            )
+            count = 1 + len(found)
+        else:
+            # Equal responses only: a short one is its own key, a long one its digest (a 1-tuple,
+            # never equal to a text)
+            item = (
+                norm
+                if len(norm) <= _COMPARE_CHARS
+                else (fingerprint_bytes(norm.encode("utf-8", "surrogatepass")),)
+            )
+            count = 1 + items.count(item)
+        self._items = (*items[max(0, len(items) - self._keep) :], item)
         return count
