@@ -136,3 +136,16 @@ async def test_through_serve_a_corrected_call_goes_back_with_its_signature() -> 
     resent = upstream.requests[1]["messages"][1]
     assert [c.get("extra_content") for c in resent["tool_calls"]] == [SIGNATURE]
     assert [_signatures(c) for c in message.tool_calls or ()] == [SIGNATURE]
+
+
+def test_a_call_whose_id_is_no_string_is_repaired_all_the_same() -> None:
+    """A lenient server's call id that is no string (a list) matches no entry by id: the
+    repaired call takes its original's other fields by place, and nothing breaks."""
+    call = {**_call("get_weather", '{"city": "Oslo"'), "id": ["call_1"]}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    body = json.dumps(completion(message=message, finish="tool_calls")).encode()
+    upstream = RawUpstream([(200, JSON, body)])
+    message_got = guarded_client(upstream).chat.completions.create(**ASK, tools=TOOLS)
+    calls = message_got.choices[0].message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Oslo"}]
+    assert [_signatures(c) for c in calls] == [SIGNATURE]

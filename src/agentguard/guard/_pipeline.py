@@ -1412,7 +1412,7 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
     message = dict(response.message)
     sent = message.get("tool_calls")
     originals = [c for c in sent if isinstance(c, Mapping)] if isinstance(sent, list) else []
-    by_id = {c.get("id"): c for c in originals if c.get("id")}
+    by_id = {c["id"]: c for c in originals if isinstance(c.get("id"), str) and c["id"]}
     placed = len(originals) == len(report.tool_calls)
     calls = [
         c.to_openai(by_id.get(c.id) or (originals[i] if placed else None))
