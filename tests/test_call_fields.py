@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
-from _hostile import RawUpstream, chunk, completion, guarded_client, sse
+from _hostile import RawUpstream, chunk, completion, guarded_client, raw_client, sse
 from test_differential import TOOLS
 
 SIGNATURE = {"google": {"thought_signature": "c2lnbmF0dXJlLTE="}}
@@ -149,3 +149,62 @@ def test_a_call_whose_id_is_no_string_is_repaired_all_the_same() -> None:
     calls = message_got.choices[0].message.tool_calls or []
     assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Oslo"}]
     assert [_signatures(c) for c in calls] == [SIGNATURE]
+
+
+CUSTOM_TOOLS = [
+    {"type": "custom", "custom": {"name": "code_exec", "description": "Run Python code."}},
+    *TOOLS,
+]
+CUSTOM_CALL = {"id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": "1+1"}}
+
+
+def test_custom_tools_and_their_calls_pass_through_the_guard() -> None:
+    """OpenAI's ``custom`` tools (free-form input, no function) are not the guard's to judge: a
+    request offering them was refused with ``ToolSchemaError`` ("a tool needs a non-empty string
+    'name'"); now the function tools beside them are guarded and a custom call comes back as the
+    raw client reads it."""
+    message = {"role": "assistant", "content": None, "tool_calls": [CUSTOM_CALL]}
+    body = json.dumps(completion(message=message, finish="tool_calls")).encode()
+    raw_upstream, guarded_upstream = (
+        RawUpstream([(200, JSON, body)]),
+        RawUpstream([(200, JSON, body)]),
+    )
+    raw = raw_client(raw_upstream).chat.completions.create(**ASK, tools=CUSTOM_TOOLS)
+    guarded = guarded_client(guarded_upstream).chat.completions.create(**ASK, tools=CUSTOM_TOOLS)
+    assert guarded.model_dump() == raw.model_dump()
+    assert guarded_upstream.requests == raw_upstream.requests
+    assert ag.report_of(guarded) is not None
+
+
+@pytest.mark.anyio
+async def test_through_serve_a_custom_call_is_the_upstreams() -> None:
+    """Through ``agentguard serve`` (which reads the upstream's JSON, not the SDK's objects), a
+    custom tool's call was judged as a function call named ``''``: corrected, then a 502."""
+    pytest.importorskip("starlette", reason="needs the serve extra")
+    import httpx
+
+    from agentguard.serve import GuardServer, create_app
+    from test_serve import client_http, openai
+
+    message = {"role": "assistant", "content": None, "tool_calls": [CUSTOM_CALL]}
+    answer = completion(message=message, finish="tool_calls")
+    server = GuardServer(
+        ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json=answer)),
+    )
+    app = create_app(server)
+    caller = openai.AsyncOpenAI(
+        api_key="sk-caller",
+        base_url="http://serve.invalid/v1",
+        http_client=client_http.AsyncClient(transport=client_http.ASGITransport(app=app)),
+        max_retries=0,
+    )
+    try:
+        raw = await caller.chat.completions.with_raw_response.create(**ASK, tools=CUSTOM_TOOLS)
+    finally:
+        await server.aclose()
+    assert "x-agentguard-tier" in raw.headers  # guarded, not forwarded
+    assert [c.model_dump() for c in raw.parse().choices[0].message.tool_calls or ()] == [
+        CUSTOM_CALL
+    ]

@@ -79,6 +79,7 @@ from agentguard.validation._grounding import (
 )
 from agentguard.validation._known import Answered, answered_calls, repeated, results_answer
 from agentguard.validation._reask import Rework
+from agentguard.validation._validator import other_kind
 
 from . import _recovery as recovery
 from ._quality import QualityMonitor, context_overflow, runaway
@@ -1411,13 +1412,15 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
     found by id, else by place when the calls are as many as the entries."""
     message = dict(response.message)
     sent = message.get("tool_calls")
-    originals = [c for c in sent if isinstance(c, Mapping)] if isinstance(sent, list) else []
+    entries = [c for c in sent if isinstance(c, Mapping)] if isinstance(sent, list) else []
+    originals = [c for c in entries if not other_kind(c)]
     by_id = {c["id"]: c for c in originals if isinstance(c.get("id"), str) and c["id"]}
     placed = len(originals) == len(report.tool_calls)
     calls = [
         c.to_openai(by_id.get(c.id) or (originals[i] if placed else None))
         for i, c in enumerate(report.tool_calls)
     ]
+    calls += [dict(c) for c in entries if other_kind(c)]  # custom tools' calls, as they came
     message["tool_calls"] = calls or None
     if report.extracted:
         message["content"] = report.content

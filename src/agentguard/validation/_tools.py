@@ -143,6 +143,19 @@ def _annotated(*sources: Mapping[str, Any]) -> bool | None:
     return None
 
 
+def _not_a_function(entry: Any) -> bool:
+    """Whether a definition is a tool of another kind than a function, with no name of its own
+    (OpenAI's ``custom`` tools, whose definition nests under ``custom``; the Responses API's
+    built-in ``web_search``, ``file_search``, ``mcp`` ...): not the guard's to validate, and its
+    calls are not function calls either (they pass through unjudged)."""
+    return (
+        isinstance(entry, Mapping)
+        and entry.get("type") not in (None, "function")
+        and "function" not in entry
+        and not isinstance(entry.get("name"), str)
+    )
+
+
 def _spec(entry: Any) -> ToolSpec:
     """The spec of one definition; a :class:`ToolSpec` as given, any other says only its name and
     schema (:func:`specs_from` decides whether it acts)."""
@@ -209,6 +222,8 @@ def specs_from(
     marked = frozenset(side_effecting)
     out: dict[str, ToolSpec] = {}
     for entry in tools:
+        if _not_a_function(entry):
+            continue
         spec = _spec(entry)
         if isinstance(entry, ToolSpec):
             acts = spec.side_effecting or spec.name in marked

@@ -415,6 +415,13 @@ def _unanswered(
     return []
 
 
+def other_kind(call: Mapping[str, Any]) -> bool:
+    """Whether a ``tool_calls`` entry is a call of another kind than a function (OpenAI's
+    ``custom`` tools: ``{"type": "custom", "custom": {...}}``). An entry without a type is taken
+    for a function call, as the SDK reads it."""
+    return call.get("type") not in (None, "function") and "function" not in call
+
+
 def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> list[ToolCallError]:
     """Append the message's call objects to ``out``; what is not one is an error."""
     if tool_calls is None or (isinstance(tool_calls, (list, tuple, str)) and not tool_calls):
@@ -426,6 +433,8 @@ def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> li
     errors = []
     for i, raw in enumerate(tool_calls):
         if isinstance(raw, Mapping):
+            if other_kind(raw):
+                continue  # a call of a custom tool: not the guard's to judge (it passes as is)
             out.append((raw, _UNDECODED))
         else:
             message = f"tool call {i} is not a call object: got {type(raw).__name__}"
