@@ -718,7 +718,14 @@ async def test_a_re_ask_after_live_text_does_not_open_the_stream_again(
     right = Reply.call("search", {"q": "install"}, content="Let me search.")
     server = served([wrong, right])
     client = server.client()
-    async with client.chat.completions.stream(model="m", messages=ASK, tools=TOOLS) as stream:
+    fn = TOOLS[0]["function"]  # the SDK's helper (openai 2.x, async) parses strict tools only
+    strict = {
+        **fn,
+        "strict": True,
+        "parameters": {**fn["parameters"], "additionalProperties": False},
+    }
+    tools = [{"type": "function", "function": strict}]
+    async with client.chat.completions.stream(model="m", messages=ASK, tools=tools) as stream:
         roles = [
             e.chunk.choices[0].delta.role
             async for e in stream
