@@ -47,7 +47,7 @@ from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
 from agentguard.integrations._replay import ChatReplay, bare, call_keys, text_only
 from agentguard.integrations._tiers import origin, tier_api_key
-from agentguard.integrations.openai._responses import is_text_event
+from agentguard.integrations.openai._responses import OPENINGS, cut_response, is_text_event
 from agentguard.pressure import MemoryPressureProbe, PressureReading
 from agentguard.resilience import CircuitBreaker
 from agentguard.storage import Store, store_from_config
@@ -761,7 +761,6 @@ _CALL_EVENTS = frozenset(
     {"response.function_call_arguments.delta", "response.function_call_arguments.done"}
 )
 _END_EVENTS = frozenset({"response.completed", "response.incomplete"})
-_OPENING_EVENTS = frozenset({"response.created", "response.in_progress"})
 
 
 def _held(event: Event) -> bool:
@@ -877,15 +876,14 @@ def _incomplete(received: list[Event]) -> Event | None:
     """The closing event of a stream the guard cut (a degenerating answer) before the
     upstream's own: ``response.incomplete``, the response the upstream opened with, as an answer
     cut at the output cap (a chat stream's ``finish_reason: "length"``)."""
-    opening = next((e for e in received if e.get("type") in _OPENING_EVENTS), None)
+    opening = next((e for e in received if e.get("type") in OPENINGS), None)
     body = opening.get("response") if opening is not None else None
     if not isinstance(body, Mapping):
         return None
-    details = {"reason": "max_output_tokens"}
     event = {
         "type": "response.incomplete",
         "sequence_number": _next(received),
-        "response": {**body, "status": "incomplete", "incomplete_details": details},
+        "response": cut_response(body),
     }
     return Event(event, json.dumps(event, ensure_ascii=False), "response.incomplete")
 

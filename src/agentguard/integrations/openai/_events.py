@@ -24,7 +24,14 @@ from agentguard.integrations._lazy import require
 from agentguard.integrations._replay import call_keys
 from agentguard.transport import StreamChunk, attach_report
 
-from ._responses import ENDS, is_text_event, response_from_responses, responses_output
+from ._responses import (
+    ENDS,
+    OPENINGS,
+    cut_response,
+    is_text_event,
+    response_from_responses,
+    responses_output,
+)
 from ._stream import AsyncIterating, Iterating, _Response
 from ._transport import RawCall, dump
 
@@ -34,7 +41,6 @@ _CALL_EVENTS = (
     "response.function_call_arguments.delta",
     "response.function_call_arguments.done",
 )
-_ONCE = ("response.created", "response.in_progress", "response.queued")
 
 
 def _is_call_event(event: Any) -> bool:
@@ -145,7 +151,7 @@ class _Events:
             if (
                 _is_call_event(event)
                 or kind in ENDS
-                or (kind in _ONCE and kind in self._kinds)
+                or (kind in OPENINGS and kind in self._kinds)
                 or (not same_text and _is_text_event(event))
             ):
                 continue
@@ -192,11 +198,10 @@ class _Events:
         """The closing event of a stream the guard cut (a degenerating answer) before the
         upstream's own: ``response.incomplete``, the response the upstream opened with, as an
         answer cut at the output cap (a chat stream's ``finish_reason: "length"``)."""
-        created = next((e for e in self._raw.events if getattr(e, "type", None) in _ONCE), None)
+        created = next((e for e in self._raw.events if getattr(e, "type", None) in OPENINGS), None)
         if created is None:
             return None
-        details = {"reason": "max_output_tokens"}
-        data = {**dump(created.response), "status": "incomplete", "incomplete_details": details}
+        data = cut_response(dump(created.response))
         return types.ResponseIncompleteEvent.construct(
             type="response.incomplete", response=type(created.response).construct(**data)
         )

@@ -31,11 +31,13 @@ from agentguard.types import Usage
 __all__ = [
     "ENDS",
     "ITEM",
+    "OPENINGS",
     "REASONING_DELTAS",
     "RESPONSES",
     "ResponsesCall",
     "chat_tools",
     "chunk_of_event",
+    "cut_response",
     "is_responses",
     "is_text_event",
     "messages_to_items",
@@ -53,6 +55,8 @@ ITEM = ORIGINAL
 RESPONSES = "agentguard.openai.responses"
 #: The events that end a streamed response.
 ENDS = ("response.completed", "response.incomplete")
+#: The events that open a streamed response (each once), carrying the response begun.
+OPENINGS = ("response.created", "response.in_progress", "response.queued")
 #: The events carrying a reasoning delta (a summary's, or the reasoning text gpt-oss-style
 #: servers stream): read as the answer's reasoning, which streams live and is watched for
 #: degeneration like chat's ``reasoning_content``.
@@ -178,6 +182,14 @@ def chat_tools(tools: Any) -> list[Mapping[str, Any]]:
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
         out.append({"type": "function", "function": fn})
     return out
+
+
+def cut_response(opened: Mapping[str, Any]) -> dict[str, Any]:
+    """The response a stream opened with (``opened``), as the guard closes it when it cut the
+    stream (a degenerating answer): ``incomplete``, cut at the output cap, as a chat stream
+    finishes with ``length``."""
+    details = {"reason": "max_output_tokens"}
+    return {**opened, "status": "incomplete", "incomplete_details": details}
 
 
 def responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
