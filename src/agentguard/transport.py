@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._fingerprint import arguments_object, fingerprint, safe_canonical_text
 from ._redact import register_secret
-from .types import Message, Usage
+from .types import CALL_FIELDS, Message, Usage
 
 if TYPE_CHECKING:
     from .guard import GuardReport
@@ -350,8 +350,8 @@ class Accumulator:
             )
             if call_id:
                 slot["id"] = _streamed_text(call_id)
-            for key, value in delta.items():  # a provider's own (Gemini's extra_content)
-                if key not in _DELTA_KEYS:
+            for key, value in delta.items():  # a provider's own, kept as first sent
+                if key not in CALL_FIELDS:
                     slot.setdefault(key, value)
             fn = delta.get("function")
             fn = fn if isinstance(fn, Mapping) else {}
@@ -400,11 +400,6 @@ class Accumulator:
 def _streamed_text(value: Any) -> str:
     """A streamed field as text: itself, or its JSON text when the upstream sent another type."""
     return value if isinstance(value, str) else safe_canonical_text(value)
-
-
-#: The fields of a streamed call fragment the accumulator adds up; any other is a provider's own,
-#: kept as first sent.
-_DELTA_KEYS = frozenset({"index", "id", "type", "function"})
 
 
 def reasoning_of(source: Any) -> str | None:

@@ -98,7 +98,7 @@ class ToolCall:
         """
         out: dict[str, Any] = {}
         if original is not None:
-            out.update((k, v) for k, v in original.items() if k not in _CALL_KEYS)
+            out.update((k, v) for k, v in original.items() if k not in CALL_FIELDS)
         out["type"] = "function"
         out["function"] = {"name": self.name, "arguments": self.arguments}
         if self.id is not None:
@@ -107,8 +107,9 @@ class ToolCall:
 
 
 #: The fields of a ``tool_calls`` entry that are the call itself (``index`` places a streamed
-#: fragment): what :meth:`ToolCall.to_openai` writes, whatever the original held.
-_CALL_KEYS = frozenset({"id", "type", "function", "index"})
+#: fragment): what :meth:`ToolCall.to_openai` writes, whatever the original held; any other is a
+#: provider's own (Gemini's ``extra_content``), kept.
+CALL_FIELDS = frozenset({"id", "type", "function", "index"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -507,12 +507,7 @@ class Pipeline:
         if ledger is None or reservation is None:
             return
         try:
-            streamed = call.streamed
-            usage = call.usage_chunk.usage if call.usage_chunk is not None else None
-            if usage is None:
-                message = streamed.response(cut=True).message if streamed is not None else None
-                usage = estimate_usage(call.messages, message, tools=call.tools)
-            ledger.commit(reservation, usage)
+            ledger.commit(reservation, _delivered_usage(call))
         except Exception:  # see the docstring: the lease frees the hold
             logger.debug("could not settle an abandoned stream", exc_info=True)
 
@@ -526,11 +521,7 @@ class Pipeline:
             return
         if ledger is None or reservation is None:
             return
-        usage = call.usage_chunk.usage if call.usage_chunk is not None else None
-        if usage is None:
-            streamed = call.streamed
-            message = streamed.response(cut=True).message if streamed is not None else None
-            usage = estimate_usage(call.messages, message, tools=call.tools)
+        usage = _delivered_usage(call)
         yield from perform(ledger.commit, ledger.acommit, reservation, usage)
 
     def _release(self, reservation: Reservation | None) -> Plan[None]:
@@ -1404,6 +1395,16 @@ def _readable_output_cap(request: ModelRequest, problems: list[str]) -> ModelReq
     # set on the copy, not through replace(), which would read the cap from params again
     object.__setattr__(readable, "max_output_tokens", None)
     return readable
+
+
+def _delivered_usage(call: _Call) -> Usage:
+    """What the current attempt's stream delivered so far: its usage chunk's count, else an
+    estimate of the text and calls received (a stream that stopped before its end)."""
+    if call.usage_chunk is not None and call.usage_chunk.usage is not None:
+        return call.usage_chunk.usage
+    streamed = call.streamed
+    message = streamed.response(cut=True).message if streamed is not None else None
+    return estimate_usage(call.messages, message, tools=call.tools)
 
 
 def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> ModelResponse:
