@@ -380,6 +380,39 @@ async def test_streamed_responses_api_is_guarded(served: Callable[..., Served]) 
     assert server.bodies() == [content for _, _, content, _ in upstream.seen]
 
 
+async def test_a_responses_conversation_kept_upstream_is_one_session(
+    served: Callable[..., Served],
+) -> None:
+    """Turns that name their history by ``previous_response_id`` (it is kept upstream) are one
+    session, whose loop is recovered on its fourth turn, through a streamed turn too; before,
+    each turn was a session of its own and the loop was never seen."""
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    server = served(_looping(4))
+    client = server.client()
+    previous: Any = None
+    sessions, recovery = [], []
+    for turn in range(4):
+        kwargs: dict[str, Any] = {"model": "m", "tools": tools}
+        if previous is None:
+            kwargs["input"] = "find the install docs"
+        else:
+            call = next(o for o in previous.output if o.type == "function_call")
+            kwargs["previous_response_id"] = previous.id
+            kwargs["input"] = [
+                {"type": "function_call_output", "call_id": call.call_id, "output": "none"}
+            ]
+        if turn == 1:  # streamed: its report is at its end, where the client skips it
+            stream = await client.responses.create(stream=True, **kwargs)
+            previous = [event async for event in stream][-1].response
+            continue
+        raw = await client.responses.with_raw_response.create(**kwargs)
+        previous = raw.parse()
+        sessions.append(raw.headers["x-agentguard-session"])
+        recovery.append(raw.headers.get("x-agentguard-loop-recovery"))
+    assert len(set(sessions)) == 1
+    assert recovery == [None, None, "hint"]
+
+
 async def test_other_requests_are_forwarded_unchanged(served: Callable[..., Served]) -> None:
     """A path the server does not serve goes upstream as it came and comes back as answered."""
     server = served([])

@@ -356,3 +356,138 @@ def test_a_re_ask_offering_other_tools_sends_them_in_the_responses_format() -> N
     choices = {**fn, "parameters": {**fn["parameters"], "properties": {"path": path}}}
     narrowed = dataclasses.replace(request, tools=[{"type": "function", "function": choices}])
     assert responses_body(narrowed)["tools"] == [{"type": "function", **choices}]
+
+
+# -- history kept upstream: previous_response_id and conversation -------------------------------
+
+STATEFUL = ag.GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}},
+        "memory_pressure": {"enabled": False},
+        "token_budget": {"per_session": 10_000, "max_output_tokens": 512},
+    },
+    env={},
+)
+
+
+IDENTICAL_3 = (
+    "You have called `read_file` with identical arguments 3 times and the result has not "
+    "changed. Use the information you already have, or try a different approach."
+)
+
+
+def _follow_up(call_id: str, output: str) -> list[dict[str, Any]]:
+    return [{"type": "function_call_output", "call_id": call_id, "output": output}]
+
+
+def _turns(
+    client: Any, conversations: dict[str, dict[str, Any]], turns: int
+) -> dict[str, list[Any]]:
+    """Each conversation in turn, ``turns`` times: its opening, then the output of the call the
+    last answer made, the history left upstream (``previous_response_id`` or ``conversation``)."""
+    seen: dict[str, list[Any]] = {name: [] for name in conversations}
+    last: dict[str, Any] = {}
+    for _ in range(turns):
+        for name, how in conversations.items():
+            kwargs: dict[str, Any] = {"model": "fast", "tools": TOOLS[:1], **how.get("extra", {})}
+            before = last.get(name)
+            if before is None:
+                kwargs["input"] = how["opening"]
+            else:
+                call = next(o for o in before.output if o.type == "function_call")
+                kwargs["input"] = _follow_up(call.call_id, how["result"])
+                if "conversation" not in kwargs:
+                    kwargs["previous_response_id"] = before.id
+            last[name] = client.responses.create(**kwargs)
+            seen[name].append(last[name])
+    return seen
+
+
+def _interleaved(n: int) -> ScriptedModel:
+    replies: list[Reply] = []
+    for i in range(n):
+        replies.append(Reply.call("read_file", {"path": "same.txt"}))  # loops
+        replies.append(Reply.call("read_file", {"path": f"part{i}.txt"}))  # works
+    return ScriptedModel(replies)
+
+
+@pytest.mark.parametrize("keep", ["previous_response_id", "conversation"])
+def test_a_conversation_kept_upstream_is_one_session_and_its_loop_is_seen(keep: str) -> None:
+    """With the history kept upstream each request carries only the new tool output. Such a
+    conversation stays one session (its budget and its loop judgment go on from turn to turn;
+    before, every turn was a new session, judged afresh), and two conversations of one caller
+    are never merged: the one repeating a call is warned by its third call, the other is not."""
+    model = _interleaved(4)
+    client = wrapped_client(model, STATEFUL)
+    extra = {"A": {}, "B": {}}
+    if keep == "conversation":
+        extra = {"A": {"conversation": "conv_a"}, "B": {"conversation": {"id": "conv_b"}}}
+    conversations = {
+        "A": {"opening": "read same.txt", "result": "unchanged", "extra": extra["A"]},
+        "B": {"opening": "read the parts", "result": "a part", "extra": extra["B"]},
+    }
+    seen = _turns(client, conversations, 4)
+    reports = {name: [ag.report_of(r) for r in answers] for name, answers in seen.items()}
+    sessions = {name: {r.session for r in rs} for name, rs in reports.items()}
+    assert len(sessions["A"]) == len(sessions["B"]) == 1
+    assert sessions["A"] != sessions["B"]
+    # the third identical call is warned about as it is answered, and the turn after it
+    # (which brings its unchanged result) is recovered
+    assert [bool(r.warnings) for r in reports["A"]] == [False, False, True, True]
+    assert [r.recovery for r in reports["A"]][2:] == [(), ("hint",)]
+    assert not any(r.recovery or r.warnings for r in reports["B"])
+    # the session's tokens add up across its turns
+    tokens = [r.session_tokens for r in reports["B"]]
+    assert tokens == sorted(tokens)
+    assert tokens[0] < tokens[-1]
+    assert tokens[-1] == sum(r.usage.total_tokens for r in reports["B"])
+
+
+def test_a_retried_turn_kept_upstream_is_judged_once() -> None:
+    """The same ``previous_response_id`` sent again (a retry, another sample) forks the run:
+    the repeated request is not a second step of the loop (the fork is judged from what it
+    carries: its history is upstream)."""
+    model = ScriptedModel([Reply.call("read_file", {"path": "same.txt"}) for _ in range(6)])
+    client = wrapped_client(model, STATEFUL)
+    first = client.responses.create(model="fast", input="read same.txt", tools=TOOLS[:1])
+    second = client.responses.create(
+        model="fast",
+        previous_response_id=first.id,
+        input=_follow_up(first.output[0].call_id, "unchanged"),
+        tools=TOOLS[:1],
+    )
+    for _ in range(3):  # the third turn, three times over
+        third = client.responses.create(
+            model="fast",
+            previous_response_id=second.id,
+            input=_follow_up(second.output[0].call_id, "unchanged"),
+            tools=TOOLS[:1],
+        )
+    report = ag.report_of(third)
+    assert report is not None
+    assert not report.warnings  # before: 'identical arguments 5 times', then refused
+    assert not report.recovery
+
+
+@pytest.mark.anyio
+async def test_a_streamed_conversation_kept_upstream_is_one_session() -> None:
+    """A streamed answer's id (from its ``response.created`` event) is the thread the next
+    request follows."""
+    upstream = Upstream(http, [Reply.call("read_file", {"path": "same.txt"}) for _ in range(3)])
+    client = ag.wrap(upstream.client(openai, asynchronous=True), STATEFUL)
+    previous: Any = None
+    sessions = set()
+    for _ in range(3):
+        kwargs: dict[str, Any] = {"model": "fast", "tools": TOOLS[:1], "stream": True}
+        if previous is None:
+            kwargs["input"] = "read same.txt"
+        else:
+            kwargs["previous_response_id"] = previous.id
+            call = next(o for o in previous.output if o.type == "function_call")
+            kwargs["input"] = _follow_up(call.call_id, "unchanged")
+        stream = await client.responses.create(**kwargs)
+        events = [event async for event in stream]
+        previous = events[-1].response
+        sessions.add(ag.report_of(stream).session)
+    assert len(sessions) == 1
+    assert ag.report_of(stream).warnings == (IDENTICAL_3,)

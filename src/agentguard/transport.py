@@ -363,9 +363,8 @@ class Accumulator:
             self.finish = chunk.finish_reason
         if chunk.usage is not None:
             self.usage = chunk.usage
-        raw = chunk.raw
-        if self.id is None and isinstance(raw, Mapping):
-            self.id = raw.get("id")
+        if self.id is None:
+            self.id = _answer_id(chunk.raw)
 
     def _index(self, index: Any, call_id: Any) -> int:
         """The slot of a fragment: its ``index`` when it is a number, else the last call's (the
@@ -395,6 +394,19 @@ class Accumulator:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         finish = "length" if cut else self.finish
         return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+def _answer_id(raw: Any) -> str | None:
+    """The answer's id in a raw chunk: a chat chunk's ``id`` (JSON), or the ``response.id`` of
+    a Responses API event that carries the response (JSON or the openai SDK's event object)."""
+    if isinstance(raw, Mapping):
+        found = raw.get("id")
+        if found is None:
+            response = raw.get("response")
+            found = response.get("id") if isinstance(response, Mapping) else None
+    else:
+        found = getattr(getattr(raw, "response", None), "id", None)
+    return found if isinstance(found, str) else None
 
 
 def _streamed_text(value: Any) -> str:

@@ -86,7 +86,7 @@ from ._quality import QualityMonitor, context_overflow, runaway
 from ._report import GuardReport, ReportBuilder
 from ._session import SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, CallGate, DegenerationWatch, tool_call_chunks
-from ._transcript import New, Run, Runs, message_key
+from ._transcript import New, Run, Runs, message_key, thread_of
 
 logger = logging.getLogger("agentguard")
 
@@ -211,21 +211,31 @@ class Pipeline:
 
     def _locate(
         self, request: ModelRequest, session: str | None
-    ) -> tuple[Run, SessionSource, list[New], int]:
+    ) -> tuple[Run, SessionSource, list[New], int, tuple[str, int]]:
         """The run a request continues (see :class:`Runs`), where its session came from, its
-        unseen messages and the estimated tokens of its history."""
+        unseen messages, the estimated tokens of its history, and its realm (who may follow
+        its answer as a thread: see :meth:`Runs.follow`) with the index its answer takes."""
         sid, source = resolve_session(request.messages, explicit=session, headers=request.headers)
+        thread = thread_of(request.params)
         if source == "fingerprint":
             # No session named: the conversation finds its own run, among the caller's runs
             # with the same opening (``sid`` names it); each run is a session of its own for
             # budgets and reports.
-            namespace = f"{sid}:{scope_of(request)}"
-            run, new, tokens = self._runs.locate(
-                namespace, request.messages, lambda: f"{sid[:17]}-{uuid.uuid4().hex[:8]}"
-            )
+            realm = scope_of(request)
+            if thread is not None:  # the opening is kept upstream: the thread names the run
+                sid = "auto-" + fingerprint(thread)[:12]
+            namespace = f"{sid}:{realm}"
+            new_id = lambda: f"{sid[:17]}-{uuid.uuid4().hex[:8]}"  # noqa: E731
         else:
-            run, new, tokens = self._runs.locate(f"session:{sid}", request.messages, lambda: sid)
-        return run, source, new, tokens
+            realm = namespace = f"session:{sid}"
+            new_id = lambda: sid  # noqa: E731
+        if thread is None:
+            run, new, tokens = self._runs.locate(namespace, request.messages, new_id)
+            end = len(request.messages)
+        else:
+            run, new, tokens = self._runs.follow(realm, thread, namespace, request.messages, new_id)
+            end = new[-1][0] + 1 if new else (run.last[0] + 1 if run.last else 0)
+        return run, source, new, tokens, (realm, end)
 
     def breaker(self, tier: Tier) -> CircuitBreaker:
         """The circuit breaker of ``tier`` (one per tier, shared by every session)."""
@@ -275,7 +285,7 @@ class Pipeline:
                 if response is None:
                     continue
                 if call.cut:
-                    verdict = self._check_response(call, response.message)
+                    verdict = self._check_response(call, response)
                     call.b.warnings.append(f"stream cut: {verdict.message}")
                     final: ModelResponse | None = response
                 else:
@@ -309,7 +319,7 @@ class Pipeline:
     def _prepare(self, request: ModelRequest, session: str | None) -> Plan[_Call]:
         problems: list[str] = []
         try:
-            state, source, new, message_tokens = self._locate(request, session)
+            state, source, new, message_tokens, (realm, end) = self._locate(request, session)
         except (AttributeError, TypeError):
             # Checked only when reading failed (a check on every call would cost a pass over
             # the history): entries that are not message objects are left out, and the guard
@@ -321,7 +331,7 @@ class Pipeline:
                 "messages holds entries that are not message objects: they were left out"
             )
             request = dataclasses.replace(request, messages=readable)
-            state, source, new, message_tokens = self._locate(request, session)
+            state, source, new, message_tokens, (realm, end) = self._locate(request, session)
         sid = state.id
         shared, judged_from = None, -1
         if self.session_store is not None and source != "fingerprint":
@@ -381,7 +391,8 @@ class Pipeline:
             request.messages if isinstance(request.messages, list) else list(request.messages)
         )
         call.base_messages = call.messages = messages
-        call.history = (len(request.messages), message_tokens)
+        call.history = (end, message_tokens)
+        call.realm = realm
         if verdict.severity >= Severity.WARNING:
             yield from self._recover(call, verdict)
         return call
@@ -646,7 +657,7 @@ class Pipeline:
                 response = answer
         else:
             b.warnings.extend(self._judged(call, response, parsed, ran_away))
-        verdict = self._check_response(call, response.message)
+        verdict = self._check_response(call, response)
         if verdict.severity >= Severity.BREAK:
             _relabel(b, "loop_detected", verdict.detector or "")
             yield from self._recover(call, verdict, reask=True)
@@ -1230,12 +1241,20 @@ class Pipeline:
                 self.session_ttl,
             )
 
-    def _check_response(self, call: _Call, message: Mapping[str, Any]) -> Verdict:
-        """Remember and judge the answer, which the next request will carry after the history."""
+    def _check_response(self, call: _Call, response: ModelResponse) -> Verdict:
+        """Remember and judge the answer, which the next request will carry after the history
+        (or name, by its id, as the thread it follows: see :meth:`Runs.follow`)."""
+        message = response.message
         index, tokens = call.history
         tokens += estimate_tokens([message]) - REPLY_PRIMING
-        self._runs.remember(call.state, message_key(message), index, tokens, answer=True)
-        return _worst(call.state.detector.observe(message))
+        runs, run = self._runs, call.state
+        runs.remember(run, message_key(message), index, tokens, answer=True)
+        if isinstance(response.id, str) and response.id:
+            runs.answered(run, call.realm, "response:" + response.id)
+        thread = thread_of(call.request.params)
+        if thread is not None and thread.startswith("conversation:"):
+            runs.answered(run, call.realm, thread)
+        return _worst(run.detector.observe(message))
 
 
 @dataclass
@@ -1253,7 +1272,8 @@ class _Call:
     base_messages: list[Mapping[str, Any]] = field(default_factory=list)
     transient: int = 0
     corrections: int = 0
-    history: tuple[int, int] = (0, 0)  # the request's message count and their tokens
+    history: tuple[int, int] = (0, 0)  # the index its answer takes, and the tokens before it
+    realm: str = ""  # who may follow its answer as a thread (see Runs.follow)
     content_sent: bool = False  # streaming: some text already reached the caller
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut

@@ -20,6 +20,13 @@ Runs live in a *namespace*: an explicit session, or — without one — the call
 a ``user``) and the conversation's opening. Strangers never share a run: two conversations that
 share only their opening part ways at their first differing message, and an identical re-send is
 a fork, not a continuation.
+
+A request whose history the upstream keeps (the Responses API's ``previous_response_id`` or
+``conversation``) carries only what is new: it names the *thread* it follows instead
+(:func:`thread_of`). It continues the run whose answer that thread names, every message it
+carries new; following an answer the run has since gone past is a fork (a new run), as for a
+re-sent history. A thread the guard does not know (forgotten, or answered by another process)
+starts a new run in the caller's realm, never one shared with strangers.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from agentguard.loops import LoopDetector
 from agentguard.transport import ORIGINAL
 from agentguard.types import Tier
 
-__all__ = ["New", "Run", "Runs", "message_key", "message_tokens"]
+__all__ = ["New", "Run", "Runs", "message_key", "message_tokens", "thread_of"]
 
 
 class Run:
@@ -105,6 +112,10 @@ class Runs:
         self._seen: dict[tuple[str, str], Run] = {}
         #: (namespace, key of a run's latest message) -> the runs whose latest message it is
         self._tips: dict[tuple[str, str], list[Run]] = {}
+        #: (realm, thread) -> the run that answered it and the index of that answer
+        self._threads: collections.OrderedDict[tuple[str, str], tuple[Run, int]] = (
+            collections.OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -163,6 +174,62 @@ class Runs:
             tokens += message_tokens(message)
             new.append((start + offset, key, tokens, message))
         return run, new, tokens
+
+    def follow(
+        self,
+        realm: str,
+        thread: str,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        new_id: Callable[[], str],
+    ) -> tuple[Run, list[New], int]:
+        """As :meth:`locate`, for a request that names the ``thread`` it follows (see
+        :func:`thread_of`): its history is kept upstream, so every message it carries is new.
+
+        Args:
+            realm: who may continue the thread (the caller's scope, or a named session).
+            thread: the answer (or conversation) the request follows.
+            namespace: where a new run lives.
+            messages: what the request carries.
+            new_id: gives the id of a new run.
+        """
+        found = self._threads.get((realm, thread))
+        run: Run | None = None
+        if found is not None and self._runs.get(id(found[0])) is found[0]:
+            last = found[0].last
+            # a conversation goes on from wherever it is; an answer only from itself (an
+            # answer the run has gone past is followed again: a retry or another sample)
+            if last is not None and (last[0] == found[1] or thread.startswith("conversation:")):
+                run = found[0]
+            parent = found[0]
+        else:
+            parent = None
+        if run is None:
+            run = Run(new_id(), namespace, self._detector(), self._memory)
+            if parent is not None:
+                run.forced_tier = parent.forced_tier
+            self._add(run)
+            start, tokens = 0, 0
+        else:
+            self._runs.move_to_end(id(run))
+            last = run.last
+            assert last is not None
+            start, tokens = last[0] + 1, last[2]
+        new: list[New] = []
+        for offset, message in enumerate(messages):
+            tokens += message_tokens(message)
+            new.append((start + offset, message_key(message), tokens, message))
+        return run, new, tokens
+
+    def answered(self, run: Run, realm: str, thread: str) -> None:
+        """``run``'s latest message (its answer) is what ``thread`` names from now on."""
+        if run.last is None:
+            return
+        key = (realm, thread)
+        self._threads[key] = (run, run.last[0])
+        self._threads.move_to_end(key)
+        while len(self._threads) > 4 * self._max_runs:
+            self._threads.popitem(last=False)
 
     def restart(self, run: Run, messages: Sequence[Mapping[str, Any]]) -> list[New]:
         """``run`` to be judged afresh from ``messages``: a new detector, and every message (as
@@ -259,6 +326,20 @@ def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, A
         ):
             later = run
     return later
+
+
+def thread_of(params: Mapping[str, Any]) -> str | None:
+    """The thread a request follows when its history is kept upstream: the Responses API's
+    ``conversation`` (an id, or an object with one) or ``previous_response_id``; else ``None``."""
+    conversation = params.get("conversation")
+    if isinstance(conversation, Mapping):
+        conversation = conversation.get("id")
+    if isinstance(conversation, str) and conversation:
+        return "conversation:" + conversation
+    previous = params.get("previous_response_id")
+    if isinstance(previous, str) and previous:
+        return "response:" + previous
+    return None
 
 
 def message_key(message: Mapping[str, Any]) -> str:
