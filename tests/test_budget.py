@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from _stores import RedisServer
 from agentguard import BudgetExceeded, GuardConfig, StoreUnavailable, Usage
 from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.budget._estimate import IMAGE_CEILING, IMAGE_FLOOR, IMAGE_UNKNOWN, image_size
 from agentguard.config import StorageConfig, TokenBudgetConfig
 from agentguard.events import BudgetExhausted, BudgetWarning, StoreFallback, StoreRecovered
 from agentguard.storage import MemoryStore, RedisStore, SQLiteStore
@@ -148,6 +153,108 @@ def test_estimates_err_high_and_are_marked() -> None:
     usage = estimate_usage(messages, "y" * 80)
     assert usage.estimated
     assert usage.completion_tokens == 20
+
+
+# -- images and audio ----------------------------------------------------------------------------
+
+IMAGES = Path(__file__).parent / "data" / "images"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _png(width: int, height: int, padding: int = 0) -> bytes:
+    """A PNG's signature and header chunk (what the size is read from), then ``padding`` bytes."""
+    header = struct.pack(">II5B", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(header)) + b"IHDR" + header
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk
+        + struct.pack(">I", zlib.crc32(b"IHDR" + header))
+        + (b"\0" * padding)
+    )
+
+
+def _jpeg(width: int, height: int, metadata: int) -> bytes:
+    """A JPEG whose frame header (SOF0) follows ``metadata`` bytes of APP segments (as a
+    camera's EXIF data and thumbnail precede it)."""
+    out = b"\xff\xd8"
+    while metadata > 0:
+        size = min(metadata, 65_533)
+        out += b"\xff\xe1" + struct.pack(">H", size + 2) + b"\0" * size
+        metadata -= size
+    return out + b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\0"
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("python.png", (16, 16)),
+        ("python.jpg", (16, 16)),
+        ("python.gif", (16, 16)),
+        ("python.webp", (16, 16)),
+        ("thin-white-stripe.jpg", (493, 58)),  # a progressive JPEG (SOF2)
+    ],
+)
+def test_image_sizes_are_read_from_real_files(name: str, size: tuple[int, int]) -> None:
+    """Real images (tests/data/SOURCES.md): their size as ``file`` reads it."""
+    assert image_size(_b64((IMAGES / name).read_bytes())) == size
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 20_000), st.integers(1, 20_000), st.integers(0, 150_000), st.booleans())
+def test_image_sizes_are_read_from_headers(width: int, height: int, before: int, png: bool) -> None:
+    """A PNG's or a JPEG's size, a JPEG's after up to 150 kB of metadata."""
+    raw = _png(width, height, before) if png else _jpeg(width, height, before)
+    assert image_size(_b64(raw)) == (width, height)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=300).map(_b64)))
+def test_image_size_of_anything_else_is_none_or_a_size(data: str) -> None:
+    """Any text (broken base64, other formats, truncated headers) gives a size or ``None``,
+    never an error."""
+    found = image_size(data)
+    assert found is None or (found[0] > 0 and found[1] > 0)
+
+
+def _image_message(url: str) -> list[dict[str, Any]]:
+    part = {"type": "image_url", "image_url": {"url": url, "detail": "high"}}
+    return [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]
+
+
+def test_an_image_counts_by_its_size_not_its_text() -> None:
+    """A 300 kB screenshot counts by its pixels (one token per 400), not as 100,000 tokens of
+    base64; an image of unknown size counts IMAGE_UNKNOWN; audio by its length; media=False
+    counts neither."""
+    text_only = estimate_tokens(
+        [{"role": "user", "content": [{"type": "text", "text": "what is this?"}]}]
+    )
+    shot = "data:image/png;base64," + _b64(_png(1920, 1080, 300_000))
+    assert estimate_tokens(_image_message(shot)) == text_only + 1920 * 1080 // 400
+    assert estimate_tokens(_image_message(shot), media=False) == text_only
+    tiny = "data:image/png;base64," + _b64(_png(8, 8))
+    assert estimate_tokens(_image_message(tiny)) == text_only + IMAGE_FLOOR
+    huge = "data:image/png;base64," + _b64(_png(20_000, 20_000))
+    assert estimate_tokens(_image_message(huge)) == text_only + IMAGE_CEILING
+    remote = "https://example.com/cat.png"  # counted as 7 tokens of text before
+    assert estimate_tokens(_image_message(remote)) == text_only + IMAGE_UNKNOWN
+    responses = [{"role": "user", "content": [{"type": "input_image", "image_url": shot}]}]
+    anthropic = [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": shot[22:]},
+                }
+            ],
+        }
+    ]
+    assert estimate_tokens(responses) == estimate_tokens(anthropic) == 4 + 5184 + 3
+    audio = {"type": "input_audio", "input_audio": {"data": _b64(b"\0" * 96_000), "format": "wav"}}
+    assert estimate_tokens([{"role": "user", "content": [audio]}]) == 4 + 384 + 3
 
 
 def test_disabled_budget_counts_but_never_refuses() -> None:

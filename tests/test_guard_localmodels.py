@@ -3,8 +3,12 @@ answers from the results in hand, runaways, empty and half-written answers, qual
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import random
+import struct
+import zlib
 from typing import Any
 
 import pytest
@@ -318,6 +322,41 @@ def test_a_prompt_the_server_truncated_is_reported() -> None:
     assert report is not None
     assert any("prompt_truncated" in w for w in report.warnings)
     assert [e.signal for e in events.of_type(QualityDegraded)] == ["prompt_truncated"]
+
+
+def _screenshot(text: str) -> list[dict[str, Any]]:
+    """A user turn with a 300 kB 1280 x 800 PNG screenshot (a browser agent's every turn)."""
+    header = struct.pack(">II5B", 1280, 800, 8, 2, 0, 0, 0)
+    crc = struct.pack(">I", zlib.crc32(b"IHDR" + header))
+    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + header + crc
+    url = "data:image/png;base64," + base64.b64encode(png + os.urandom(300_000)).decode()
+    parts = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
+    return [{"role": "user", "content": parts}]
+
+
+def test_a_screenshot_is_neither_over_budget_nor_a_truncated_prompt() -> None:
+    """A 300 kB screenshot that the server counts as 785 tokens: admitted under a 50,000-token
+    session budget and not reported as a truncated prompt (before: estimated as 100,000 tokens
+    of base64, so refused by the budget, or, without one, ``prompt_truncated`` on every call)."""
+    budget = {"token_budget": {"per_session": 50_000, "policy": "hard_stop"}}
+    model = ScriptedModel([Reply.text("A login form.", usage=Usage(785, 4)) for _ in range(2)])
+    guard = _guard(model, {**ONE_TIER, **budget})
+    with capture_events() as events:
+        for turn in range(2):
+            response = guard.complete(_req(_screenshot(f"what is on screen {turn}?")))
+            report = report_of(response)
+            assert report is not None
+            assert not report.warnings
+    assert not events.of_type(QualityDegraded)
+
+
+def test_a_truncated_prompt_with_an_image_is_still_reported() -> None:
+    """Its text alone is far more than the server counted: truncated, image or not."""
+    model = ScriptedModel([Reply.text("ok", usage=Usage(512, 1))])
+    response = _guard(model).complete(_req(_screenshot("word " * 8000)))
+    report = report_of(response)
+    assert report is not None
+    assert any("prompt_truncated" in w for w in report.warnings)
 
 
 def test_answers_that_stop_parsing_and_sustained_degradation_move_complex_requests_up() -> None:

@@ -678,6 +678,9 @@ class Pipeline:
             parsed=parsed,
             ran_away=ran_away,
             session=call.b.session,
+            text_prompt_tokens=lambda: estimate_tokens(
+                call.messages, tools=call.tools, media=False
+            ),
         )
 
     def _known(

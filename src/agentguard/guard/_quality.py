@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from agentguard.config import GuardConfig, QualityConfig
 from agentguard.events import Emitter, Hook, QualityDegraded
@@ -99,6 +99,7 @@ class QualityMonitor:
         parsed: bool | None,
         ran_away: bool = False,
         session: str | None = None,
+        text_prompt_tokens: Callable[[], int] | None = None,
     ) -> list[str]:
         """Judge one answer of ``tier``; returns a warning for each signal it shows.
 
@@ -106,6 +107,9 @@ class QualityMonitor:
             tier: the tier that answered.
             usage: the usage the server reported (``None``: it reported none).
             sent_prompt_tokens: the guard's estimate of the prompt it sent.
+            text_prompt_tokens: the estimate of its text alone (images and audio counting
+                nothing), asked for only when the prompt looks truncated: servers count images
+                too differently for an estimate of them to show a truncation.
             parsed: whether the answer passed validation (``None``: nothing to validate).
             ran_away: the answer ran past its cap (see :func:`runaway`).
             session: for the events.
@@ -123,6 +127,10 @@ class QualityMonitor:
             and not usage.estimated
             and sent_prompt_tokens >= cfg.truncation_min_prompt_tokens
             and 0 < usage.prompt_tokens < cfg.truncation_ratio * sent_prompt_tokens
+            and (
+                text_prompt_tokens is None
+                or usage.prompt_tokens < cfg.truncation_ratio * text_prompt_tokens()
+            )
         ):
             signals.append(
                 (
