@@ -63,6 +63,35 @@ def test_openai_errors() -> None:
 
 
 @pytest.mark.parametrize(
+    ("error", "expected", "status"),
+    [
+        ({"message": "Provider returned error", "code": 502}, ErrorClass.TRANSIENT, 502),
+        ({"message": "slow", "code": "504"}, ErrorClass.TIMEOUT, 504),
+        ({"message": "limited", "code": 429}, ErrorClass.RATE_LIMITED, 429),
+        ({"type": "overloaded_error", "message": "Overloaded"}, ErrorClass.TRANSIENT, None),
+        ({"type": "server_error", "code": None, "message": "x"}, ErrorClass.TRANSIENT, None),
+        (
+            {"type": "tokens", "code": "rate_limit_exceeded", "message": "x"},
+            ErrorClass.RATE_LIMITED,
+            None,
+        ),
+        ({"type": "invalid_request_error", "code": "bad"}, ErrorClass.PERMANENT, None),
+        ({"message": "no code"}, ErrorClass.PERMANENT, None),
+    ],
+)
+def test_an_error_reported_inside_a_200_answer(
+    error: dict[str, Any], expected: ErrorClass, status: int | None
+) -> None:
+    """A stream's error event, as the openai client raises it (``APIError`` with the event's
+    error object as ``body``, no status): classified by the object's code or type."""
+    openai = _lib("openai")
+    http = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+    request = http.Request("POST", "http://model.invalid/v1/chat/completions")
+    result = classify(openai.APIError(str(error.get("message")), request, body=error))
+    assert (result.error_class, result.status_code) == (expected, status)
+
+
+@pytest.mark.parametrize(
     ("exc", "expected"),
     [
         (TimeoutError(), ErrorClass.TIMEOUT),

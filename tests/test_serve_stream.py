@@ -322,11 +322,6 @@ REPORT = b": agentguard "
 @pytest.mark.parametrize(
     "tail",
     [
-        # OpenAI's error event in the middle of a chat stream (no finish chunk follows)
-        [
-            b'data: {"error": {"message": "The server had an error while processing your '
-            b'request.", "type": "server_error", "param": null, "code": null}}\n\n'
-        ],
         [DONE],  # an upstream that ends the answer without a finish chunk
         [],  # ... or without [DONE] either
     ],
@@ -490,3 +485,49 @@ async def test_a_repaired_stream_whose_usage_rides_on_the_finish_finishes_once()
     ]
     assert [json.loads(tc["function"]["arguments"]) for tc in calls] == [{"path": "a.txt"}]
     assert [c["usage"] for c in chunks if not c["choices"]] == [usage]
+
+
+FAILED = b'data: {"error": {"message": "Provider returned error", "code": 502}}\n\n'
+LIMITED = b'data: {"error": {"type": "rate_limit_error", "message": "slow down"}}\n\n'
+
+
+async def test_an_error_event_before_the_answer_begins_is_retried() -> None:
+    """The upstream's stream opens with its error (OpenRouter's ``{"error": {"code": 502}}``
+    after a 200 head): the guard retries, and the caller gets the next attempt's answer, not
+    the error (before: the error went out as an answer the guard counted as fine)."""
+    server = _cutting([Body([FAILED, DONE]), Body([OPENING, *WORDS, FINISH, DONE])])
+    sent = _sent(await _call(server))
+    assert b"error" not in sent
+    assert b"The docs " in sent
+    assert b'"x-agentguard-attempts": "m:transient,m:ok"' in sent
+
+
+async def test_an_error_event_on_every_attempt_is_the_upstreams_error_answer() -> None:
+    """No attempt gets past its error event: the caller gets an error answer with the status
+    the error names (a rate limit: 429) and the upstream's error as its body."""
+    server = _cutting([Body([LIMITED, DONE]) for _ in range(10)])
+    out = await _call(server)
+    assert out[0]["status"] == 429
+    assert json.loads(_sent(out)) == {"error": {"type": "rate_limit_error", "message": "slow down"}}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FAILED,
+        # OpenAI's error event in the middle of a chat stream (no finish chunk follows)
+        b'data: {"error": {"message": "The server had an error while processing your '
+        b'request.", "type": "server_error", "param": null, "code": null}}\n\n',
+    ],
+)
+async def test_an_error_event_after_the_first_words_ends_the_stream_as_it_came(
+    error: bytes,
+) -> None:
+    """The error comes after text went out: no attempt can go on from it; the caller gets the
+    upstream's events up to its own error event, as the raw client reads them, then the report
+    (nothing added: no finish chunk, no ``[DONE]`` after the error)."""
+    parts = [OPENING, WORDS[0], error]
+    sent = _sent(await _call(_cutting([Body([*parts, DONE])])))
+    assert sent[: sent.index(REPORT)] == b"".join(parts)
+    assert sent[sent.index(REPORT) :].count(b"\n\n") == 1  # the report is the last line
+    assert DONE not in sent

@@ -564,3 +564,47 @@ def test_a_stream_that_breaks_off_after_its_first_words_ends_on_the_error() -> N
     assert len(calls) == 1
     usage = ledger.usage("cut")
     assert (usage.session_reserved, usage.session_tokens > 0) == (0, True)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"error": {"message": "Provider returned error", "code": 502}},  # OpenRouter
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        {"error": {"message": "The server had an error", "type": "server_error", "code": None}},
+    ],
+    ids=["openrouter-502", "overloaded", "server-error"],
+)
+def test_an_error_event_before_the_answer_begins_is_retried(error: dict[str, Any]) -> None:
+    """A stream whose first event is the provider's error (its 200 head already sent): the raw
+    client raises ``APIError``, with no status; the guard reads the error's code or type,
+    retries, and the caller gets the next attempt's answer (before: raised, not retried)."""
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    text = {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]}
+    end = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        events = [{"error": error["error"]}] if len(calls) == 1 else [text, end]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    raw = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(upstream)),
+        max_retries=0,
+    )
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with pytest.raises(openai.APIError):
+        list(raw.chat.completions.create(**ask))
+    calls.clear()
+    clock = FakeClock()
+    guarded = ag.wrap(raw, _config(), clock=clock, sleep=clock.sleep)
+    stream = guarded.chat.completions.create(**ask)
+    assert [c.delta.content for chunk in stream for c in chunk.choices] == ["Hi", None]
+    assert len(calls) == 2
+    report = ag.report_of(stream)
+    assert report is not None
+    assert report.retries == 1

@@ -4,6 +4,12 @@ Understands, without importing any of them: ``TimeoutError`` / ``asyncio.Timeout
 ``ConnectionError`` / ``OSError``, httpx and httpx2 exceptions, openai's exceptions, and anything
 with a ``status_code`` or ``response.status_code`` attribute. ``Retry-After`` (seconds or an
 HTTP date) and ``retry-after-ms`` are read from ``exc.response.headers``.
+
+An error the upstream reported *inside* a 200 answer — a stream's error event after its head
+went out, which the openai client raises as ``APIError`` with the event's ``error`` object as
+``body`` — has no status: it is classified by that object's ``code`` when it is an HTTP status
+(OpenRouter's ``{"code": 502}``), else by its ``type`` or ``code`` name (OpenAI's
+``server_error``, Anthropic's ``overloaded_error``, ``rate_limit_error``).
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ from typing import Any
 
 from agentguard._redact import redact
 
-__all__ = ["Classification", "Classifier", "ErrorClass", "classify", "retry_after_of"]
+__all__ = [
+    "Classification",
+    "Classifier",
+    "ErrorClass",
+    "classify",
+    "inband_status",
+    "retry_after_of",
+]
 
 
 class ErrorClass(str, enum.Enum):
@@ -89,6 +102,59 @@ _CONNECTION_NAMES = {
     "APIConnectionError",
     "ProtocolError",
 }
+
+
+#: In-band error names (an error object's ``type`` or ``code``) and what they are.
+_INBAND = {
+    "server_error": ErrorClass.TRANSIENT,
+    "internal_error": ErrorClass.TRANSIENT,
+    "internal_server_error": ErrorClass.TRANSIENT,
+    "api_error": ErrorClass.TRANSIENT,
+    "overloaded_error": ErrorClass.TRANSIENT,
+    "service_unavailable": ErrorClass.TRANSIENT,
+    "service_unavailable_error": ErrorClass.TRANSIENT,
+    "rate_limit_error": ErrorClass.RATE_LIMITED,
+    "rate_limit_exceeded": ErrorClass.RATE_LIMITED,
+    "timeout": ErrorClass.TIMEOUT,
+    "timeout_error": ErrorClass.TIMEOUT,
+}
+
+
+def _inband(exc: BaseException) -> tuple[int | None, ErrorClass | None]:
+    """The HTTP status an in-band error object (``exc.body``) names by its ``code``, or what
+    its name says."""
+    body = getattr(exc, "body", None)
+    return _inband_error(body) if isinstance(body, Mapping) else (None, None)
+
+
+def _inband_error(error: Mapping[str, Any]) -> tuple[int | None, ErrorClass | None]:
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code, None
+    for name in (kind, code):
+        if isinstance(name, str) and name.lower() in _INBAND:
+            return None, _INBAND[name.lower()]
+    return None, None
+
+
+#: The status that stands for an in-band error known by its name.
+_STATUS_OF_CLASS = {
+    ErrorClass.TRANSIENT: 502,
+    ErrorClass.RATE_LIMITED: 429,
+    ErrorClass.TIMEOUT: 504,
+}
+
+
+def inband_status(error: Mapping[str, Any]) -> int:
+    """The HTTP status that answers an error an upstream reported inside a 200 answer (its
+    ``error`` object): the status its ``code`` names, else the one its name stands for (a rate
+    limit 429, a timeout 504), else 502 (the upstream failed)."""
+    status, named = _inband_error(error)
+    if status is not None:
+        return status
+    return _STATUS_OF_CLASS.get(named, 502) if named is not None else 502
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -174,6 +240,10 @@ def classify(
     names = _names(exc)
     status = _status_of(exc)
     retry_after = retry_after_of(exc, now=now)
+    if status is None:
+        status, named = _inband(exc)
+        if named is not None:
+            return Classification.of(named, reason=reason)
     if status is not None:
         if status == 429:
             cls = ErrorClass.RATE_LIMITED

@@ -634,6 +634,11 @@ class _ChatEvents:
         return self._bytes(self._replay.end())
 
 
+def _report_line(report: GuardReport) -> bytes:
+    """A stream's report: a comment line, which clients skip and a person can read."""
+    return f": agentguard {json.dumps(headers_of(report))}\n\n".encode()
+
+
 def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
     """An error after the stream began, in the OpenAI form of a streamed error: a chat
     stream's ``data: {"error": {...}}``; a Responses stream's ``error`` event (``type``,
@@ -744,11 +749,14 @@ async def _events(
                 yield replay.out(chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
             yield _error_event(exc, None if chat else forward.events)
+            report = getattr(exc, "agentguard_report", None)
+            if isinstance(report, GuardReport):
+                yield _report_line(report)
             return
         yield replay.end()
         report = stream.report
-        if report is not None:  # a comment line: clients skip it, a person can read it
-            yield f": agentguard {json.dumps(headers_of(report))}\n\n".encode()
+        if report is not None:
+            yield _report_line(report)
         if chat:
             yield b"data: [DONE]\n\n"
     finally:

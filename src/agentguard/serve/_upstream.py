@@ -25,6 +25,7 @@ from httpx import _decoders as httpx_decoders
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
 from agentguard.integrations.openai._responses import REASONING_DELTAS
+from agentguard.resilience._classify import inband_status
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = [
@@ -469,6 +470,8 @@ class HTTPUpstream:
             async for event in _events(response):
                 if forward is not None and responses:
                     forward.events.append(event)
+                if not responses and isinstance(event.get("error"), Mapping):
+                    raise _reported(event, model=request.model)
                 chunk = _event_chunk(event, calls) if responses else _chat_chunk(event)
                 if forward is not None and not responses:
                     forward.last = event
@@ -480,6 +483,20 @@ class HTTPUpstream:
             raise failure(exc, cut=True, model=request.model) from exc
         finally:
             await response.aclose()
+
+
+def _reported(event: Event, *, model: str) -> UpstreamError:
+    """A chat stream's error event (``data: {"error": {...}}``, after a 200 head: OpenRouter's
+    and OpenAI's way to fail mid-answer) as the upstream error it is, with the status its code
+    or name stands for (see ``inband_status``): retried while
+    nothing of the attempt reached the caller, else passed on as the event it came as."""
+    return UpstreamError(
+        "the upstream reported an error in its stream",
+        status_code=inband_status(event["error"]),
+        headers={"content-type": "application/json"},
+        content=event.data.encode(),
+        model=model,
+    )
 
 
 def _chat_chunk(event: Event) -> StreamChunk:
