@@ -1,8 +1,8 @@
 """Streams as real servers send them: a healthy answer reaches the caller chunk for chunk.
 
 Each case is the byte stream of a real server's shape (Azure OpenAI's ``prompt_filter_results``
-chunk with no choices and its per-choice ``content_filter_results``, OpenAI's ``refusal`` deltas
-and ``logprobs``, vLLM's ``reasoning_content`` and ``stop_reason``, Ollama's finish chunk with
+chunk with no choices and its per-choice ``content_filter_results``, OpenAI's ``refusal`` deltas,
+``logprobs`` and spoken answers (``delta.audio``), vLLM's ``reasoning_content`` and ``stop_reason``, Ollama's finish chunk with
 an empty ``content`` and a ``role``, a finish and usage in one chunk, ``n`` = 2 answers, a call
 streamed in fragments) served through the real openai client to an unwrapped client and to a
 wrapped one: the wrapped client's chunks must equal the raw client's, field for field, with
@@ -55,6 +55,15 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
         _chunk(choices=[_choice({"role": "assistant", "content": ""}, content_filter_results={})]),
         _chunk(choices=[_choice({"content": "Hello"}, content_filter_results=SAFE)]),
         _chunk(choices=[_choice({}, "stop", content_filter_results={})]),
+    ],
+    # gpt-4o-audio-preview with modalities ["text", "audio"]: speech and its transcript in
+    # ``delta.audio``, no text: an answer, never re-asked as an empty one
+    "openai audio answer": [
+        _chunk(choices=[_choice({"role": "assistant", "content": None, "audio": {"id": "a1"}})]),
+        _chunk(choices=[_choice({"audio": {"transcript": "Hello!"}})]),
+        _chunk(choices=[_choice({"audio": {"data": "UklGRiQAAABX"}})]),
+        _chunk(choices=[_choice({"audio": {"expires_at": 1}})]),
+        _chunk(choices=[_choice({}, "stop")]),
     ],
     "openai refusal": [
         _chunk(choices=[_choice({"role": "assistant", "content": None, "refusal": ""})]),

@@ -272,6 +272,8 @@ class StreamChunk:
             DeepSeek, ``reasoning`` from OpenRouter and Ollama).
         refusal: a refusal delta, if any (OpenAI's ``refusal``: the model declined, an answer
             of its own, never an empty one).
+        audio: the delta carries spoken output (``delta.audio`` of an audio model: its
+            transcript or data), an answer though it has no text.
     """
 
     content: str | None = None
@@ -281,6 +283,7 @@ class StreamChunk:
     raw: Any = None
     reasoning: str | None = None
     refusal: str | None = None
+    audio: bool = False
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, raw: Any = None) -> StreamChunk:
@@ -305,6 +308,7 @@ class StreamChunk:
             raw=body if raw is None else raw,
             reasoning=reasoning_of(delta),
             refusal=refusal if isinstance(refusal := delta.get("refusal"), str) else None,
+            audio=bool(delta.get("audio")),
         )
 
 
@@ -323,6 +327,7 @@ class Accumulator:
         self.reasoning: list[str] = []
         self.reasoning_chars = 0
         self.refusal: list[str] = []
+        self.audio = False
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
@@ -339,6 +344,8 @@ class Accumulator:
             self.reasoning_chars += len(reasoning)
         if chunk.refusal:
             self.refusal.append(_streamed_text(chunk.refusal))
+        if chunk.audio:
+            self.audio = True
         deltas = chunk.tool_calls
         for delta in deltas if isinstance(deltas, (list, tuple)) else ():
             if not isinstance(delta, Mapping):
@@ -381,10 +388,12 @@ class Accumulator:
     def response(self, *, cut: bool = False) -> ModelResponse:
         """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
         # no text and no call is an empty text, as a whole answer has it (judged so: an empty
-        # answer where tools were offered is a failed call); beside calls or a refusal (the
-        # model declined: an answer, never an empty one), no text is None, as a whole answer
-        # has it
-        content = "".join(self.content) or (None if self.calls or self.refusal else "")
+        # answer where tools were offered is a failed call); beside calls, a refusal (the
+        # model declined: an answer, never an empty one) or speech (an audio model's answer),
+        # no text is None, as a whole answer has it
+        content = "".join(self.content) or (
+            None if self.calls or self.refusal or self.audio else ""
+        )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if self.refusal:
             message["refusal"] = "".join(self.refusal)
