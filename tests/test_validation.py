@@ -542,3 +542,57 @@ def test_arguments_cut_off_inside_a_string_are_truncated_not_repaired() -> None:
     assert not report.ok
     assert [e.kind for e in report.errors] == ["truncated"]
     assert not report.repairs
+
+
+# -- tool_choice and parallel_tool_calls ----------------------------------------------------------
+
+PINNED = {"type": "function", "function": {"name": "search"}}
+PINNED_RESPONSES = {"type": "function", "name": "search"}
+SEARCH = Reply.call("search", {"query": "install"}).message()
+SHELL = Reply.call("run_terminal_command", {"command": "ls"}).message()
+TEXT = {"role": "assistant", "content": "The install docs are at /docs."}
+
+
+@pytest.mark.parametrize(
+    ("message", "choice", "kinds"),
+    [
+        (TEXT, "required", ["call_required"]),
+        (TEXT, PINNED, ["call_required"]),
+        (TEXT, PINNED_RESPONSES, ["call_required"]),
+        (TEXT, "auto", []),
+        (TEXT, None, []),
+        (TEXT, "none", []),
+        (SHELL, PINNED, ["not_chosen"]),
+        (SHELL, PINNED_RESPONSES, ["not_chosen"]),
+        (SHELL, "required", []),
+        (SEARCH, PINNED, []),
+        ({"role": "assistant", "content": None, "refusal": "I can't."}, "required", []),
+    ],
+)
+def test_an_answer_that_breaks_tool_choice_is_a_failed_call(
+    message: dict[str, Any], choice: Any, kinds: list[str]
+) -> None:
+    """Text where ``tool_choice`` asks for a call, or a call to another tool than the one it
+    names (servers that ignore ``tool_choice``): an error whose suggestion is the tool asked
+    for; a refusal is an answer, never corrected."""
+    report = _v().validate(message, "stop", tool_choice=choice)
+    assert _kinds(report) == kinds
+    if kinds and choice != "required":
+        assert report.errors[0].suggestions == ("search",)
+    assert _v(enforce_tool_choice=False).validate(message, "stop", tool_choice=choice).ok
+
+
+def test_calls_after_the_first_are_dropped_when_parallel_calls_are_off() -> None:
+    """``parallel_tool_calls: false`` and two calls: the first is kept (a repair, reported);
+    the model makes the next one in its next turn."""
+    both = Reply.calls(
+        [("search", {"query": "install"}, "c1"), ("run_terminal_command", {"command": "ls"}, "c2")]
+    ).message()
+    report = _v().validate(both, "tool_calls", parallel_tool_calls=False)
+    assert report.ok
+    assert [c.name for c in report.tool_calls] == ["search"]
+    assert [(r.kind, r.tool_call_id, r.before) for r in report.repairs] == [
+        ("dropped_parallel_calls", "c2", "run_terminal_command")
+    ]
+    assert len(_v().validate(both, "tool_calls", parallel_tool_calls=True).tool_calls) == 2
+    assert len(_v().validate(both, "tool_calls").tool_calls) == 2

@@ -608,3 +608,24 @@ def test_an_error_event_before_the_answer_begins_is_retried(error: dict[str, Any
     report = ag.report_of(stream)
     assert report is not None
     assert report.retries == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_text_where_tool_choice_names_a_tool_is_re_asked(stream: bool) -> None:
+    """LangChain's ``with_structured_output`` names its schema's tool in ``tool_choice``; a
+    server that ignores it (Ollama) lets the model answer in text. That text is re-asked, the
+    tool pinned, and the caller gets the call (streamed: the text never went out)."""
+    model = ScriptedModel([Reply.text("setup.cfg holds the settings."), GOOD])
+    clock = FakeClock()
+    client = ag.wrap(_client(model), _config(), clock=clock, sleep=clock.sleep)
+    pinned = {"type": "function", "function": {"name": "read_file"}}
+    ask = {"model": "fast", "messages": MESSAGES, "tools": TOOLS, "tool_choice": pinned}
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **ask))
+        assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert _streamed_calls(chunks) == ["read_file"]
+    else:
+        answer = client.chat.completions.create(**ask)
+        assert [c.function.name for c in answer.choices[0].message.tool_calls] == ["read_file"]
+    assert len(model.requests) == 2
+    assert model.requests[1].params["tool_choice"] == pinned

@@ -333,6 +333,13 @@ class ToolValidationConfig(Section):
         description="When tools were offered, an answer with neither a call nor text (an empty "
         "message, or only 'functions.NAME:' with no arguments) is a failed call and re-asked.",
     )
+    enforce_tool_choice: bool = Field(
+        True,
+        description="An answer that breaks the request's tool_choice is a failed call and "
+        "re-asked: text where 'required' or a named function asked for a call, or a call to "
+        "another tool than the one named (servers that ignore tool_choice, as Ollama does); "
+        "with parallel_tool_calls false, the calls after an answer's first are dropped.",
+    )
     # The checks below can misfire on healthy traffic (a model may rightly derive a value or
     # answer "Done." from {"status": "ok"}): off by default, on in the small-model profile
     # (docs/local-models.md).

@@ -79,7 +79,7 @@ from agentguard.validation._grounding import (
 )
 from agentguard.validation._known import Answered, answered_calls, repeated, results_answer
 from agentguard.validation._reask import Rework
-from agentguard.validation._validator import other_kind
+from agentguard.validation._validator import asks_for_call, other_kind
 
 from . import _recovery as recovery
 from ._quality import QualityMonitor, context_overflow, runaway
@@ -560,7 +560,12 @@ class Pipeline:
         # correction (a small model may only copy the guard's words back), and any text answer
         # under the answer checks (ungrounded, uncovered values, cut off at the cap)
         corrected = call.rework.ladder is not None and call.rework.ladder.last is not None
-        live = thinking and not corrected and not (checked and cfg.judges_answers)
+        # and any text where tool_choice asks for a call: it is re-asked (enforce_tool_choice)
+        held = checked and (
+            cfg.judges_answers
+            or (cfg.enforce_tool_choice and asks_for_call(call.request.params.get("tool_choice")))
+        )
+        live = thinking and not corrected and not held
         watch = DegenerationWatch(self.config) if thinking else None
         # a call the model writes as text is handed over as a call: its text never goes out
         gate = call.gate = CallGate() if live and checked and cfg.repair else None
@@ -624,8 +629,12 @@ class Pipeline:
             if recovery.echoes(text, note, quoted=call.rework.quoted):
                 return (yield from self._parroted(call, response))
         if call.validator is not None and self.config.tool_validation.enabled:
+            asked = call.request.params
             report: ValidationReport = call.validator.validate(
-                response.message, finish_reason="length" if ran_away else response.finish_reason
+                response.message,
+                finish_reason="length" if ran_away else response.finish_reason,
+                tool_choice=asked.get("tool_choice"),
+                parallel_tool_calls=asked.get("parallel_tool_calls"),
             )
             if ran_away:
                 report = report.cut_off()

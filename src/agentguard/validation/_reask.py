@@ -340,7 +340,10 @@ def _candidates(report: ValidationReport, tools: Sequence[Mapping[str, Any]]) ->
     offered = [n for n in (_name_of(t) for t in tools) if n is not None]
     found: list[str] = []
     for e in report.errors:
-        names = e.suggestions if e.kind == "unknown_tool" else (e.tool_name,)
+        # an unknown name, a call to a tool tool_choice did not name, text where it asked for a
+        # call: the tools meant are the suggested ones
+        guessed = e.kind in ("unknown_tool", "not_chosen", "call_required")
+        names = e.suggestions if guessed else (e.tool_name,)
         found += [n for n in names if n in offered and n not in found]
     if not found and len(offered) == 1:
         found = offered  # one tool on offer: the answer can only have meant it

@@ -42,6 +42,8 @@ ErrorKind = Literal[
     "empty_answer",
     "incomplete_call",
     "ungrounded_argument",
+    "call_required",
+    "not_chosen",
 ]
 
 FEEDBACK_MARK = "[agentguard: automated feedback on your tool call]"
@@ -80,7 +82,8 @@ class Repair:
 
     Attributes:
         kind: what was repaired (``extracted_from_text``, ``json_repaired``,
-            ``double_encoded``, ``tool_name``, ``coerced``, ``dropped_argument``).
+            ``double_encoded``, ``tool_name``, ``coerced``, ``dropped_argument``,
+            ``dropped_parallel_calls``).
         tool_call_id: the call concerned.
         path: where.
         before: the value before (truncated).

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentguard._fingerprint import (
@@ -108,7 +108,14 @@ class ToolCallValidator:
         self._placeholder = re.compile("|".join(f"(?:{p})" for p in patterns))
         self._emitter = Emitter(hooks)
 
-    def validate(self, message: Any, finish_reason: str | None = None) -> ValidationReport:
+    def validate(
+        self,
+        message: Any,
+        finish_reason: str | None = None,
+        *,
+        tool_choice: Any = None,
+        parallel_tool_calls: Any = None,
+    ) -> ValidationReport:
         """Validate the tool calls of one assistant message.
 
         Args:
@@ -116,6 +123,11 @@ class ToolCallValidator:
                 Responses API output items.
             finish_reason: the choice's finish reason; ``"length"`` means the answer was cut
                 off, and cut-off arguments are reported, never completed.
+            tool_choice: the request's ``tool_choice`` (chat or Responses form): with
+                ``enforce_tool_choice``, text where it asks for a call, or a call to another
+                tool than the one it names, is an error.
+            parallel_tool_calls: the request's ``parallel_tool_calls``: ``False`` keeps an
+                answer's first call only (with ``enforce_tool_choice``).
         """
         if isinstance(message, (list, tuple)):
             msg = message_from_items(message)
@@ -155,6 +167,13 @@ class ToolCallValidator:
                 calls.append(call)
         if not raw_calls and not errors and cfg.empty_answer_is_failure and self.specs:
             errors = _unanswered(content, finish_reason, cut_off=cfg.cut_off_text_is_failure)
+        if cfg.enforce_tool_choice and self.specs:
+            if tool_choice is not None and not errors:
+                errors = _unchosen(calls, raw_calls, content, tool_choice)
+            if parallel_tool_calls is False and len(calls) > 1 and not errors:
+                dropped = ", ".join(c.name for c in calls[1:])
+                repairs.append(Repair("dropped_parallel_calls", calls[1].id, "$", dropped, ""))
+                calls = calls[:1]
         if not self.config.enabled:
             errors = []
         report = ValidationReport(
@@ -374,6 +393,61 @@ class ToolCallValidator:
                     )
                 )
         return args, errors, repairs
+
+
+def chosen_tool(tool_choice: Any) -> str | None:
+    """The function a ``tool_choice`` names (chat's ``{"type": "function", "function":
+    {"name": ...}}`` or the Responses API's ``{"type": "function", "name": ...}``), else
+    ``None``."""
+    if not isinstance(tool_choice, Mapping) or tool_choice.get("type") != "function":
+        return None
+    fn = tool_choice.get("function")
+    name = fn.get("name") if isinstance(fn, Mapping) else tool_choice.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def asks_for_call(tool_choice: Any) -> bool:
+    """Whether a ``tool_choice`` asks for a call: ``"required"``, or a function named."""
+    return tool_choice == "required" or chosen_tool(tool_choice) is not None
+
+
+def _unchosen(
+    calls: Sequence[ToolCall],
+    raw_calls: Sequence[Any],
+    content: str | None,
+    tool_choice: Any,
+) -> list[ToolCallError]:
+    """What of an answer breaks the request's ``tool_choice``: text where it asks for a call
+    (``"required"``, or a function named), a call to another tool than the one named."""
+    named = chosen_tool(tool_choice)
+    if raw_calls:
+        return [
+            ToolCallError(
+                "not_chosen",
+                c.id,
+                c.name,
+                "$",
+                f"tool_choice asks for a call to {named}, not to {c.name}",
+                None,
+                (named,),
+            )
+            for c in calls
+            if named is not None and c.name != named
+        ]
+    if content is None or not asks_for_call(tool_choice):
+        return []  # no text at all (a refusal, speech): not an answer to correct
+    wanted = f"a call to {named}" if named is not None else "a tool call"
+    return [
+        ToolCallError(
+            "call_required",
+            None,
+            named or "",
+            "$",
+            f"tool_choice asks for {wanted}: answer with the call, not with text",
+            short(content or ""),
+            (named,) if named is not None else (),
+        )
+    ]
 
 
 #: llama.cpp's function-calling wire syntax cut short: a tool named, no arguments written
