@@ -596,3 +596,66 @@ def test_calls_after_the_first_are_dropped_when_parallel_calls_are_off() -> None
     ]
     assert len(_v().validate(both, "tool_calls", parallel_tool_calls=True).tool_calls) == 2
     assert len(_v().validate(both, "tool_calls").tool_calls) == 2
+
+
+# -- arguments written as JSON text ------------------------------------------------------------
+
+
+class _Address(BaseModel):
+    city: str
+    zip: str | None = None
+
+
+class _Person(BaseModel):
+    name: str
+    home: _Address
+    tags: list[str] = []
+    note: str | dict[str, str] | None = None
+
+
+PERSON = [
+    {"type": "function", "function": {"name": "save", "parameters": _Person.model_json_schema()}}
+]
+
+
+def _save(args: dict[str, Any]) -> dict[str, Any]:
+    return Reply.call("save", {"name": "Ann", **args}).message()
+
+
+def test_a_nested_argument_written_as_json_text_is_decoded() -> None:
+    """Models write a nested object or list as JSON text (``"home": "{\\"city\\": ..."``):
+    where the schema (a pydantic model's ``$defs`` and ``$ref``) takes an object or a list and
+    no string, the text is decoded (a ``coerced`` repair); where it takes a string too, or the
+    text is no JSON, it stays as written."""
+    validator = ToolCallValidator(PERSON, GuardConfig.from_dict({}, env={}))
+    home = {"city": "Oslo", "zip": None}
+    report = validator.validate(_save({"home": json.dumps(home), "tags": '["a", "b"]'}))
+    assert report.ok
+    assert json.loads(report.tool_calls[0].arguments) == {
+        "name": "Ann",
+        "home": home,
+        "tags": ["a", "b"],
+    }
+    assert [r.path for r in report.repairs] == ["$.home", "$.tags"]
+    kept = validator.validate(_save({"home": home, "note": '{"a": "b"}'}))
+    assert kept.ok
+    assert json.loads(kept.tool_calls[0].arguments)["note"] == '{"a": "b"}'  # a string fits
+    broken = validator.validate(_save({"home": '{"city": "Oslo"'}))
+    assert _kinds(broken) == ["type_mismatch"]
+    off = ToolCallValidator(PERSON, GuardConfig.from_dict({"tool_validation": {"coerce": False}}))
+    assert _kinds(off.validate(_save({"home": json.dumps(home)}))) == ["type_mismatch"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["city", "zip"]),
+        st.one_of(st.text(max_size=20), st.none()),
+    ).filter(lambda d: isinstance(d.get("city"), str))
+)
+def test_an_object_written_as_json_text_decodes_to_itself(home: dict[str, Any]) -> None:
+    """Any object the schema takes, encoded as text, is decoded back to itself."""
+    validator = ToolCallValidator(PERSON, GuardConfig.from_dict({}, env={}))
+    report = validator.validate(_save({"home": json.dumps(home)}))
+    assert report.ok
+    assert json.loads(report.tool_calls[0].arguments)["home"] == home

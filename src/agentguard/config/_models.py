@@ -270,7 +270,8 @@ class ToolValidationConfig(Section):
     )
     coerce: bool = Field(
         True,
-        description="Lossless coercions as repairs: '5' -> 5 for an integer, 'true' -> true.",
+        description="Lossless coercions as repairs: '5' -> 5 for an integer, 'true' -> true, an "
+        "object or list written as JSON text where the schema takes it and no string.",
     )
     unexpected_arguments: Literal["error", "drop", "allow"] = Field(
         "error",

@@ -357,7 +357,7 @@ class ToolCallValidator:
                         )
                     )
         if cfg.coerce and cfg.repair:
-            args, coerced = _coerce(args, declared)
+            args, coerced = _coerce(args, declared, spec.parameters)
             for key, before, after in coerced:
                 repairs.append(Repair("coerced", call_id, f"$.{key}", short(before), short(after)))
         fast = self._fast[name]
@@ -538,9 +538,12 @@ def _allowed(schema: Any, value: str) -> bool:
 
 
 def _coerce(
-    args: dict[str, Any], declared: Mapping[str, Any]
+    args: dict[str, Any], declared: Mapping[str, Any], root: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
-    """Lossless coercions of top-level scalars: "5" -> 5, "2.5" -> 2.5, "true" -> true."""
+    """Lossless coercions of top-level arguments given as text: "5" -> 5, "2.5" -> 2.5,
+    "true" -> true, and an object or list written as JSON text (``"{\"city\": \"Oslo\"}"``,
+    as models write a nested argument) where the schema (``root``: its ``$defs``) takes that and
+    no string."""
     changed: list[tuple[str, Any, Any]] = []
     out = args
     for key, value in args.items():
@@ -550,7 +553,9 @@ def _coerce(
         kind = schema.get("type")
         new: Any = value
         text = value.strip()
-        if kind == "integer" and re.fullmatch(r"-?\d{1,18}", text):
+        if text[:1] in ("{", "[") and kind != "string":
+            new = _encoded_json(text, _accepted(schema, root))
+        elif kind == "integer" and re.fullmatch(r"-?\d{1,18}", text):
             new = int(text)
         elif kind == "number" and re.fullmatch(r"-?\d{1,18}(\.\d{1,18})?", text):
             number = float(text)
@@ -563,6 +568,52 @@ def _coerce(
             out[key] = new
             changed.append((key, value, new))
     return out, changed
+
+
+def _encoded_json(text: str, accepted: set[str]) -> Any:
+    """The object or list ``text`` encodes when the schema takes it and no string, else
+    ``text`` itself."""
+    if "string" in accepted or not accepted & {"object", "array"}:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    kind = "object" if isinstance(value, dict) else "array" if isinstance(value, list) else ""
+    if kind not in accepted or too_deep(value):
+        return text
+    return value
+
+
+def _accepted(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int = 0) -> set[str]:
+    """The JSON types a (sub)schema takes: its ``type``, through a local ``$ref`` and the
+    branches of ``anyOf`` / ``oneOf`` (a pydantic model's nested field, an ``Optional``);
+    every type when it does not say (or says too deep)."""
+    everything = {"object", "array", "string", "number", "integer", "boolean", "null"}
+    if depth > 8:
+        return everything
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target: Any = root
+        for part in ref.removeprefix("#/").split("/") if ref.startswith("#/") else [None]:
+            target = target.get(part) if isinstance(target, Mapping) and part else None
+        return _accepted(target, root, depth + 1) if isinstance(target, Mapping) else everything
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    if isinstance(kind, list):
+        return {k for k in kind if isinstance(k, str)}
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and branches:
+        found: set[str] = set()
+        for branch in branches:
+            if not isinstance(branch, Mapping):
+                return everything
+            found |= _accepted(branch, root, depth + 1)
+        return found
+    if "properties" in schema:
+        return {"object"}
+    return everything
 
 
 def _ends_inside_a_string(text: str) -> bool:
