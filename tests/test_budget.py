@@ -21,7 +21,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from _stores import RedisServer
 from agentguard import BudgetExceeded, GuardConfig, StoreUnavailable, Usage
-from agentguard.budget import TokenLedger, clamp_output_tokens, estimate_tokens, estimate_usage
+from agentguard.budget import (
+    InvalidTokenCount,
+    TokenLedger,
+    clamp_output_tokens,
+    estimate_tokens,
+    estimate_usage,
+)
 from agentguard.budget._estimate import IMAGE_CEILING, IMAGE_FLOOR, IMAGE_UNKNOWN, image_size
 from agentguard.config import StorageConfig, TokenBudgetConfig
 from agentguard.events import BudgetExhausted, BudgetWarning, StoreFallback, StoreRecovered
@@ -143,6 +149,17 @@ def test_unknown_model_costs_nothing_but_counts_tokens() -> None:
     ledger.commit(ledger.reserve("s", 5, model="local"), Usage(10, 5))
     snap = ledger.usage("s")
     assert (snap.session_tokens, snap.session_cost) == (15, 0.0)
+
+
+def test_a_call_for_several_answers_may_use_the_cap_for_each() -> None:
+    """``answers`` (chat's ``n``): the output the call may use is the cap times the answers,
+    and it is admitted only when all of it fits."""
+    ledger = _ledger(per_session=5_000, policy="hard_stop", max_output_tokens=1_000)
+    assert ledger.reserve("s", 100, max_output_tokens=4_000, answers=3).output_tokens == 3_000
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("t", 100, answers=5)  # 100 + 5 x 1,000 > 5,000
+    with pytest.raises(InvalidTokenCount):
+        ledger.reserve("u", 100, answers=-1)
 
 
 def test_estimates_err_high_and_are_marked() -> None:

@@ -629,3 +629,21 @@ def test_text_where_tool_choice_names_a_tool_is_re_asked(stream: bool) -> None:
         assert [c.function.name for c in answer.choices[0].message.tool_calls] == ["read_file"]
     assert len(model.requests) == 2
     assert model.requests[1].params["tool_choice"] == pinned
+
+
+@pytest.mark.parametrize(("n", "refused"), [(1, False), (2, False), (8, True)])
+def test_a_budget_holds_the_output_of_every_answer_asked_for(n: int, refused: bool) -> None:
+    """``n`` answers may each use the whole output cap (``max_tokens`` applies per answer): a
+    hard_stop budget admits the call only when all of them fit (before: one answer's worth was
+    held, and eight answers of 1,000 tokens could pass a 5,000-token budget)."""
+    config = _config(token_budget={"per_session": 5_000, "policy": "hard_stop"})
+    model = ScriptedModel([GOOD])
+    client = ag.wrap(_client(model), config, clock=FakeClock())
+    ask = {"model": "fast", "messages": MESSAGES, "tools": TOOLS, "max_tokens": 1_000, "n": n}
+    if refused:
+        with pytest.raises(ag.BudgetExceeded):
+            client.chat.completions.create(**ask)
+        assert model.requests == []
+    else:
+        client.chat.completions.create(**ask)
+        assert model.requests[0].params["n"] == n  # sent as asked

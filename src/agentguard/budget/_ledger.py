@@ -209,6 +209,7 @@ class TokenLedger:
         *,
         max_output_tokens: int | None = None,
         model: str | None = None,
+        answers: int = 1,
     ) -> Reservation:
         """Check the budgets and hold the tokens of one call, atomically.
 
@@ -223,6 +224,8 @@ class TokenLedger:
             estimated_tokens: estimated prompt tokens (see :func:`estimate_tokens`).
             max_output_tokens: the output limit the request asks for, if any.
             model: the model, for pricing the commit.
+            answers: the answers the call asks for (chat's ``n``): each may use the whole
+                output limit, which applies to each answer.
 
         Returns:
             The reservation, carrying the policy's decision.
@@ -232,7 +235,7 @@ class TokenLedger:
             InvalidTokenCount: a token count is not a whole number in ``[0, MAX_TOKENS]``.
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
-        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model)
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = self._store.reserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
@@ -243,9 +246,10 @@ class TokenLedger:
         *,
         max_output_tokens: int | None = None,
         model: str | None = None,
+        answers: int = 1,
     ) -> Reservation:
         """Async twin of :meth:`reserve`."""
-        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model)
+        hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = await self._store.areserve(self._spec, hold, now)
         return self._admit(hold, estimated_tokens, model, now, state)
 
@@ -341,6 +345,7 @@ class TokenLedger:
         estimated_tokens: int,
         max_output_tokens: int | None,
         model: str | None,
+        answers: int = 1,
     ) -> tuple[Hold, float]:
         """The hold to place (the output beyond a learned estimate as headroom), and the time."""
         if not _whole(estimated_tokens) or not 0 <= estimated_tokens <= MAX_TOKENS:
@@ -349,6 +354,8 @@ class TokenLedger:
             output = self._cap or 0
         else:
             output = self.output_cap(max_output_tokens) or 0
+        if answers != 1:
+            output = min(output * _checked(answers, "answers"), MAX_TOKENS)
         held = output
         learned = self._learned
         if learned is not None and output:

@@ -430,6 +430,7 @@ class Pipeline:
                 self._prompt_tokens(call),
                 max_output_tokens=_token_count(max_output_tokens) or UNCAPPED_OUTPUT,
                 model=tier.model,
+                answers=_answers(call.request.params.get("n")),
             )
             if reservation.decision != "ok":
                 b.budget = "warning"
@@ -1335,6 +1336,12 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
         raise exhausted from error
     _record(call, error)
     raise error
+
+
+def _answers(n: Any) -> int:
+    """The answers a chat request asks for (``n``): each may use the whole output cap. A value
+    that is no count is one answer here (the upstream refuses it)."""
+    return n if n.__class__ is int and 1 <= n <= 128 else 1
 
 
 def _token_count(value: object) -> int | None:
