@@ -194,32 +194,21 @@ class Runs:
             new_id: gives the id of a new run.
         """
         found = self._threads.get((realm, thread))
-        run: Run | None = None
-        if found is not None and self._runs.get(id(found[0])) is found[0]:
-            last = found[0].last
-            # a conversation goes on from wherever it is; an answer only from itself (an
-            # answer the run has gone past is followed again: a retry or another sample)
-            if last is not None and (last[0] == found[1] or thread.startswith("conversation:")):
-                run = found[0]
-            parent = found[0]
-        else:
-            parent = None
-        if run is None:
-            run = Run(new_id(), namespace, self._detector(), self._memory)
-            if parent is not None:
-                run.forced_tier = parent.forced_tier
-            self._add(run)
-            start, tokens = 0, 0
-        else:
-            self._runs.move_to_end(id(run))
-            last = run.last
-            assert last is not None
-            start, tokens = last[0] + 1, last[2]
-        new: list[New] = []
-        for offset, message in enumerate(messages):
-            tokens += message_tokens(message)
-            new.append((start + offset, message_key(message), tokens, message))
-        return run, new, tokens
+        parent, at = found if found is not None else (None, -1)
+        if parent is not None and self._runs.get(id(parent)) is not parent:
+            parent = None  # forgotten since
+        last = parent.last if parent is not None else None
+        # a conversation goes on from wherever it is; an answer only from itself (an answer the
+        # run has gone past is followed again: a retry or another sample, a fork)
+        going_on = last is not None and (last[0] == at or thread.startswith("conversation:"))
+        if parent is not None and last is not None and going_on:
+            self._runs.move_to_end(id(parent))
+            return parent, *_news(messages, last[0] + 1, last[2])
+        run = Run(new_id(), namespace, self._detector(), self._memory)
+        if parent is not None:
+            run.forced_tier = parent.forced_tier
+        self._add(run)
+        return run, *_news(messages, 0, 0)
 
     def answered(self, run: Run, realm: str, thread: str) -> None:
         """``run``'s latest message (its answer) is what ``thread`` names from now on."""
@@ -326,6 +315,16 @@ def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, A
         ):
             later = run
     return later
+
+
+def _news(messages: Sequence[Mapping[str, Any]], start: int, tokens: int) -> tuple[list[New], int]:
+    """``messages`` as unseen ones from index ``start``, after ``tokens`` of history, and the
+    tokens of the history with them."""
+    new: list[New] = []
+    for offset, message in enumerate(messages):
+        tokens += message_tokens(message)
+        new.append((start + offset, message_key(message), tokens, message))
+    return new, tokens
 
 
 def thread_of(params: Mapping[str, Any]) -> str | None:
