@@ -531,3 +531,41 @@ async def test_an_error_event_after_the_first_words_ends_the_stream_as_it_came(
     assert sent[: sent.index(REPORT)] == b"".join(parts)
     assert sent[sent.index(REPORT) :].count(b"\n\n") == 1  # the report is the last line
     assert DONE not in sent
+
+
+RESPONSE_ERROR = (
+    b'event: error\ndata: {"type": "error", "code": "server_error", "message": "The server had '
+    b'an error", "param": null, "sequence_number": 0}\n\n'
+)
+
+
+async def test_a_responses_error_event_before_the_answer_is_retried() -> None:
+    """A Responses stream that opens with its ``error`` event: retried; the caller reads the
+    next attempt's answer."""
+    answer = _responses_body("", "The docs are at /docs.")
+    server = _cutting([Body([RESPONSE_ERROR]), Body(answer)])
+    sent = _sent(await _call(server, path="/v1/responses"))
+    assert b"server_error" not in sent
+    assert b"The docs are at /docs." in sent
+    assert b'"x-agentguard-attempts": "m:transient,m:ok"' in sent
+
+
+async def test_a_responses_error_event_on_every_attempt_is_an_error_answer() -> None:
+    """Every attempt fails so: an error answer with the status the error names and the
+    upstream's error as the body."""
+    server = _cutting([Body([RESPONSE_ERROR]) for _ in range(10)])
+    out = await _call(server, path="/v1/responses")
+    assert out[0]["status"] == 502
+    assert json.loads(_sent(out))["error"]["code"] == "server_error"
+
+
+async def test_a_responses_error_event_after_reasoning_went_out_ends_the_stream_on_it() -> None:
+    """Reasoning went out live, then the upstream failed: no attempt can go on from it; the
+    stream ends on the upstream's own ``error`` event, as it came."""
+    events = _responses_body("Thinking about the docs.", "The docs are at /docs.")
+    cut = next(i for i, e in enumerate(events) if b"reasoning_summary_text.delta" in e) + 1
+    server = _cutting([Body([*events[:cut], RESPONSE_ERROR])])
+    sent = _sent(await _call(server, path="/v1/responses"))
+    assert b"reasoning_summary_text.delta" in sent  # went out live
+    assert RESPONSE_ERROR in sent
+    assert b"The docs are at /docs." not in sent

@@ -491,3 +491,114 @@ async def test_a_streamed_conversation_kept_upstream_is_one_session() -> None:
         sessions.add(ag.report_of(stream).session)
     assert len(sessions) == 1
     assert ag.report_of(stream).warnings == (IDENTICAL_3,)
+
+
+# -- an error the upstream reports inside its stream --------------------------------------------
+
+FAILED_RESPONSE = {
+    "id": "resp_failed",
+    "object": "response",
+    "created_at": 1,
+    "model": "small",
+    "status": "failed",
+    "error": {"code": "server_error", "message": "The server had an error"},
+    "output": [],
+    "incomplete_details": None,
+    "instructions": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "temperature": 1.0,
+    "tool_choice": "auto",
+    "tools": [],
+    "top_p": 1.0,
+}
+ERROR_EVENTS = {
+    "error": [
+        {"type": "error", "code": "server_error", "message": "The server had an error",
+         "param": None, "sequence_number": 0},
+    ],
+    "response.failed": [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**FAILED_RESPONSE, "status": "in_progress", "error": None}},
+        {"type": "response.failed", "sequence_number": 1, "response": FAILED_RESPONSE},
+    ],
+}  # fmt: skip
+
+
+def _failing(kind: str, failures: int, *, asynchronous: bool = False) -> tuple[Any, list[int]]:
+    """An upstream whose first ``failures`` streams are the error ``kind``, then answers."""
+    model = ScriptedModel([Reply.text("Hello there.")])
+    inner = model.mock_transport(http)
+    calls: list[int] = []
+
+    def handler(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= failures:
+            events = ERROR_EVENTS[kind]
+        else:
+            body = json.loads(request.content)
+            del body["stream"]
+            plain = http.Request("POST", request.url, content=json.dumps(body).encode())
+            events = list(response_events(json.loads(inner.handler(plain).content)))
+        sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=sse)
+
+    base = {"api_key": "sk-test", "base_url": "http://upstream.invalid/v1", "max_retries": 0}
+    if asynchronous:
+        transport = http.MockTransport(handler)
+        return openai.AsyncOpenAI(**base, http_client=http.AsyncClient(transport=transport)), calls
+    return openai.OpenAI(
+        **base, http_client=http.Client(transport=http.MockTransport(handler))
+    ), calls
+
+
+@pytest.mark.parametrize("kind", ["error", "response.failed"])
+def test_an_error_event_before_the_answer_is_retried(kind: str) -> None:
+    """The upstream's stream fails before any of its answer (an ``error`` event, or
+    ``response.failed``: the raw client hands either on and raises nothing): the guard tries
+    again, and the caller reads the next attempt's answer (before: the failure, as an answer
+    the guard called fine)."""
+    client, calls = _failing(kind, 1)
+    raw = [e.type for e in client.responses.create(model="small", input="hi", stream=True)]
+    assert raw[-1] == kind
+    calls.clear()
+    guarded = ag.wrap(client, CONFIG, sleep=lambda seconds: None)
+    stream = guarded.responses.create(model="fast", input="hi", stream=True)
+    events = list(stream)
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "Hello there."
+    assert [e.type for e in events].count("response.created") == 1
+    assert len(calls) == 2
+    report = ag.report_of(stream)
+    assert report is not None
+    assert report.retries == 1
+
+
+@pytest.mark.parametrize("kind", ["error", "response.failed"])
+def test_an_error_event_on_every_attempt_reaches_the_caller_as_it_came(kind: str) -> None:
+    """Every attempt on the one tier fails so: the caller reads the last one's events, the
+    error last, as the raw client does (no exception), with the guard's report. (With a tier to
+    move to, the guard tries it, and raises ``TiersExhausted`` when it fails too.)"""
+    client, _ = _failing(kind, 100)
+    raw = [e.model_dump() for e in client.responses.create(model="small", input="hi", stream=True)]
+    guarded = ag.wrap(client, STATEFUL, sleep=lambda seconds: None)
+    stream = guarded.responses.create(model="small", input="hi", stream=True)
+    assert [e.model_dump() for e in stream] == raw
+    report = ag.report_of(stream)
+    assert report is not None
+    assert report.retries > 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("failures", [1, 100], ids=["then-answers", "always"])
+async def test_an_error_event_through_an_async_client(failures: int) -> None:
+    """The same through ``AsyncOpenAI``: retried, or handed on as it came."""
+    client, _ = _failing("response.failed", failures, asynchronous=True)
+    guarded = ag.wrap(client, STATEFUL, sleep=_no_wait)
+    stream = await guarded.responses.create(model="small", input="hi", stream=True)
+    kinds = [event.type async for event in stream]
+    assert kinds[-1] == ("response.completed" if failures == 1 else "response.failed")
+
+
+async def _no_wait(seconds: float) -> None:
+    return None

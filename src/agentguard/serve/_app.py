@@ -644,6 +644,8 @@ def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
     stream's ``data: {"error": {...}}``; a Responses stream's ``error`` event (``type``,
     ``code``, ``message``, ``param`` and the next ``sequence_number`` after the events it
     ``responses`` received), which the SDK hands on as a ``ResponseErrorEvent``."""
+    if isinstance(exc, UpstreamError) and exc.event is not None:  # the upstream's own event
+        return _sse(exc.event.data, exc.event.name)
     if isinstance(exc, UpstreamError) and exc.content:
         return _sse(exc.content.decode("utf-8", "replace"))
     kind = "error"

@@ -177,6 +177,8 @@ class UpstreamError(ModelError):
         super().__init__(message, status_code=status_code, headers=headers, model=model)
         self.content = content
         self.headers = httpx.Headers(headers or {})
+        #: the stream event that reported it, when the upstream failed inside its stream
+        self.event: Event | None = None
 
 
 def _responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -470,8 +472,8 @@ class HTTPUpstream:
             async for event in _events(response):
                 if forward is not None and responses:
                     forward.events.append(event)
-                if not responses and isinstance(event.get("error"), Mapping):
-                    raise _reported(event, model=request.model)
+                if _failed(event, responses):
+                    raise _reported(event, responses=responses, model=request.model)
                 chunk = _event_chunk(event, calls) if responses else _chat_chunk(event)
                 if forward is not None and not responses:
                     forward.last = event
@@ -485,18 +487,38 @@ class HTTPUpstream:
             await response.aclose()
 
 
-def _reported(event: Event, *, model: str) -> UpstreamError:
-    """A chat stream's error event (``data: {"error": {...}}``, after a 200 head: OpenRouter's
-    and OpenAI's way to fail mid-answer) as the upstream error it is, with the status its code
-    or name stands for (see ``inband_status``): retried while
-    nothing of the attempt reached the caller, else passed on as the event it came as."""
-    return UpstreamError(
+def _failed(event: Event, responses: bool) -> bool:
+    """Whether an upstream stream's event is its error: a chat stream's ``data: {"error":
+    {...}}`` (after a 200 head: OpenRouter's and OpenAI's way to fail mid-answer), a Responses
+    stream's ``error`` event or ``response.failed``."""
+    if responses:
+        return (event.get("type") or event.name) in ("error", "response.failed")
+    return isinstance(event.get("error"), Mapping)
+
+
+def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
+    """An upstream stream's error event (see :func:`_failed`) as the upstream error it is, with
+    the status its code or name stands for (see ``inband_status``): retried while nothing of
+    the attempt reached the caller; then, or once every attempt failed so, passed on — as the
+    event it came as once the answer has begun, else as an error answer whose body is the
+    error (``{"error": {...}}``)."""
+    if not responses:
+        error: Any = event["error"]
+    elif (event.get("type") or event.name) == "response.failed":
+        found = event.get("response")
+        error = found.get("error") if isinstance(found, Mapping) else None
+    else:
+        error = {k: event.get(k) for k in ("type", "code", "message", "param")}
+    error = dict(error) if isinstance(error, Mapping) else {}
+    failure = UpstreamError(
         "the upstream reported an error in its stream",
-        status_code=inband_status(event["error"]),
+        status_code=inband_status(error),
         headers={"content-type": "application/json"},
-        content=event.data.encode(),
+        content=json.dumps({"error": error}).encode() if responses else event.data.encode(),
         model=model,
     )
+    failure.event = event
+    return failure
 
 
 def _chat_chunk(event: Event) -> StreamChunk:

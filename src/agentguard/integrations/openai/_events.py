@@ -27,6 +27,7 @@ from agentguard.transport import StreamChunk, attach_report
 from ._responses import (
     ENDS,
     OPENINGS,
+    ReportedError,
     cut_response,
     is_text_event,
     response_from_responses,
@@ -206,6 +207,13 @@ class _Events:
             type="response.incomplete", response=type(created.response).construct(**data)
         )
 
+    def failed(self, stream: Any, error: ReportedError) -> list[Any]:
+        """The upstream's events not handed on yet, its error event last (the raw client hands
+        it on as an event, raising nothing); the report is the error's."""
+        report = error.agentguard_report
+        self.done(stream, report if isinstance(report, GuardReport) else None)
+        return [self._emit(e) for e in self._pending()]
+
     def done(self, stream: Any, report: GuardReport | None) -> None:
         if report is not None:
             for owner in (stream, *self.owners):
@@ -238,8 +246,12 @@ class ResponsesStream(Iterating):
     def _chunks(self) -> Iterator[Any]:
         while self._head:
             yield from self._events.of(self._head.pop(0))
-        for chunk in self._inner:
-            yield from self._events.of(chunk)
+        try:
+            for chunk in self._inner:
+                yield from self._events.of(chunk)
+        except ReportedError as error:
+            yield from self._events.failed(self, error)
+            return
         yield from self._events.end()
         self._events.done(self, self._inner.report)
 
@@ -271,9 +283,14 @@ class AsyncResponsesStream(AsyncIterating):
         while self._head:
             for event in self._events.of(self._head.pop(0)):
                 yield event
-        async for chunk in self._inner:
-            for event in self._events.of(chunk):
+        try:
+            async for chunk in self._inner:
+                for event in self._events.of(chunk):
+                    yield event
+        except ReportedError as error:
+            for event in self._events.failed(self, error):
                 yield event
+            return
         for event in self._events.end():
             yield event
         self._events.done(self, self._inner.report)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentguard.exceptions import ModelError
 from agentguard.transport import (
     ORIGINAL,
     ModelRequest,
@@ -34,6 +35,7 @@ __all__ = [
     "OPENINGS",
     "REASONING_DELTAS",
     "RESPONSES",
+    "ReportedError",
     "ResponsesCall",
     "chat_tools",
     "chunk_of_event",
@@ -401,9 +403,33 @@ def responses_output(body: Mapping[str, Any], message: Mapping[str, Any]) -> lis
     return kept
 
 
+class ReportedError(ModelError):
+    """An error the upstream reported inside its 200 stream: an ``error`` event, or
+    ``response.failed`` (the openai client hands both on as events, raising nothing).
+
+    ``body`` is the error (``code``, ``message``), classified as the openai client's in-band
+    ``APIError`` is (see :mod:`agentguard.resilience`): retried while nothing of the attempt
+    reached the caller; then, or once every attempt failed so, the stream hands on ``event``
+    as the last of the upstream's events, as the raw client does.
+    """
+
+    def __init__(self, event: Any) -> None:
+        found = getattr(getattr(event, "response", None), "error", None) or event
+        code, message = getattr(found, "code", None), getattr(found, "message", None)
+        super().__init__("the upstream reported an error in its stream", status_code=None)
+        self.event = event
+        self.body = {"code": code, "message": message}
+
+
 def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
-    """One upstream event as a neutral chunk (``calls``: output index -> tool-call index)."""
+    """One upstream event as a neutral chunk (``calls``: output index -> tool-call index).
+
+    Raises:
+        ReportedError: the event is the upstream's error (``error``, ``response.failed``).
+    """
     kind = getattr(event, "type", None)
+    if kind in ("error", "response.failed"):
+        raise ReportedError(event)
     if kind == "response.output_text.delta":
         return StreamChunk(content=event.delta, raw=event)
     if kind in REASONING_DELTAS and isinstance(getattr(event, "delta", None), str):
