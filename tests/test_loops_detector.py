@@ -466,3 +466,41 @@ def test_ok_verdicts_about_invented_tool_names_stay_bounded() -> None:
         (verdict,) = detector.observe({"role": "assistant", "content": None, "tool_calls": [call]})
         assert verdict == Verdict(tool=f"t{n}")
         assert len(detector._oks) <= _detector._OK_NAMES
+
+
+def test_a_result_is_keyed_only_when_its_tool_returns_something_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool returning one text (or called once) never has its result decoded and keyed; its
+    second, different text keys both, to tell whether they are the same result after all."""
+    keyed: list[Any] = []
+    real = LoopDetector._result_fp
+
+    def counting(self: LoopDetector, name: str, result: Any, policy: Any) -> str:
+        keyed.append(result)
+        return real(self, name, result, policy)
+
+    monkeypatch.setattr(LoopDetector, "_result_fp", counting)
+    det = LoopDetector()
+    first = '{"state": "running", "checked_at": "2026-11-20T09:00:00Z"}'
+    verdicts = [step(det, "status", {"job": 1}, first) for _ in range(3)]
+    step(det, "lookup", {"id": 2}, "found it")
+    assert keyed == []
+    assert verdicts[-1].severity is WARNING  # (the third identical call: no progress)
+    later = '{"checked_at": "2026-11-20T09:05:00Z", "state": "running"}'  # noise only
+    step(det, "status", {"job": 1}, later)
+    assert next(s for s in det._keys.values() if s.name == "status").same == 4  # the same result
+    assert keyed == [later, first]
+
+
+def test_a_declared_policy_judges_later_results_against_the_earlier_identity() -> None:
+    """Declaring a tool's policy after its first result compares later results with what that
+    result was under the policy it came with, as when every result was keyed at once."""
+    det = LoopDetector()
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "a"}')
+    det.declare(ToolLoopPolicy("status", volatile_results=frozenset({"node"})))
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "a"}')
+    state = next(iter(det._keys.values()))
+    assert state.same == 1  # keyed under the new policy: no longer the same result
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "b"}')
+    assert state.same == 2

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -29,7 +29,7 @@ from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
-from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool, text_result_key
+from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
 from ._text import ResponseWindow, degenerate_repeats, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
@@ -132,8 +132,8 @@ class ToolEvent:
     """
 
     __slots__ = (
-        "_text", "ahead", "arguments", "cycle", "error", "fp", "kind", "name", "policy", "result",
-        "rfp", "stalled", "state",
+        "_identify", "_text", "ahead", "arguments", "cycle", "error", "fp", "kind", "name",
+        "policy", "result", "rfp", "stalled", "state",
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917 - built twice per tool call: positional is cheapest
@@ -149,6 +149,7 @@ class ToolEvent:
         result: Any = None,
         rfp: str = "",
         error: bool = False,
+        identify: Callable[[str, Any, ToolLoopPolicy | None], str] | None = None,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -162,7 +163,15 @@ class ToolEvent:
         self.result = result
         self.rfp = rfp
         self.error = error
+        self._identify = identify
         self._text: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The result's identity, a failure's as well (``rfp`` only says that it failed)."""
+        if not self.error or self._identify is None:
+            return self.rfp
+        return self._identify(self.name, self.result, self.policy)
 
     @property
     def arguments_text(self) -> str:
@@ -651,14 +660,7 @@ class SameResult(Detector):
         name = event.name
         # a failure's text matters here: different business errors are different answers (a
         # text one's identity remembered, as a result's is: a failing call repeats its error)
-        key = event.rfp
-        if event.error:
-            result = event.result
-            key = (
-                text_result_key(result, event.policy)
-                if result.__class__ is str
-                else result_key(result, event.policy)
-            )
+        key = event.key
         seen, runs = self.seen, self.runs
         news = (name, key) not in seen
         run = runs.get(name)
