@@ -38,6 +38,7 @@ from ._detectors import (
     pick,
 )
 from ._identity import (
+    StandIns,
     ToolLoopPolicy,
     call_key,
     content_text,
@@ -56,10 +57,6 @@ _RECENT_RESULTS = 4
 _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
-#: Tools remembered with a result text standing in for its identity (see
-#: :meth:`LoopDetector._result_id`), and those texts' characters in all; beyond, results are
-#: keyed at once.
-_STAND_INS, _STAND_IN_CHARS = 256, 262_144
 
 
 @functools.cache
@@ -159,11 +156,7 @@ class LoopDetector:
         self._result_memo: dict[tuple[str, str], str] = {}
         self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         self._oks: dict[str, Verdict] = {}
-        # per tool with results: the text standing in for a class of its results, the class's
-        # identity and its key once computed; (None, None, None) for a tool whose results are
-        # keyed at once (see _result_id)
-        self._stand_ins: dict[str, tuple[str | None, str | None, str | None]] = {}
-        self._stand_in_chars = 0
+        self._result_ids = StandIns(self._result_fp)  # results' identities, keyed when needed
 
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
@@ -191,12 +184,7 @@ class LoopDetector:
 
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
-        entry = self._stand_ins.get(policy.name)
-        if entry is not None and entry[0] is not None:
-            # the stand-in's key under the old policy; the same text is no longer known to be
-            # the same result
-            old = self._result_fp(policy.name, entry[0], self._policies.get(policy.name))
-            self._stand_ins[policy.name] = (None, entry[1], old)
+        self._result_ids.declared(policy.name, self._policies.get(policy.name))
         self._policies[policy.name] = policy
         self._fp_memo.clear()  # identities computed under the old policy
         self._result_memo.clear()
@@ -253,7 +241,7 @@ class LoopDetector:
             rfp = ERROR_MARK
         else:
             state.errors = 0
-            rfp = self._result_id(name, result, policy)
+            rfp = self._result_ids.identity(name, result, policy)
         recent = state.recent
         state.novel = rfp not in recent
         if state.novel:
@@ -285,7 +273,7 @@ class LoopDetector:
             result,
             rfp,
             error,
-            self._result_id,
+            self._result_ids.identity,
         )
         return self._judge(event)
 
@@ -464,47 +452,6 @@ class LoopDetector:
                 del memo[next(iter(memo))]
         return fp
 
-    def _result_id(self, name: str, result: Any, policy: ToolLoopPolicy | None) -> str:
-        """The identity of a result of tool ``name``: equal for two results of the tool exactly
-        when their keys (:meth:`_result_fp`) are, but the key is computed only when needed.
-
-        Results are only ever compared with results of the same tool. A tool's first result,
-        when it is a text, stands in for its class: its identity is the text marked with
-        ``\\x01`` (which no key starts with), and the same text again is that identity at once;
-        the key is computed when the tool returns something else, to tell whether that is the
-        same result after all. Most tools of a run are called once, or return one answer, and
-        their results are never keyed.
-        """
-        entry = self._stand_ins.get(name)
-        if entry is None:  # the tool's first result (or too many tools to remember)
-            if len(self._stand_ins) >= _STAND_INS:
-                return self._result_fp(name, result, policy)
-            if (
-                result.__class__ is str
-                and (policy is None or policy.fingerprint is None)  # (a function of the user's)
-                and self._stand_in_chars + len(result) <= _STAND_IN_CHARS
-            ):
-                self._stand_in_chars += len(result)
-                identity = "\x01" + result
-                self._stand_ins[name] = (result, identity, None)
-                return identity
-            self._stand_ins[name] = _KEYED
-            return self._result_fp(name, result, policy)
-        text, marked, key = entry
-        if (
-            text is not None
-            and marked is not None
-            and (result is text or (result.__class__ is str and result == text))
-        ):
-            return marked
-        found = self._result_fp(name, result, policy)
-        if marked is None:  # the tool's results are keyed
-            return found
-        if key is None and text is not None:  # the stand-in's key, computed once
-            key = self._result_fp(name, text, policy)
-            self._stand_ins[name] = (text, marked, key)
-        return marked if found == key else found
-
     def _enter(self, fp: str, name: str) -> CallState:
         key = self._keys.get(fp)
         if key is None:
@@ -562,9 +509,6 @@ class LoopDetector:
                 )
             )
         return verdict
-
-
-_KEYED: tuple[None, None, None] = (None, None, None)  # (see LoopDetector._stand_ins)
 
 
 def _text_of(value: Any) -> str:

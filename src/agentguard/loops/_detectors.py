@@ -18,7 +18,6 @@ hands each detector a :class:`ToolEvent` (or a :class:`TextEvent`) built from it
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -322,7 +321,7 @@ class UnknownToolRepeat(Detector):
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
         self._known = known
-        self.names: OrderedDict[str, int] = OrderedDict()  # unknown name -> calls
+        self.names: dict[str, int] = {}  # unknown name -> calls, oldest first
 
     def quiet(self, event: ToolEvent) -> bool:
         if event.kind == "result":
@@ -347,10 +346,9 @@ class UnknownToolRepeat(Detector):
             if self._known is None or name in self._known:
                 return OK
             self.names[name] = 0
-        self.names[name] += 1
-        self.names.move_to_end(name)
+        self.names[name] = self.names.pop(name) + 1  # (now the newest)
         while len(self.names) > self.config.tool_window:
-            self.names.popitem(last=False)
+            del self.names[next(iter(self.names))]
         return self._judge(name)
 
     def _judge(self, name: str) -> Verdict:
@@ -487,7 +485,7 @@ class NearDuplicate(Detector):
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
-        self.groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
+        self.groups: dict[tuple[str, str], _Group] = {}  # oldest first
         # tools with a group big enough to flag the next variant (may be stale: a stale name
         # only costs the full check)
         self.suspects: set[str] = set()
@@ -520,16 +518,18 @@ class NearDuplicate(Detector):
         groups = self.groups
         group = groups.get(gkey)
         if group is None:  # a new answer: a group of one, newest in the window
-            group = groups[gkey] = _Group(name, event)
+            groups[gkey] = _Group(name, event)
             if len(groups) > cfg.tool_window:
-                groups.popitem(last=False)
-        else:
-            if event.fp not in group.fps:
-                score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
-                if score < cfg.near_duplicate_threshold:
-                    return OK
-            groups.move_to_end(gkey)
-            group.fps.add(event.fp)
+                del groups[next(iter(groups))]
+            if cfg.no_progress_warn_at <= 2:  # (as below, for a count of one)
+                self.suspects.add(name)
+            return OK  # one call is no near-duplicate (the ladder starts at two)
+        if event.fp not in group.fps:
+            score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
+            if score < cfg.near_duplicate_threshold:
+                return OK
+        groups[gkey] = groups.pop(gkey)  # (now the newest)
+        group.fps.add(event.fp)
         count = len(group.fps)
         if count >= cfg.no_progress_warn_at - 1:
             self.suspects.add(name)
@@ -652,8 +652,8 @@ class SameResult(Detector):
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
-        self.runs: OrderedDict[str, _Run] = OrderedDict()  # tool -> its current run
-        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()  # recent (tool, result)
+        self.runs: dict[str, _Run] = {}  # tool -> its current run, oldest tool first
+        self.seen: dict[tuple[str, str], None] = {}  # recent (tool, result), oldest first
         self.epoch = 0  # bumped on every result that is news
 
     def check(self, event: ToolEvent) -> Verdict:
@@ -678,13 +678,13 @@ class SameResult(Detector):
         else:
             run = runs[name] = _Run(key, self.epoch, event)
             if len(runs) > self.config.tool_window:
-                runs.popitem(last=False)
+                del runs[next(iter(runs))]
         if news:
             self.epoch += 1
             run.epoch = self.epoch  # its own news does not break the run it starts
             seen[(name, key)] = None
             if len(seen) > self.config.tool_window:
-                seen.popitem(last=False)
+                del seen[next(iter(seen))]
         if run.count < self.config.no_progress_warn_at:
             return OK
         return self.verdict(no_progress_ladder(run.count, self.config), run.count, name)

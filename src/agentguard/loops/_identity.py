@@ -26,6 +26,7 @@ from agentguard._fingerprint import (
 
 __all__ = [
     "DEFAULT_VOLATILE_FIELDS",
+    "StandIns",
     "ToolLoopPolicy",
     "call_fingerprint",
     "call_key",
@@ -395,6 +396,77 @@ def forget_texts() -> None:
         calls.clear()
     for failures in _FAILURE_MEMOS:
         failures.clear()
+
+
+#: Tools remembered with a text standing in for an identity (see :class:`StandIns`), and those
+#: texts' characters in all; the others' identities are keyed at once.
+_STAND_INS, _STAND_IN_CHARS = 256, 262_144
+_KEYED: tuple[None, None, None] = (None, None, None)  # (see StandIns)
+
+
+class StandIns:
+    """Identities of the results (or the calls) of each tool of one run, keyed only when needed.
+
+    An identity is equal for two calls of a tool exactly when their keys (``key``) are, but the
+    key is computed only to tell two different texts of one tool apart. A tool's first text
+    stands in for its class: its identity is the text marked (``\\x01``, the tool's name: no
+    key starts so) and the same text again is that identity at once; the keys of the stand-in
+    and of the other text are computed when the tool meets another text, to tell whether that
+    is the same after all. Most tools of a run are called once, or with one set of arguments,
+    or return one answer, and are never keyed.
+
+    Args:
+        key: the key of a tool's call or result, given the tool, the value and its policy.
+    """
+
+    __slots__ = ("_chars", "_entries", "_key")
+
+    def __init__(self, key: Callable[[str, Any, ToolLoopPolicy | None], str]) -> None:
+        self._key = key
+        # per tool: the text standing in for a class, the class's identity, and the stand-in's
+        # key once computed; _KEYED for a tool whose identities are keys at once
+        self._entries: dict[str, tuple[str | None, str | None, str | None]] = {}
+        self._chars = 0
+
+    def identity(self, name: str, value: Any, policy: ToolLoopPolicy | None) -> str:
+        """The identity of ``value`` (a call's arguments or a result) of tool ``name``."""
+        entry = self._entries.get(name)
+        if entry is None:  # the tool's first (or too many tools to remember)
+            if len(self._entries) >= _STAND_INS:
+                return self._key(name, value, policy)
+            if (
+                value.__class__ is str
+                and (policy is None or policy.fingerprint is None)  # (a function of the user's)
+                and self._chars + len(value) <= _STAND_IN_CHARS
+            ):
+                self._chars += len(value)
+                marked = f"\x01{len(name)}:{name}{value}"
+                self._entries[name] = (value, marked, None)
+                return marked
+            self._entries[name] = _KEYED
+            return self._key(name, value, policy)
+        text, stand_in, key = entry
+        if (
+            text is not None
+            and stand_in is not None
+            and (value is text or (value.__class__ is str and value == text))
+        ):
+            return stand_in
+        found = self._key(name, value, policy)
+        if stand_in is None:  # the tool's identities are keys
+            return found
+        if key is None and text is not None:  # the stand-in's key, computed once
+            key = self._key(name, text, policy)
+            self._entries[name] = (text, stand_in, key)
+        return stand_in if found == key else found
+
+    def declared(self, name: str, old: ToolLoopPolicy | None) -> None:
+        """Tool ``name`` gets a new policy (it had ``old``): its stand-in's key is the one under
+        ``old``, and the same text again is no longer known to be the same."""
+        entry = self._entries.get(name)
+        if entry is not None and entry[0] is not None:
+            key = entry[2] if entry[2] is not None else self._key(name, entry[0], old)
+            self._entries[name] = (None, entry[1], key)
 
 
 def policies_from(
