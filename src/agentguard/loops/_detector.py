@@ -112,7 +112,9 @@ class LoopDetector:
     """
 
     # made by ``_start_tools`` on the first tool event
-    _runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]]
+    _on_call: tuple[tuple[Detector, ...], tuple[Detector, ...]]  # (sticky, loose)
+    _on_result: tuple[tuple[Detector, ...], tuple[Detector, ...]]
+    _checked: str  # the identity of the call checked last
     _on_flag: tuple[Detector, ...]
     _window: deque[str]
     _periods: range
@@ -121,7 +123,7 @@ class LoopDetector:
     _no_runs: tuple[int, ...]
     _outcomes: deque[bool]
     _stalled: int
-    _pending_calls: dict[str, tuple[str, Any]]  # by call id, oldest first
+    _pending_calls: dict[str, tuple[str, Any, str | None]]  # by call id, oldest first
 
     def __init__(
         self,
@@ -167,10 +169,10 @@ class LoopDetector:
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
         # methods, which would be more objects for the garbage collector to walk)
         kinds, flag = _plan(REGISTRY)
-        self._runs_on = {
-            kind: (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
-            for kind, sticky, loose in kinds
-        }
+        self._on_call, self._on_result = (
+            (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
+            for _, sticky, loose in kinds
+        )
         self._on_flag = tuple([detectors[i] for i in flag])
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
@@ -186,6 +188,8 @@ class LoopDetector:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
         self._result_ids.declared(policy.name, self._policies.get(policy.name))
         self._policies[policy.name] = policy
+        if self._tooled:  # the calls awaiting their results are identified again
+            self._pending_calls = {k: (v[0], v[1], None) for k, v in self._pending_calls.items()}
         self._fp_memo.clear()  # identities computed under the old policy
         self._result_memo.clear()
         self._fp_last = None
@@ -209,8 +213,9 @@ class LoopDetector:
         state.calls += 1
         state.pending += 1
         cycle = self._advance_cycle(fp)
+        self._checked = fp  # (observe hands it to the call's result)
         event = ToolEvent("call", name, arguments, fp, policy, state, self._stalled, cycle)
-        return self._judge(event)
+        return self._judge(event, self._on_call)
 
     def record_tool_result(
         self, name: str, arguments: Any, result: Any, error: bool = False
@@ -223,12 +228,19 @@ class LoopDetector:
             result: the result (structured or text); volatile fields are ignored.
             error: the call failed (then the error text does not matter, only that it failed).
         """
+        return self._record(name, arguments, result, error, None)
+
+    def _record(
+        self, name: str, arguments: Any, result: Any, error: bool, fp: str | None
+    ) -> Verdict:
+        """:meth:`record_tool_result`, given the call's identity when its check made it."""
         if not self.config.enabled:
             return OK
         if not self._tooled:
             self._start_tools()
         policy = self._policies.get(name)
-        fp = self._call_fp(name, arguments, policy)
+        if fp is None:
+            fp = self._call_fp(name, arguments, policy)
         state = self._keys.get(fp)
         if state is None or state.pending == 0:  # no check_tool_call preceded: count the call here
             state = self._enter(fp, name)
@@ -275,15 +287,18 @@ class LoopDetector:
             error,
             self._result_ids.identity,
         )
-        return self._judge(event)
+        return self._judge(event, self._on_result)
 
-    def _judge(self, event: ToolEvent) -> Verdict:
-        """Run the detectors that consume ``event``; sticky verdicts stay while the loop lasts.
+    def _judge(
+        self, event: ToolEvent, plan: tuple[tuple[Detector, ...], tuple[Detector, ...]]
+    ) -> Verdict:
+        """Run the detectors that consume ``event`` (``plan``: the sticky ones, then the others,
+        see :func:`_plan`); sticky verdicts stay while the loop lasts.
 
         A detector quiet about the event is not asked: for a healthy call or result that is
         every detector, and no verdict is built at all (the fast path).
         """
-        sticky, loose = self._runs_on[event.kind]
+        sticky, loose = plan
         state = event.state
         verdict = OK
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
@@ -375,7 +390,7 @@ class LoopDetector:
                 if call_id is not None and self._tooled:  # (not when detection is off)
                     if call_id.__class__ is not str:
                         call_id = _text_of(call_id)
-                    self._pending_calls[call_id] = (name, arguments)
+                    self._pending_calls[call_id] = (name, arguments, self._checked)
                     if len(self._pending_calls) > self.config.tool_window:  # the oldest goes
                         del self._pending_calls[next(iter(self._pending_calls))]
         elif role == "user":
@@ -390,11 +405,11 @@ class LoopDetector:
                 pending = self._pending_calls.pop(call_id, None)
             if pending is None:
                 name = _text_of(message.get("name", ""))
-                pending = (name, None) if name else None
+                pending = (name, None, None) if name else None
             if pending is not None:
                 result = message.get("content")
                 failed = is_error_result(result)
-                verdict = self.record_tool_result(pending[0], pending[1], result, failed)
+                verdict = self._record(pending[0], pending[1], result, failed, pending[2])
                 out.append(verdict if verdict.detector else self._ok_about(pending[0]))
         return out
 
