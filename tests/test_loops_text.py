@@ -209,20 +209,6 @@ def test_the_periodicity_gate_is_its_definition(
     assert _text_module._periodic(text) is _periodic_by_definition(text)
 
 
-def _first_stretch_by_definition(text: str) -> int:
-    """Where the earliest stretch of :func:`_periodic_by_definition` starts, ``-1`` if none."""
-    low = [ord(c) & 0xFF for c in text]
-    starts = []
-    for p in range(1, min(80, len(low) // 8) + 1):
-        streak = 0
-        for k in range(p, len(low)):
-            streak = streak + 1 if low[k] == low[k - p] else 0
-            if streak >= 7 * p:
-                starts.append(k - 8 * p + 1)
-                break
-    return min(starts, default=-1)
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     st.text(alphabet="abc \u0101.", max_size=60),
@@ -236,7 +222,7 @@ def test_long_periods_are_found_where_they_start(
     """Periods of five and more are searched only where a block of the text recurs within a
     period of itself; the earliest stretch found is still the earliest by definition."""
     text = head + unit * copies + tail
-    assert _text_module._first_periodic(text) == _first_stretch_by_definition(text)
+    assert _text_module._first_periodic(text) == _earliest_by_definition(text)
 
 
 def test_the_periodicity_gate_on_known_texts() -> None:
