@@ -66,23 +66,27 @@ def _defaults() -> LoopDetectionConfig:
     return LoopDetectionConfig()
 
 
+_Places = tuple[int, ...]
+
+
 @functools.lru_cache(maxsize=4)  # one registry in practice (a test may register another)
 def _plan(
     registry: tuple[type[Detector], ...],
-) -> tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], tuple[int, ...]]:
-    """Which detectors of ``registry`` (by place) each tool event kind runs, sticky ones then
-    the others, and which want to know when a result was flagged (see
-    :meth:`Detector.flagged`): properties of the classes, worked out once."""
-    kinds = tuple(
+) -> tuple[tuple[_Places, _Places], tuple[_Places, _Places], _Places, dict[int, int]]:
+    """Which detectors of ``registry`` (by place) each tool event kind runs (for calls, then for
+    results: the sticky ones, then the others), which want to know when a result was flagged
+    (see :meth:`Detector.flagged`), and which judge text (place -> its rank among those):
+    properties of the classes, worked out once."""
+    call, result = (
         (
-            kind,
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind in d.sticky),
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind not in d.sticky),
         )
         for kind in ("call", "result")
     )
     flag = tuple(i for i, d in enumerate(registry) if d.flagged is not Detector.flagged)
-    return kinds, flag
+    text = [i for i, d in enumerate(registry) if "text" in d.consumes]
+    return call, result, flag, {place: rank for rank, place in enumerate(text)}
 
 
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
@@ -163,17 +167,20 @@ class LoopDetector:
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
         event); a detector that also judges text keeps its instance."""
-        cfg = self.config
-        built = {type(d): d for d in self._on_text}
-        self._detectors = detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
+        cfg, known, text = self.config, self._known, self._on_text
+        call, result, flag, judges_text = _plan(REGISTRY)
+        self._detectors = detectors = tuple(
+            [
+                text[judges_text[i]] if i in judges_text else d(cfg, known)
+                for i, d in enumerate(REGISTRY)
+            ]
+        )
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
         # methods, which would be more objects for the garbage collector to walk)
-        kinds, flag = _plan(REGISTRY)
-        self._on_call, self._on_result = (
-            (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
-            for _, sticky, loose in kinds
-        )
-        self._on_flag = tuple([detectors[i] for i in flag])
+        place = detectors.__getitem__
+        self._on_call = (tuple(map(place, call[0])), tuple(map(place, call[1])))
+        self._on_result = (tuple(map(place, result[0])), tuple(map(place, result[1])))
+        self._on_flag = tuple(map(place, flag))
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
