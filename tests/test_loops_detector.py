@@ -468,19 +468,25 @@ def test_ok_verdicts_about_invented_tool_names_stay_bounded() -> None:
         assert len(detector._oks) <= _detector._OK_NAMES
 
 
+def _keyed(monkeypatch: pytest.MonkeyPatch, method: str) -> list[Any]:
+    """The values LoopDetector's ``method`` (``_call_fp`` or ``_result_fp``) is asked to key."""
+    keyed: list[Any] = []
+    real = getattr(LoopDetector, method)
+
+    def counting(self: LoopDetector, name: str, value: Any, policy: Any) -> str:
+        keyed.append(value)
+        return str(real(self, name, value, policy))
+
+    monkeypatch.setattr(LoopDetector, method, counting)
+    return keyed
+
+
 def test_a_result_is_keyed_only_when_its_tool_returns_something_else(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A tool returning one text (or called once) never has its result decoded and keyed; its
     second, different text keys both, to tell whether they are the same result after all."""
-    keyed: list[Any] = []
-    real = LoopDetector._result_fp
-
-    def counting(self: LoopDetector, name: str, result: Any, policy: Any) -> str:
-        keyed.append(result)
-        return real(self, name, result, policy)
-
-    monkeypatch.setattr(LoopDetector, "_result_fp", counting)
+    keyed = _keyed(monkeypatch, "_result_fp")
     det = LoopDetector()
     first = '{"state": "running", "checked_at": "2026-11-20T09:00:00Z"}'
     verdicts = [step(det, "status", {"job": 1}, first) for _ in range(3)]
@@ -504,3 +510,29 @@ def test_a_declared_policy_judges_later_results_against_the_earlier_identity() -
     assert state.same == 1  # keyed under the new policy: no longer the same result
     det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "b"}')
     assert state.same == 2
+
+
+def test_a_call_is_keyed_only_when_its_tool_is_called_with_other_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arguments a tool is always called with are never decoded and keyed; other arguments key
+    both texts, and the same arguments written otherwise are the same call."""
+    keyed = _keyed(monkeypatch, "_call_fp")
+    det = LoopDetector()
+    for _ in range(3):
+        step(det, "search", '{"q": "rome", "n": 1}', "nothing found")
+    assert keyed == []
+    step(det, "search", '{"n": 1.0, "q": "rome"}', "nothing found")  # the same call
+    assert set(keyed) == {'{"n": 1.0, "q": "rome"}', '{"q": "rome", "n": 1}'}
+    assert [s.calls for s in det._keys.values()] == [4]
+
+
+def test_a_declared_policy_identifies_later_calls_anew() -> None:
+    """Declaring volatile arguments after a call identifies later calls under the new policy,
+    while the earlier call keeps the identity it had."""
+    det = LoopDetector()
+    det.check_tool_call("search", '{"q": "rome", "nonce": 1}')
+    det.declare(ToolLoopPolicy("search", volatile_arguments=frozenset({"nonce"})))
+    det.check_tool_call("search", '{"q": "rome", "nonce": 2}')
+    det.check_tool_call("search", '{"q": "rome", "nonce": 1}')
+    assert sorted(s.calls for s in det._keys.values()) == [1, 2]

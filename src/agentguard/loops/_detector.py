@@ -162,7 +162,9 @@ class LoopDetector:
         self._result_memo: dict[tuple[str, str], str] = {}
         self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         self._oks: dict[str, Verdict] = {}
-        self._result_ids = StandIns(self._result_fp)  # results' identities, keyed when needed
+        # identities of calls and of results, keyed only when needed
+        self._call_ids = StandIns(self._call_fp)
+        self._result_ids = StandIns(self._result_fp)
 
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
@@ -193,7 +195,9 @@ class LoopDetector:
 
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
-        self._result_ids.declared(policy.name, self._policies.get(policy.name))
+        old = self._policies.get(policy.name)
+        self._call_ids.declared(policy.name, old)
+        self._result_ids.declared(policy.name, old)
         self._policies[policy.name] = policy
         if self._tooled:  # the calls awaiting their results are identified again
             self._pending_calls = {k: (v[0], v[1], None) for k, v in self._pending_calls.items()}
@@ -215,7 +219,7 @@ class LoopDetector:
         if not self._tooled:
             self._start_tools()
         policy = self._policies.get(name)
-        fp = self._call_fp(name, arguments, policy)
+        fp = self._call_ids.identity(name, arguments, policy)
         state = self._enter(fp, name)
         state.calls += 1
         state.pending += 1
@@ -247,7 +251,7 @@ class LoopDetector:
             self._start_tools()
         policy = self._policies.get(name)
         if fp is None:
-            fp = self._call_fp(name, arguments, policy)
+            fp = self._call_ids.identity(name, arguments, policy)
         state = self._keys.get(fp)
         if state is None or state.pending == 0:  # no check_tool_call preceded: count the call here
             state = self._enter(fp, name)
