@@ -154,6 +154,7 @@ class LoopDetector:
         self._on_text: tuple[Detector, ...] = tuple(
             d(cfg, self._known) for d in REGISTRY if "text" in d.consumes
         )
+        self._on_narration = tuple([d for d in self._on_text if d.narration])
         #: every registered detector built so far, in priority order
         self._detectors: tuple[Detector, ...] = self._on_text
         self._tooled = False
@@ -346,7 +347,8 @@ class LoopDetector:
             return OK
         event = TextEvent(text, narration)
         verdict = OK
-        for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
+        # (a loop, not a list of the findings: most texts find nothing)
+        for d in self._on_narration if narration else self._on_text:
             found = d.check(event)
             if found is not OK:
                 verdict = pick((verdict, found))

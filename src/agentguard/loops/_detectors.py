@@ -180,9 +180,8 @@ class ToolEvent:
         return self._text
 
 
-@dataclass(frozen=True, slots=True)
 class TextEvent:
-    """One assistant text output.
+    """One assistant text output (a plain slotted object: one is made per judged text).
 
     Attributes:
         text: the output (not blank).
@@ -190,8 +189,11 @@ class TextEvent:
     """
 
     kind: ClassVar[Kind] = "text"
-    text: str
-    narration: bool = False
+    __slots__ = ("narration", "text")
+
+    def __init__(self, text: str, narration: bool = False) -> None:
+        self.text = text
+        self.narration = narration
 
 
 def arguments_text(arguments: Any) -> str:
@@ -218,6 +220,9 @@ class Detector:
     hint: ClassVar[str]
     #: The tool events whose verdicts stick to the call identity until it makes progress.
     sticky: ClassVar[frozenset[Kind]] = frozenset({"call", "result"})
+    #: A text detector judges narration (text beside tool calls) too; one that does not is not
+    #: asked about it (its :meth:`check` must then find nothing in narration).
+    narration: ClassVar[bool] = True
 
     __slots__ = ("config",)
 
@@ -660,7 +665,7 @@ class SameResult(Detector):
         name = event.name
         # a failure's text matters here: different business errors are different answers (a
         # text one's identity remembered, as a result's is: a failing call repeats its error)
-        key = event.key
+        key = event.key if event.error else event.rfp
         seen, runs = self.seen, self.runs
         news = (name, key) not in seen
         run = runs.get(name)
@@ -765,6 +770,7 @@ class ResponseRepeat(Detector):
     name = "response_repeat"
     consumes = frozenset({"text"})
     hint = "This response repeats one of your recent responses ({count} times)."
+    narration = False
     __slots__ = ("_level", "_window")
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
