@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
@@ -536,3 +538,20 @@ def test_a_declared_policy_identifies_later_calls_anew() -> None:
     det.check_tool_call("search", '{"q": "rome", "nonce": 2}')
     det.check_tool_call("search", '{"q": "rome", "nonce": 1}')
     assert sorted(s.calls for s in det._keys.values()) == [1, 2]
+
+
+def test_a_detector_is_freed_as_soon_as_it_is_dropped() -> None:
+    """A run's detector holds no reference cycle: dropping it frees it at once, without waiting
+    for the garbage collector (a server drops one per finished session)."""
+    det = LoopDetector()
+    for i in range(3):
+        step(det, "search", {"q": "rome"}, "nothing found")
+        step(det, "read", f'{{"path": "f{i}"}}', f"line {i}")
+    det.observe({"role": "assistant", "content": "x", "tool_calls": []})
+    gone = weakref.ref(det)
+    gc.disable()
+    try:
+        del det
+        assert gone() is None
+    finally:
+        gc.enable()

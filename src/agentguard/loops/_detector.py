@@ -164,8 +164,8 @@ class LoopDetector:
         self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         self._oks: dict[str, Verdict] = {}
         # identities of calls and of results, keyed only when needed
-        self._call_ids = StandIns(self._call_fp)
-        self._result_ids = StandIns(self._result_fp)
+        self._call_ids = StandIns()
+        self._result_ids = StandIns()
 
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
@@ -197,8 +197,8 @@ class LoopDetector:
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
         old = self._policies.get(policy.name)
-        self._call_ids.declared(policy.name, old)
-        self._result_ids.declared(policy.name, old)
+        self._call_ids.declared(policy.name, old, self._call_fp)
+        self._result_ids.declared(policy.name, old, self._result_fp)
         self._policies[policy.name] = policy
         if self._tooled:  # the calls awaiting their results are identified again
             self._pending_calls = {k: (v[0], v[1], None) for k, v in self._pending_calls.items()}
@@ -220,7 +220,7 @@ class LoopDetector:
         if not self._tooled:
             self._start_tools()
         policy = self._policies.get(name)
-        fp = self._call_ids.identity(name, arguments, policy)
+        fp = self._call_ids.identity(name, arguments, policy, self._call_fp)
         state = self._enter(fp, name)
         state.calls += 1
         state.pending += 1
@@ -252,7 +252,7 @@ class LoopDetector:
             self._start_tools()
         policy = self._policies.get(name)
         if fp is None:
-            fp = self._call_ids.identity(name, arguments, policy)
+            fp = self._call_ids.identity(name, arguments, policy, self._call_fp)
         state = self._keys.get(fp)
         if state is None or state.pending == 0:  # no check_tool_call preceded: count the call here
             state = self._enter(fp, name)
@@ -265,7 +265,7 @@ class LoopDetector:
             rfp = ERROR_MARK
         else:
             state.errors = 0
-            rfp = self._result_ids.identity(name, result, policy)
+            rfp = self._result_ids.identity(name, result, policy, self._result_fp)
         recent = state.recent
         state.novel = rfp not in recent
         if state.novel:
@@ -297,7 +297,7 @@ class LoopDetector:
             result,
             rfp,
             error,
-            self._result_ids.identity,
+            self._result_id,
         )
         return self._judge(event, self._on_result)
 
@@ -479,6 +479,10 @@ class LoopDetector:
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
+
+    def _result_id(self, name: str, result: Any, policy: ToolLoopPolicy | None) -> str:
+        """The identity of a result of tool ``name`` (see :class:`StandIns`)."""
+        return self._result_ids.identity(name, result, policy, self._result_fp)
 
     def _enter(self, fp: str, name: str) -> CallState:
         key = self._keys.get(fp)

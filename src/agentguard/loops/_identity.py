@@ -431,6 +431,7 @@ def forget_texts() -> None:
 #: texts' characters in all; the others' identities are keyed at once.
 _STAND_INS, _STAND_IN_CHARS = 256, 262_144
 _KEYED: tuple[None, None, None] = (None, None, None)  # (see StandIns)
+_KeyOf = Callable[[str, Any, "ToolLoopPolicy | None"], str]
 
 
 class StandIns:
@@ -444,25 +445,25 @@ class StandIns:
     is the same after all. Most tools of a run are called once, or with one set of arguments,
     or return one answer, and are never keyed.
 
-    Args:
-        key: the key of a tool's call or result, given the tool, the value and its policy.
+    The key function is given on each call, not kept: a detector's own method would make a
+    reference cycle, which only the garbage collector frees.
     """
 
-    __slots__ = ("_chars", "_entries", "_key")
+    __slots__ = ("_chars", "_entries")
 
-    def __init__(self, key: Callable[[str, Any, ToolLoopPolicy | None], str]) -> None:
-        self._key = key
+    def __init__(self) -> None:
         # per tool: the text standing in for a class, the class's identity, and the stand-in's
         # key once computed; _KEYED for a tool whose identities are keys at once
         self._entries: dict[str, tuple[str | None, str | None, str | None]] = {}
         self._chars = 0
 
-    def identity(self, name: str, value: Any, policy: ToolLoopPolicy | None) -> str:
-        """The identity of ``value`` (a call's arguments or a result) of tool ``name``."""
+    def identity(self, name: str, value: Any, policy: ToolLoopPolicy | None, key_of: _KeyOf) -> str:
+        """The identity of ``value`` (a call's arguments or a result) of tool ``name``, whose key
+        is ``key_of(name, value, policy)``."""
         entry = self._entries.get(name)
         if entry is None:  # the tool's first (or too many tools to remember)
             if len(self._entries) >= _STAND_INS:
-                return self._key(name, value, policy)
+                return key_of(name, value, policy)
             if (
                 value.__class__ is str
                 and (policy is None or policy.fingerprint is None)  # (a function of the user's)
@@ -473,7 +474,7 @@ class StandIns:
                 self._entries[name] = (value, marked, None)
                 return marked
             self._entries[name] = _KEYED
-            return self._key(name, value, policy)
+            return key_of(name, value, policy)
         text, stand_in, key = entry
         if (
             text is not None
@@ -481,20 +482,20 @@ class StandIns:
             and (value is text or (value.__class__ is str and value == text))
         ):
             return stand_in
-        found = self._key(name, value, policy)
+        found = key_of(name, value, policy)
         if stand_in is None:  # the tool's identities are keys
             return found
         if key is None and text is not None:  # the stand-in's key, computed once
-            key = self._key(name, text, policy)
+            key = key_of(name, text, policy)
             self._entries[name] = (text, stand_in, key)
         return stand_in if found == key else found
 
-    def declared(self, name: str, old: ToolLoopPolicy | None) -> None:
+    def declared(self, name: str, old: ToolLoopPolicy | None, key_of: _KeyOf) -> None:
         """Tool ``name`` gets a new policy (it had ``old``): its stand-in's key is the one under
         ``old``, and the same text again is no longer known to be the same."""
         entry = self._entries.get(name)
         if entry is not None and entry[0] is not None:
-            key = entry[2] if entry[2] is not None else self._key(name, entry[0], old)
+            key = entry[2] if entry[2] is not None else key_of(name, entry[0], old)
             self._entries[name] = (None, entry[1], key)
 
 
