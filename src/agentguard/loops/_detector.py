@@ -128,6 +128,8 @@ class LoopDetector:
     _outcomes: deque[bool]
     _stalled: int
     _pending_calls: dict[str, tuple[str, Any, str | None]]  # by call id, oldest first
+    _call_ids: StandIns
+    _result_ids: StandIns
 
     def __init__(
         self,
@@ -154,7 +156,6 @@ class LoopDetector:
         self._on_text: tuple[Detector, ...] = tuple(
             d(cfg, self._known) for d in REGISTRY if "text" in d.consumes
         )
-        self._on_narration = tuple([d for d in self._on_text if d.narration])
         #: every registered detector built so far, in priority order
         self._detectors: tuple[Detector, ...] = self._on_text
         self._tooled = False
@@ -163,9 +164,6 @@ class LoopDetector:
         self._result_memo: dict[tuple[str, str], str] = {}
         self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         self._oks: dict[str, Verdict] = {}
-        # identities of calls and of results, keyed only when needed
-        self._call_ids = StandIns()
-        self._result_ids = StandIns()
 
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
@@ -192,13 +190,17 @@ class LoopDetector:
         self._outcomes = deque(maxlen=cfg.tool_window)
         self._stalled = 0
         self._pending_calls = {}
+        # identities of calls and of results, keyed only when needed
+        self._call_ids = StandIns()
+        self._result_ids = StandIns()
         self._tooled = True
 
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
-        old = self._policies.get(policy.name)
-        self._call_ids.declared(policy.name, old, self._call_fp)
-        self._result_ids.declared(policy.name, old, self._result_fp)
+        if self._tooled:  # identities so far stay those under the old policy
+            old = self._policies.get(policy.name)
+            self._call_ids.declared(policy.name, old, self._call_fp)
+            self._result_ids.declared(policy.name, old, self._result_fp)
         self._policies[policy.name] = policy
         if self._tooled:  # the calls awaiting their results are identified again
             self._pending_calls = {k: (v[0], v[1], None) for k, v in self._pending_calls.items()}
@@ -347,8 +349,9 @@ class LoopDetector:
             return OK
         event = TextEvent(text, narration)
         verdict = OK
-        # (a loop, not a list of the findings: most texts find nothing)
-        for d in self._on_narration if narration else self._on_text:
+        for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
+            if narration and not d.narration:
+                continue
             found = d.check(event)
             if found is not OK:
                 verdict = pick((verdict, found))
