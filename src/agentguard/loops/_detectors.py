@@ -666,33 +666,37 @@ class SameResult(Detector):
         # a failure's text matters here: different business errors are different answers (a
         # text one's identity remembered, as a result's is: a failing call repeats its error)
         key = event.key if event.error else event.rfp
-        seen, runs = self.seen, self.runs
-        news = (name, key) not in seen
+        cfg = self.config
+        window = cfg.tool_window
+        seen, runs, epoch = self.seen, self.runs, self.epoch
+        heard = (name, key)
+        news = heard not in seen
         run = runs.get(name)
         if (
             run is not None
             and run.key == key
-            and run.epoch == self.epoch
+            and run.epoch == epoch
             and (
                 run.flagged or event.fp in run.fps or same_question(run.arguments, event.arguments)
             )
         ):
             run.count += 1
-            if len(run.fps) < self.config.tool_window:
+            if len(run.fps) < window:
                 run.fps.add(event.fp)
         else:
-            run = runs[name] = _Run(key, self.epoch, event)
-            if len(runs) > self.config.tool_window:
+            run = runs[name] = _Run(key, epoch, event)
+            if len(runs) > window:
                 del runs[next(iter(runs))]
         if news:
-            self.epoch += 1
-            run.epoch = self.epoch  # its own news does not break the run it starts
-            seen[(name, key)] = None
-            if len(seen) > self.config.tool_window:
+            # (its own news does not break the run it starts)
+            self.epoch = run.epoch = epoch + 1
+            seen[heard] = None
+            if len(seen) > window:
                 del seen[next(iter(seen))]
-        if run.count < self.config.no_progress_warn_at:
+        count = run.count
+        if count < cfg.no_progress_warn_at:
             return OK
-        return self.verdict(no_progress_ladder(run.count, self.config), run.count, name)
+        return self.verdict(no_progress_ladder(count, cfg), count, name)
 
     def news(self) -> None:
         self.epoch += 1  # a user message with new information: every run starts again
