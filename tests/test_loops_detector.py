@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
@@ -466,3 +468,90 @@ def test_ok_verdicts_about_invented_tool_names_stay_bounded() -> None:
         (verdict,) = detector.observe({"role": "assistant", "content": None, "tool_calls": [call]})
         assert verdict == Verdict(tool=f"t{n}")
         assert len(detector._oks) <= _detector._OK_NAMES
+
+
+def _keyed(monkeypatch: pytest.MonkeyPatch, method: str) -> list[Any]:
+    """The values LoopDetector's ``method`` (``_call_fp`` or ``_result_fp``) is asked to key."""
+    keyed: list[Any] = []
+    real = getattr(LoopDetector, method)
+
+    def counting(self: LoopDetector, name: str, value: Any, policy: Any) -> str:
+        keyed.append(value)
+        return str(real(self, name, value, policy))
+
+    monkeypatch.setattr(LoopDetector, method, counting)
+    return keyed
+
+
+def test_a_result_is_keyed_only_when_its_tool_returns_something_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool returning one text (or called once) never has its result decoded and keyed; its
+    second, different text keys both, to tell whether they are the same result after all."""
+    keyed = _keyed(monkeypatch, "_result_fp")
+    det = LoopDetector()
+    first = '{"state": "running", "checked_at": "2026-11-20T09:00:00Z"}'
+    verdicts = [step(det, "status", {"job": 1}, first) for _ in range(3)]
+    step(det, "lookup", {"id": 2}, "found it")
+    assert keyed == []
+    assert verdicts[-1].severity is WARNING  # (the third identical call: no progress)
+    later = '{"checked_at": "2026-11-20T09:05:00Z", "state": "running"}'  # noise only
+    step(det, "status", {"job": 1}, later)
+    assert next(s for s in det._keys.values() if s.name == "status").same == 4  # the same result
+    assert keyed == [later, first]
+
+
+def test_a_declared_policy_judges_later_results_against_the_earlier_identity() -> None:
+    """Declaring a tool's policy after its first result compares later results with what that
+    result was under the policy it came with, as when every result was keyed at once."""
+    det = LoopDetector()
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "a"}')
+    det.declare(ToolLoopPolicy("status", volatile_results=frozenset({"node"})))
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "a"}')
+    state = next(iter(det._keys.values()))
+    assert state.same == 1  # keyed under the new policy: no longer the same result
+    det.record_tool_result("status", {"job": 1}, '{"state": "running", "node": "b"}')
+    assert state.same == 2
+
+
+def test_a_call_is_keyed_only_when_its_tool_is_called_with_other_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arguments a tool is always called with are never decoded and keyed; other arguments key
+    both texts, and the same arguments written otherwise are the same call."""
+    keyed = _keyed(monkeypatch, "_call_fp")
+    det = LoopDetector()
+    for _ in range(3):
+        step(det, "search", '{"q": "rome", "n": 1}', "nothing found")
+    assert keyed == []
+    step(det, "search", '{"n": 1.0, "q": "rome"}', "nothing found")  # the same call
+    assert set(keyed) == {'{"n": 1.0, "q": "rome"}', '{"q": "rome", "n": 1}'}
+    assert [s.calls for s in det._keys.values()] == [4]
+
+
+def test_a_declared_policy_identifies_later_calls_anew() -> None:
+    """Declaring volatile arguments after a call identifies later calls under the new policy,
+    while the earlier call keeps the identity it had."""
+    det = LoopDetector()
+    det.check_tool_call("search", '{"q": "rome", "nonce": 1}')
+    det.declare(ToolLoopPolicy("search", volatile_arguments=frozenset({"nonce"})))
+    det.check_tool_call("search", '{"q": "rome", "nonce": 2}')
+    det.check_tool_call("search", '{"q": "rome", "nonce": 1}')
+    assert sorted(s.calls for s in det._keys.values()) == [1, 2]
+
+
+def test_a_detector_is_freed_as_soon_as_it_is_dropped() -> None:
+    """A run's detector holds no reference cycle: dropping it frees it at once, without waiting
+    for the garbage collector (a server drops one per finished session)."""
+    det = LoopDetector()
+    for i in range(3):
+        step(det, "search", {"q": "rome"}, "nothing found")
+        step(det, "read", f'{{"path": "f{i}"}}', f"line {i}")
+    det.observe({"role": "assistant", "content": "x", "tool_calls": []})
+    gone = weakref.ref(det)
+    gc.disable()
+    try:
+        del det
+        assert gone() is None
+    finally:
+        gc.enable()

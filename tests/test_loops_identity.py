@@ -205,6 +205,13 @@ def test_the_prefilter_never_hides_noise(text: str) -> None:
     assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)
 
 
+@given(st.lists(_NOISY, min_size=2, max_size=30).map(" ".join))
+def test_noise_is_replaced_alike_wherever_it_may_start(text: str) -> None:
+    """A long ASCII text tries the pattern only where four hex digits start (a few places, then
+    the full scan): what it replaces is what the scan replaces."""
+    assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)
+
+
 def _failure_as_decoded(text: str) -> bool:
     """:func:`is_error_result`'s rule for a JSON object text, always decoding it (no prefilter)."""
     data = json.loads(text)

@@ -194,19 +194,23 @@ def _periodic_by_definition(text: str) -> bool:
     return False
 
 
+@settings(max_examples=300, deadline=None)
 @given(
-    st.text(alphabet="ab\x00\u0100\u0200\u0161", max_size=24),
-    st.text(alphabet="ab\x00\u0100\u0200", min_size=1, max_size=6),
+    st.text(alphabet="ab\x00\u0100\u0200\u0161 .", max_size=48),
+    st.text(alphabet="abcd\x00\u0100\u0200", min_size=1, max_size=30),
     st.integers(0, 9),
-    st.text(alphabet="ab\x00\u0100", max_size=24),
+    st.text(alphabet="ab\x00\u0100", max_size=48),
 )
 def test_the_periodicity_gate_is_its_definition(
     head: str, unit: str, copies: int, tail: str
 ) -> None:
     """The shifted-XOR scan finds exactly the periodic stretches, whatever the characters
-    before one (a low byte of zero among them included)."""
+    before one (a low byte of zero among them included), and where the earliest starts
+    (periods of five and more are searched only where a block of the text recurs within a
+    period of itself)."""
     text = head + unit * copies + tail
     assert _text_module._periodic(text) is _periodic_by_definition(text)
+    assert _text_module._first_periodic(text) == _earliest_by_definition(text)
 
 
 def test_the_periodicity_gate_on_known_texts() -> None:

@@ -38,6 +38,7 @@ from ._detectors import (
     pick,
 )
 from ._identity import (
+    StandIns,
     ToolLoopPolicy,
     call_key,
     content_text,
@@ -65,23 +66,27 @@ def _defaults() -> LoopDetectionConfig:
     return LoopDetectionConfig()
 
 
+_Places = tuple[int, ...]
+
+
 @functools.lru_cache(maxsize=4)  # one registry in practice (a test may register another)
 def _plan(
     registry: tuple[type[Detector], ...],
-) -> tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], tuple[int, ...]]:
-    """Which detectors of ``registry`` (by place) each tool event kind runs, sticky ones then
-    the others, and which want to know when a result was flagged (see
-    :meth:`Detector.flagged`): properties of the classes, worked out once."""
-    kinds = tuple(
+) -> tuple[tuple[_Places, _Places], tuple[_Places, _Places], _Places, dict[int, int]]:
+    """Which detectors of ``registry`` (by place) each tool event kind runs (for calls, then for
+    results: the sticky ones, then the others), which want to know when a result was flagged
+    (see :meth:`Detector.flagged`), and which judge text (place -> its rank among those):
+    properties of the classes, worked out once."""
+    call, result = (
         (
-            kind,
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind in d.sticky),
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind not in d.sticky),
         )
         for kind in ("call", "result")
     )
     flag = tuple(i for i, d in enumerate(registry) if d.flagged is not Detector.flagged)
-    return kinds, flag
+    text = [i for i, d in enumerate(registry) if "text" in d.consumes]
+    return call, result, flag, {place: rank for rank, place in enumerate(text)}
 
 
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
@@ -111,7 +116,9 @@ class LoopDetector:
     """
 
     # made by ``_start_tools`` on the first tool event
-    _runs_on: dict[str, tuple[tuple[Detector, ...], tuple[Detector, ...]]]
+    _on_call: tuple[tuple[Detector, ...], tuple[Detector, ...]]  # (sticky, loose)
+    _on_result: tuple[tuple[Detector, ...], tuple[Detector, ...]]
+    _checked: str  # the identity of the call checked last
     _on_flag: tuple[Detector, ...]
     _window: deque[str]
     _periods: range
@@ -120,7 +127,9 @@ class LoopDetector:
     _no_runs: tuple[int, ...]
     _outcomes: deque[bool]
     _stalled: int
-    _pending_calls: dict[str, tuple[str, Any]]  # by call id, oldest first
+    _pending_calls: dict[str, tuple[str, Any, str | None]]  # by call id, oldest first
+    _call_ids: StandIns
+    _result_ids: StandIns
 
     def __init__(
         self,
@@ -159,17 +168,20 @@ class LoopDetector:
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
         event); a detector that also judges text keeps its instance."""
-        cfg = self.config
-        built = {type(d): d for d in self._on_text}
-        self._detectors = detectors = tuple(built.get(d) or d(cfg, self._known) for d in REGISTRY)
+        cfg, known, text = self.config, self._known, self._on_text
+        call, result, flag, judges_text = _plan(REGISTRY)
+        self._detectors = detectors = tuple(
+            [
+                text[judges_text[i]] if i in judges_text else d(cfg, known)
+                for i, d in enumerate(REGISTRY)
+            ]
+        )
         # per tool event kind: the sticky detectors, then the others (detectors, not their bound
         # methods, which would be more objects for the garbage collector to walk)
-        kinds, flag = _plan(REGISTRY)
-        self._runs_on = {
-            kind: (tuple([detectors[i] for i in sticky]), tuple([detectors[i] for i in loose]))
-            for kind, sticky, loose in kinds
-        }
-        self._on_flag = tuple([detectors[i] for i in flag])
+        place = detectors.__getitem__
+        self._on_call = (tuple(map(place, call[0])), tuple(map(place, call[1])))
+        self._on_result = (tuple(map(place, result[0])), tuple(map(place, result[1])))
+        self._on_flag = tuple(map(place, flag))
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
@@ -178,11 +190,20 @@ class LoopDetector:
         self._outcomes = deque(maxlen=cfg.tool_window)
         self._stalled = 0
         self._pending_calls = {}
+        # identities of calls and of results, keyed only when needed
+        self._call_ids = StandIns()
+        self._result_ids = StandIns()
         self._tooled = True
 
     def declare(self, policy: ToolLoopPolicy) -> None:
         """Add or replace the loop policy of one tool (e.g. a tool registered later)."""
+        if self._tooled:  # identities so far stay those under the old policy
+            old = self._policies.get(policy.name)
+            self._call_ids.declared(policy.name, old, self._call_fp)
+            self._result_ids.declared(policy.name, old, self._result_fp)
         self._policies[policy.name] = policy
+        if self._tooled:  # the calls awaiting their results are identified again
+            self._pending_calls = {k: (v[0], v[1], None) for k, v in self._pending_calls.items()}
         self._fp_memo.clear()  # identities computed under the old policy
         self._result_memo.clear()
         self._fp_last = None
@@ -201,13 +222,14 @@ class LoopDetector:
         if not self._tooled:
             self._start_tools()
         policy = self._policies.get(name)
-        fp = self._call_fp(name, arguments, policy)
+        fp = self._call_ids.identity(name, arguments, policy, self._call_fp)
         state = self._enter(fp, name)
         state.calls += 1
         state.pending += 1
         cycle = self._advance_cycle(fp)
+        self._checked = fp  # (observe hands it to the call's result)
         event = ToolEvent("call", name, arguments, fp, policy, state, self._stalled, cycle)
-        return self._judge(event)
+        return self._judge(event, self._on_call)
 
     def record_tool_result(
         self, name: str, arguments: Any, result: Any, error: bool = False
@@ -220,12 +242,19 @@ class LoopDetector:
             result: the result (structured or text); volatile fields are ignored.
             error: the call failed (then the error text does not matter, only that it failed).
         """
+        return self._record(name, arguments, result, error, None)
+
+    def _record(
+        self, name: str, arguments: Any, result: Any, error: bool, fp: str | None
+    ) -> Verdict:
+        """:meth:`record_tool_result`, given the call's identity when its check made it."""
         if not self.config.enabled:
             return OK
         if not self._tooled:
             self._start_tools()
         policy = self._policies.get(name)
-        fp = self._call_fp(name, arguments, policy)
+        if fp is None:
+            fp = self._call_ids.identity(name, arguments, policy, self._call_fp)
         state = self._keys.get(fp)
         if state is None or state.pending == 0:  # no check_tool_call preceded: count the call here
             state = self._enter(fp, name)
@@ -238,7 +267,7 @@ class LoopDetector:
             rfp = ERROR_MARK
         else:
             state.errors = 0
-            rfp = self._result_fp(name, result, policy)
+            rfp = self._result_ids.identity(name, result, policy, self._result_fp)
         recent = state.recent
         state.novel = rfp not in recent
         if state.novel:
@@ -259,17 +288,31 @@ class LoopDetector:
         self._outcomes.append(stalled)
         self._stalled += stalled
         event = ToolEvent(
-            "result", name, arguments, fp, policy, state, self._stalled, None, result, rfp, error
+            "result",
+            name,
+            arguments,
+            fp,
+            policy,
+            state,
+            self._stalled,
+            None,
+            result,
+            rfp,
+            error,
+            self._result_id,
         )
-        return self._judge(event)
+        return self._judge(event, self._on_result)
 
-    def _judge(self, event: ToolEvent) -> Verdict:
-        """Run the detectors that consume ``event``; sticky verdicts stay while the loop lasts.
+    def _judge(
+        self, event: ToolEvent, plan: tuple[tuple[Detector, ...], tuple[Detector, ...]]
+    ) -> Verdict:
+        """Run the detectors that consume ``event`` (``plan``: the sticky ones, then the others,
+        see :func:`_plan`); sticky verdicts stay while the loop lasts.
 
         A detector quiet about the event is not asked: for a healthy call or result that is
         every detector, and no verdict is built at all (the fast path).
         """
-        sticky, loose = self._runs_on[event.kind]
+        sticky, loose = plan
         state = event.state
         verdict = OK
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
@@ -307,6 +350,8 @@ class LoopDetector:
         event = TextEvent(text, narration)
         verdict = OK
         for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
+            if narration and not d.narration:
+                continue
             found = d.check(event)
             if found is not OK:
                 verdict = pick((verdict, found))
@@ -361,7 +406,7 @@ class LoopDetector:
                 if call_id is not None and self._tooled:  # (not when detection is off)
                     if call_id.__class__ is not str:
                         call_id = _text_of(call_id)
-                    self._pending_calls[call_id] = (name, arguments)
+                    self._pending_calls[call_id] = (name, arguments, self._checked)
                     if len(self._pending_calls) > self.config.tool_window:  # the oldest goes
                         del self._pending_calls[next(iter(self._pending_calls))]
         elif role == "user":
@@ -376,11 +421,11 @@ class LoopDetector:
                 pending = self._pending_calls.pop(call_id, None)
             if pending is None:
                 name = _text_of(message.get("name", ""))
-                pending = (name, None) if name else None
+                pending = (name, None, None) if name else None
             if pending is not None:
                 result = message.get("content")
                 failed = is_error_result(result)
-                verdict = self.record_tool_result(pending[0], pending[1], result, failed)
+                verdict = self._record(pending[0], pending[1], result, failed, pending[2])
                 out.append(verdict if verdict.detector else self._ok_about(pending[0]))
         return out
 
@@ -437,6 +482,10 @@ class LoopDetector:
             if len(memo) > 2 * self.config.tool_window:
                 del memo[next(iter(memo))]
         return fp
+
+    def _result_id(self, name: str, result: Any, policy: ToolLoopPolicy | None) -> str:
+        """The identity of a result of tool ``name`` (see :class:`StandIns`)."""
+        return self._result_ids.identity(name, result, policy, self._result_fp)
 
     def _enter(self, fp: str, name: str) -> CallState:
         key = self._keys.get(fp)

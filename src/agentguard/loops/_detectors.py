@@ -18,8 +18,7 @@ hands each detector a :class:`ToolEvent` (or a :class:`TextEvent`) built from it
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -29,7 +28,7 @@ from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
-from ._identity import ToolLoopPolicy, decoded, result_key, says_unknown_tool, text_result_key
+from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
 from ._text import ResponseWindow, degenerate_repeats, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
@@ -132,8 +131,8 @@ class ToolEvent:
     """
 
     __slots__ = (
-        "_text", "ahead", "arguments", "cycle", "error", "fp", "kind", "name", "policy", "result",
-        "rfp", "stalled", "state",
+        "_identify", "_text", "ahead", "arguments", "cycle", "error", "fp", "kind", "name",
+        "policy", "result", "rfp", "stalled", "state",
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917 - built twice per tool call: positional is cheapest
@@ -149,6 +148,7 @@ class ToolEvent:
         result: Any = None,
         rfp: str = "",
         error: bool = False,
+        identify: Callable[[str, Any, ToolLoopPolicy | None], str] | None = None,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -162,7 +162,15 @@ class ToolEvent:
         self.result = result
         self.rfp = rfp
         self.error = error
+        self._identify = identify
         self._text: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The result's identity, a failure's as well (``rfp`` only says that it failed)."""
+        if not self.error or self._identify is None:
+            return self.rfp
+        return self._identify(self.name, self.result, self.policy)
 
     @property
     def arguments_text(self) -> str:
@@ -172,9 +180,8 @@ class ToolEvent:
         return self._text
 
 
-@dataclass(frozen=True, slots=True)
 class TextEvent:
-    """One assistant text output.
+    """One assistant text output (a plain slotted object: one is made per judged text).
 
     Attributes:
         text: the output (not blank).
@@ -182,8 +189,11 @@ class TextEvent:
     """
 
     kind: ClassVar[Kind] = "text"
-    text: str
-    narration: bool = False
+    __slots__ = ("narration", "text")
+
+    def __init__(self, text: str, narration: bool = False) -> None:
+        self.text = text
+        self.narration = narration
 
 
 def arguments_text(arguments: Any) -> str:
@@ -210,6 +220,9 @@ class Detector:
     hint: ClassVar[str]
     #: The tool events whose verdicts stick to the call identity until it makes progress.
     sticky: ClassVar[frozenset[Kind]] = frozenset({"call", "result"})
+    #: A text detector judges narration (text beside tool calls) too; one that does not is not
+    #: asked about it (its :meth:`check` must then find nothing in narration).
+    narration: ClassVar[bool] = True
 
     __slots__ = ("config",)
 
@@ -313,7 +326,7 @@ class UnknownToolRepeat(Detector):
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
         self._known = known
-        self.names: OrderedDict[str, int] = OrderedDict()  # unknown name -> calls
+        self.names: dict[str, int] = {}  # unknown name -> calls, oldest first
 
     def quiet(self, event: ToolEvent) -> bool:
         if event.kind == "result":
@@ -338,10 +351,9 @@ class UnknownToolRepeat(Detector):
             if self._known is None or name in self._known:
                 return OK
             self.names[name] = 0
-        self.names[name] += 1
-        self.names.move_to_end(name)
+        self.names[name] = self.names.pop(name) + 1  # (now the newest)
         while len(self.names) > self.config.tool_window:
-            self.names.popitem(last=False)
+            del self.names[next(iter(self.names))]
         return self._judge(name)
 
     def _judge(self, name: str) -> Verdict:
@@ -478,7 +490,7 @@ class NearDuplicate(Detector):
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
-        self.groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
+        self.groups: dict[tuple[str, str], _Group] = {}  # oldest first
         # tools with a group big enough to flag the next variant (may be stale: a stale name
         # only costs the full check)
         self.suspects: set[str] = set()
@@ -511,16 +523,18 @@ class NearDuplicate(Detector):
         groups = self.groups
         group = groups.get(gkey)
         if group is None:  # a new answer: a group of one, newest in the window
-            group = groups[gkey] = _Group(name, event)
+            groups[gkey] = _Group(name, event)
             if len(groups) > cfg.tool_window:
-                groups.popitem(last=False)
-        else:
-            if event.fp not in group.fps:
-                score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
-                if score < cfg.near_duplicate_threshold:
-                    return OK
-            groups.move_to_end(gkey)
-            group.fps.add(event.fp)
+                del groups[next(iter(groups))]
+            if cfg.no_progress_warn_at <= 2:  # (as below, for a count of one)
+                self.suspects.add(name)
+            return OK  # one call is no near-duplicate (the ladder starts at two)
+        if event.fp not in group.fps:
+            score = fuzz.token_set_ratio(event.arguments_text, group.words()) / 100.0
+            if score < cfg.near_duplicate_threshold:
+                return OK
+        groups[gkey] = groups.pop(gkey)  # (now the newest)
+        group.fps.add(event.fp)
         count = len(group.fps)
         if count >= cfg.no_progress_warn_at - 1:
             self.suspects.add(name)
@@ -643,49 +657,46 @@ class SameResult(Detector):
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
         super().__init__(config, known)
-        self.runs: OrderedDict[str, _Run] = OrderedDict()  # tool -> its current run
-        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()  # recent (tool, result)
+        self.runs: dict[str, _Run] = {}  # tool -> its current run, oldest tool first
+        self.seen: dict[tuple[str, str], None] = {}  # recent (tool, result), oldest first
         self.epoch = 0  # bumped on every result that is news
 
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
         # a failure's text matters here: different business errors are different answers (a
         # text one's identity remembered, as a result's is: a failing call repeats its error)
-        key = event.rfp
-        if event.error:
-            result = event.result
-            key = (
-                text_result_key(result, event.policy)
-                if result.__class__ is str
-                else result_key(result, event.policy)
-            )
-        seen, runs = self.seen, self.runs
-        news = (name, key) not in seen
+        key = event.key if event.error else event.rfp
+        cfg = self.config
+        window = cfg.tool_window
+        seen, runs, epoch = self.seen, self.runs, self.epoch
+        heard = (name, key)
+        news = heard not in seen
         run = runs.get(name)
         if (
             run is not None
             and run.key == key
-            and run.epoch == self.epoch
+            and run.epoch == epoch
             and (
                 run.flagged or event.fp in run.fps or same_question(run.arguments, event.arguments)
             )
         ):
             run.count += 1
-            if len(run.fps) < self.config.tool_window:
+            if len(run.fps) < window:
                 run.fps.add(event.fp)
         else:
-            run = runs[name] = _Run(key, self.epoch, event)
-            if len(runs) > self.config.tool_window:
-                runs.popitem(last=False)
+            run = runs[name] = _Run(key, epoch, event)
+            if len(runs) > window:
+                del runs[next(iter(runs))]
         if news:
-            self.epoch += 1
-            run.epoch = self.epoch  # its own news does not break the run it starts
-            seen[(name, key)] = None
-            if len(seen) > self.config.tool_window:
-                seen.popitem(last=False)
-        if run.count < self.config.no_progress_warn_at:
+            # (its own news does not break the run it starts)
+            self.epoch = run.epoch = epoch + 1
+            seen[heard] = None
+            if len(seen) > window:
+                del seen[next(iter(seen))]
+        count = run.count
+        if count < cfg.no_progress_warn_at:
             return OK
-        return self.verdict(no_progress_ladder(run.count, self.config), run.count, name)
+        return self.verdict(no_progress_ladder(count, cfg), count, name)
 
     def news(self) -> None:
         self.epoch += 1  # a user message with new information: every run starts again
@@ -763,6 +774,7 @@ class ResponseRepeat(Detector):
     name = "response_repeat"
     consumes = frozenset({"text"})
     hint = "This response repeats one of your recent responses ({count} times)."
+    narration = False
     __slots__ = ("_level", "_window")
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:

@@ -26,6 +26,7 @@ from agentguard._fingerprint import (
 
 __all__ = [
     "DEFAULT_VOLATILE_FIELDS",
+    "StandIns",
     "ToolLoopPolicy",
     "call_fingerprint",
     "call_key",
@@ -102,9 +103,38 @@ def _denoise(text: str) -> str:
         text = _unlabelled(text)  # a header is lines: one-line values skip the regex
     if len(text) > _PREFILTER_CHARS:
         image = text.encode("utf-8", "surrogatepass").translate(_HEX_IMAGE)
-        if b"hhhh" not in image:
+        at = image.find(b"hhhh")
+        if at < 0:
             return text  # every noise pattern starts with four hex digits
+        if text.isascii():  # (a byte of the image per character)
+            return _denoised_from(text, image, at)
     return _TEXT_NOISE.sub("<v>", text)
+
+
+#: Places where four hex digits start that :func:`_denoised_from` tries before it leaves the
+#: text to the regex's own scan.
+_TRIED = 16
+
+
+def _denoised_from(text: str, image: bytes, at: int) -> str:
+    """``_TEXT_NOISE.sub("<v>", text)`` for an ASCII ``text`` whose hex image (one byte per
+    character) first has four hex digits at ``at``: the regex is tried only where four hex
+    digits start, the only places its look-ahead lets a match start, instead of stepping
+    through every character (a word boundary before a place is judged on the text before it,
+    as the scan judges it)."""
+    parts: list[str] = []
+    done = 0
+    for _ in range(_TRIED):
+        match = _TEXT_NOISE.match(text, at)
+        if match is None:
+            at = image.find(b"hhhh", at + 1)
+        else:
+            parts += (text[done:at], "<v>")
+            done = match.end()
+            at = image.find(b"hhhh", done)
+        if at < 0:
+            return "".join((*parts, text[done:])) if parts else text
+    return _TEXT_NOISE.sub("<v>", text)  # many places: the scan is as quick
 
 
 @functools.lru_cache(maxsize=4096)  # results repeat their field names on every call
@@ -395,6 +425,78 @@ def forget_texts() -> None:
         calls.clear()
     for failures in _FAILURE_MEMOS:
         failures.clear()
+
+
+#: Tools remembered with a text standing in for an identity (see :class:`StandIns`), and those
+#: texts' characters in all; the others' identities are keyed at once.
+_STAND_INS, _STAND_IN_CHARS = 256, 262_144
+_KEYED: tuple[None, None, None] = (None, None, None)  # (see StandIns)
+_KeyOf = Callable[[str, Any, "ToolLoopPolicy | None"], str]
+
+
+class StandIns:
+    """Identities of the results (or the calls) of each tool of one run, keyed only when needed.
+
+    An identity is equal for two calls of a tool exactly when their keys (``key``) are, but the
+    key is computed only to tell two different texts of one tool apart. A tool's first text
+    stands in for its class: its identity is the text marked (``\\x01``, the tool's name: no
+    key starts so) and the same text again is that identity at once; the keys of the stand-in
+    and of the other text are computed when the tool meets another text, to tell whether that
+    is the same after all. Most tools of a run are called once, or with one set of arguments,
+    or return one answer, and are never keyed.
+
+    The key function is given on each call, not kept: a detector's own method would make a
+    reference cycle, which only the garbage collector frees.
+    """
+
+    __slots__ = ("_chars", "_entries")
+
+    def __init__(self) -> None:
+        # per tool: the text standing in for a class, the class's identity, and the stand-in's
+        # key once computed; _KEYED for a tool whose identities are keys at once
+        self._entries: dict[str, tuple[str | None, str | None, str | None]] = {}
+        self._chars = 0
+
+    def identity(self, name: str, value: Any, policy: ToolLoopPolicy | None, key_of: _KeyOf) -> str:
+        """The identity of ``value`` (a call's arguments or a result) of tool ``name``, whose key
+        is ``key_of(name, value, policy)``."""
+        entry = self._entries.get(name)
+        if entry is None:  # the tool's first (or too many tools to remember)
+            if len(self._entries) >= _STAND_INS:
+                return key_of(name, value, policy)
+            if (
+                value.__class__ is str
+                and (policy is None or policy.fingerprint is None)  # (a function of the user's)
+                and self._chars + len(value) <= _STAND_IN_CHARS
+            ):
+                self._chars += len(value)
+                marked = f"\x01{len(name)}:{name}{value}"
+                self._entries[name] = (value, marked, None)
+                return marked
+            self._entries[name] = _KEYED
+            return key_of(name, value, policy)
+        text, stand_in, key = entry
+        if (
+            text is not None
+            and stand_in is not None
+            and (value is text or (value.__class__ is str and value == text))
+        ):
+            return stand_in
+        found = key_of(name, value, policy)
+        if stand_in is None:  # the tool's identities are keys
+            return found
+        if key is None and text is not None:  # the stand-in's key, computed once
+            key = key_of(name, text, policy)
+            self._entries[name] = (text, stand_in, key)
+        return stand_in if found == key else found
+
+    def declared(self, name: str, old: ToolLoopPolicy | None, key_of: _KeyOf) -> None:
+        """Tool ``name`` gets a new policy (it had ``old``): its stand-in's key is the one under
+        ``old``, and the same text again is no longer known to be the same."""
+        entry = self._entries.get(name)
+        if entry is not None and entry[0] is not None:
+            key = entry[2] if entry[2] is not None else key_of(name, entry[0], old)
+            self._entries[name] = (None, entry[1], key)
 
 
 def policies_from(

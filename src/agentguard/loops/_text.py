@@ -88,8 +88,10 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
     there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
     codes = text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
-    whole = int.from_bytes(codes, "big")
     top = min(80, n // 8)
+    if top > _SMALL_PERIODS and not _blocks_recur(codes, top):
+        top = _SMALL_PERIODS  # no longer period can have a stretch
+    whole = int.from_bytes(codes, "big")
     zeros = memoryview(bytes(7 * top))
     earliest = -1
     for period in range(1, top + 1):
@@ -105,6 +107,26 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
             if first_found or earliest == 0:
                 break
     return earliest
+
+
+#: Periods up to this are always tested; a longer one only when :func:`_blocks_recur`.
+_SMALL_PERIODS = 4
+_BLOCK = 16
+
+
+def _blocks_recur(codes: bytes, top: int) -> bool:
+    """False when no stretch of a period from 5 to ``top`` (at least ``8 * period`` bytes long)
+    can be in ``codes``: a few C searches instead of a pass per period.
+
+    Such a stretch, starting at ``j``, holds the aligned block of :data:`_BLOCK` bytes that
+    starts at the first multiple of 16 from ``j`` (at most ``j + 15``), and holds it again
+    ``period`` bytes later, since ``j + 15 + 16 + period <= j + 8 * period`` once the period is 5
+    or more. So some aligned block recurs 5 to ``top`` bytes after itself.
+    """
+    for at in range(0, len(codes) - _BLOCK + 1, _BLOCK):
+        if codes.find(codes[at : at + _BLOCK], at + 5, at + top + _BLOCK) >= 0:
+            return True
+    return False
 
 
 def repeats_below(text: str, limit: int) -> bool:
