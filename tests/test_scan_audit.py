@@ -4,7 +4,6 @@ HTML report shows."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -247,13 +246,11 @@ def test_per_tool_tallies_are_bounded() -> None:
 
 
 def test_a_settled_finding_keeps_every_field_as_replace_would() -> None:
-    """``Issue.settled`` (the audit's fast ``dataclasses.replace``) drops no field, whatever
-    fields the finding gains."""
+    """``Issue.settled`` (the audit's fast ``_replace``) drops no field, whatever fields the
+    finding gains."""
     issue = Issue(7, Severity.CRITICAL, "loop", "same_result", "get_build", 4, "stalled", 3,
                   "warn", 11, 0.5, ((1, "tool", "x"),))  # fmt: skip
     context = ((6, "assistant", "→ get_build({})"),)
     settled = issue.settled(250, 0.0125, context, "hint")
-    assert settled == dataclasses.replace(
-        issue, tokens=250, cost=0.0125, context=context, action="hint"
-    )
-    assert len(dataclasses.fields(Issue)) == 12  # a new field must be passed on by settled()
+    assert settled == issue._replace(tokens=250, cost=0.0125, context=context, action="hint")
+    assert len(Issue._fields) == 12  # a new field must be passed on by settled()

@@ -24,7 +24,7 @@ from agentguard.config import GuardConfig
 from agentguard.loops import TranscriptScanner
 from agentguard.types import Severity
 
-from ._calls import CallChecks
+from ._calls import CallChecks, Problem
 from ._findings import Issue, ToolStats, context_line
 from ._ladder import Ladder
 
@@ -107,7 +107,7 @@ class SessionAudit:
         """The tools the trace declares for this session (chat, Responses or Anthropic form)."""
         self.calls.declare(tools)
 
-    def feed(
+    def feed(  # noqa: PLR0915 - one pass per message, kept flat: a helper call is per message
         self,
         message: Mapping[str, Any],
         tokens: int | None = None,
@@ -119,37 +119,57 @@ class SessionAudit:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it
         (``prompt_tokens`` of them prompt), ``model``: the model that answered."""
         # one pass per message, in the order the guard sees it: the request it completes (an
-        # answer), the loop verdict, the calls, the accounting; kept flat, it runs per message
+        # answer), the loop verdict, the calls, the accounting; kept flat (no helper calls on
+        # the common path), it runs per message
         scanner = self.scanner
         issues = self.issues
         index = self._index
         self._index = index + 1
         before = len(issues)
-        role = message.get("role")
         if model:
             self._model = model
         content = message.get("content")
         size = len(content) + 8 if content.__class__ is str else 8
         if retry:
             self.retry_tokens += retry
+        found = scanner.feed(message)
+        severity = scanner.last_severity
+        role = message.get("role")
         if role == "assistant":
             self.steps = step = self.steps + 1
             if self._awaiting or self.ladder.new:
                 self._request(step)
-            found = scanner.feed(message)
-            severity = scanner.last_severity
             if found or severity:
                 self._loops(found, step, severity, answer=True)
             calls = message.get("tool_calls")
             code = ROLE_CALL if calls else ROLE_TEXT
-            size += self._answer(index, message, calls, content, size, tokens=tokens,
-                                 prompt_tokens=prompt_tokens)  # fmt: skip
+            # the answer's calls checked, its model call counted
+            call_chars, problems = self.calls.check(index, step, message, calls, content)
+            history = self._history_chars
+            if tokens is None:
+                tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
+                prompt_tokens = history // _CHARS_PER_TOKEN
+                self.estimated = True
+            elif prompt_tokens is None:  # the answer's share estimated from its length
+                prompt_tokens = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
+            prices = self.prices
+            cost = (
+                prices.cost(self._model, prompt_tokens, tokens - prompt_tokens) if prices else 0.0
+            )
+            self.tokens += tokens
+            self.cost += cost
+            self._turn = (tokens, cost)
+            self._turn_in_loop = False
+            if problems:
+                self._problems(problems)
+            size += call_chars
         else:
-            found = scanner.feed(message)
-            severity = scanner.last_severity
-            self.ladder.message(severity, scanner.last_detector)
-            if found:
-                self._loops(found, self.steps + 1, severity, answer=False)
+            if severity:
+                self.ladder.message(severity, scanner.last_detector)
+                if found:
+                    self._loops(found, self.steps + 1, severity, answer=False)
+            else:
+                self.ladder.new = True
             if role == "tool":
                 code = ROLE_TOOL
                 self.calls.result(message, content)
@@ -158,44 +178,32 @@ class SessionAudit:
                 if tokens:
                     self.tokens += tokens
         if severity and not self._turn_in_loop:  # WARNING or worse: this turn is in a loop
-            self._turn_in_loop = True
-            self.loop_tokens += self._turn[0]
-            if self._open is not None:
-                self._charge(self._open)
+            self._in_loop()
         self._history_chars += size
         if self.timeline is not None:
             flag = ISSUE_BIT if len(issues) > before else 0
             self.timeline.append(code | (severity << 2) | flag)
             self._remember(index, message)
 
-    def _answer(self, index: int, message: Mapping[str, Any], calls: Any, content: Any,
-                size: int, *, tokens: int | None, prompt_tokens: int | None) -> int:  # fmt: skip
-        """Check an answer's calls and count its model call; returns the calls' size."""
-        issues = self.issues
-        checked = len(issues)
-        call_chars, problems = self.calls.check(index, self.steps, message, calls, content)
+    def _problems(self, problems: Sequence[Problem]) -> None:
+        """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
+        redone = False
         for p in problems:
-            self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                            p.action))  # fmt: skip
-        if tokens is None:
-            tokens = (self._history_chars + size + call_chars) // _CHARS_PER_TOKEN
-            prompt_tokens = self._history_chars // _CHARS_PER_TOKEN
-            self.estimated = True
-        elif prompt_tokens is None:  # the answer's share estimated from its length
-            prompt_tokens = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
-        prices = self.prices
-        cost = prices.cost(self._model, prompt_tokens, tokens - prompt_tokens) if prices else 0.0
-        self.tokens += tokens
-        self.cost += cost
-        self._turn = (tokens, cost)
-        self._turn_in_loop = False
-        if len(issues) > checked:
-            redone = [i for i in issues[checked:] if i.action == "recovery"]
-            if redone:
-                self.retry_tokens += tokens  # an invalid call: the turn must be redone
-                for issue in redone:
-                    self._charge(issue)
-        return call_chars
+            issue = Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
+                          p.action)  # fmt: skip
+            self._add(issue)
+            if p.action == "recovery":
+                if not redone:
+                    redone = True
+                    self.retry_tokens += self._turn[0]  # an invalid call: the turn is redone
+                self._charge(issue)
+
+    def _in_loop(self) -> None:
+        """A message at WARNING or worse: the latest model call's turn is in a loop."""
+        self._turn_in_loop = True
+        self.loop_tokens += self._turn[0]
+        if self._open is not None:
+            self._charge(self._open)
 
     def _add(self, issue: Issue) -> None:
         self.issues.append(issue)
@@ -263,6 +271,9 @@ class SessionAudit:
         self._burn.clear()
         self._context.clear()
         self._actions.clear()
+        # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
+        # audit until its report is written)
+        del self.scanner
 
     def first_action(self) -> tuple[int, str, str] | None:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung
