@@ -15,7 +15,7 @@ re-sent requests); each finding carries its share, priced with the price table.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
 from typing import TYPE_CHECKING, Any
@@ -107,7 +107,7 @@ class SessionAudit:
         """The tools the trace declares for this session (chat, Responses or Anthropic form)."""
         self.calls.declare(tools)
 
-    def feed(  # noqa: PLR0915 - one pass per message, kept flat: a helper call is per message
+    def feed(
         self,
         message: Mapping[str, Any],
         tokens: int | None = None,
@@ -118,72 +118,97 @@ class SessionAudit:
     ) -> None:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it
         (``prompt_tokens`` of them prompt), ``model``: the model that answered."""
-        # one pass per message, in the order the guard sees it: the request it completes (an
-        # answer), the loop verdict, the calls, the accounting; kept flat (no helper calls on
-        # the common path), it runs per message
-        scanner = self.scanner
-        issues = self.issues
-        index = self._index
-        self._index = index + 1
-        before = len(issues)
         if model:
             self._model = model
-        content = message.get("content")
-        size = len(content) + 8 if content.__class__ is str else 8
         if retry:
             self.retry_tokens += retry
-        found = scanner.feed(message)
-        severity = scanner.last_severity
-        role = message.get("role")
-        if role == "assistant":
-            self.steps = step = self.steps + 1
-            if self._awaiting or self.ladder.new:
-                self._request(step)
-            if found or severity:
-                self._loops(found, step, severity, answer=True)
-            calls = message.get("tool_calls")
-            code = ROLE_CALL if calls else ROLE_TEXT
-            # the answer's calls checked, its model call counted
-            call_chars, problems = self.calls.check(index, step, message, calls, content)
-            history = self._history_chars
-            if tokens is None:
-                tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
-                prompt_tokens = history // _CHARS_PER_TOKEN
-                self.estimated = True
-            elif prompt_tokens is None:  # the answer's share estimated from its length
-                prompt_tokens = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
-            prices = self.prices
-            cost = (
-                prices.cost(self._model, prompt_tokens, tokens - prompt_tokens) if prices else 0.0
-            )
-            self.tokens += tokens
-            self.cost += cost
-            self._turn = (tokens, cost)
-            self._turn_in_loop = False
-            if problems:
-                self._problems(problems)
-            size += call_chars
-        else:
-            if severity:
-                self.ladder.message(severity, scanner.last_detector)
-                if found:
-                    self._loops(found, self.steps + 1, severity, answer=False)
-            else:
-                self.ladder.new = True
-            if role == "tool":
-                code = ROLE_TOOL
-                self.calls.result(message, content)
-            else:
-                code = ROLE_OTHER
-                if tokens:
-                    self.tokens += tokens
-        if severity and not self._turn_in_loop:  # WARNING or worse: this turn is in a loop
-            self._in_loop()
-        self._history_chars += size
-        if self.timeline is not None:
-            flag = ISSUE_BIT if len(issues) > before else 0
-            self.timeline.append(code | (severity << 2) | flag)
-            self._remember(index, message)
+        self._feed((message,), tokens, prompt_tokens)
+
+    def feed_run(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Audit the next messages, of which the trace says nothing more (a transcript's): as
+        :meth:`feed` of each, in one loop."""
+        self._feed(messages, None, None)
+
+    def _feed(  # noqa: PLR0915 - one pass per message, kept flat: a helper call is per message
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        usage: int | None,
+        prompt_usage: int | None,
+    ) -> None:
+        """:meth:`feed` of each of ``messages`` (``usage``: the tokens of the one answer among
+        them, when the trace says). The counters of the loop are kept in local variables and
+        written back when it ends."""
+        # per message, in the order the guard sees it: the request it completes (an answer),
+        # the loop verdict, the calls, the accounting; kept flat (no helper calls on the
+        # common path), it runs per message
+        scanner = self.scanner
+        scan = scanner.feed
+        issues = self.issues
+        ladder = self.ladder
+        check = self.calls.check
+        result = self.calls.result
+        timeline = self.timeline
+        prices = self.prices
+        index, steps, history = self._index, self.steps, self._history_chars
+        total, spent = self.tokens, self.cost
+        try:
+            for message in messages:
+                before = len(issues)
+                content = message.get("content")
+                size = len(content) + 8 if content.__class__ is str else 8
+                found = scan(message)
+                severity = scanner.last_severity
+                role = message.get("role")
+                if role == "assistant":
+                    steps += 1
+                    if self._awaiting or ladder.new:
+                        self._request(steps)
+                    if found or severity:
+                        self._loops(found, steps, severity, answer=True)
+                    calls = message.get("tool_calls")
+                    code = ROLE_CALL if calls else ROLE_TEXT
+                    # the answer's calls checked, its model call counted
+                    call_chars, problems = check(index, steps, message, calls, content)
+                    tokens, prompt = usage, prompt_usage
+                    if tokens is None:
+                        tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
+                        prompt = history // _CHARS_PER_TOKEN
+                        self.estimated = True
+                    elif prompt is None:  # the answer's share estimated from its length
+                        prompt = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
+                    cost = prices.cost(self._model, prompt, tokens - prompt) if prices else 0.0
+                    total += tokens
+                    spent += cost
+                    self._turn = (tokens, cost)
+                    self._turn_in_loop = False
+                    if problems:
+                        self._problems(problems)
+                    size += call_chars
+                else:
+                    if severity:
+                        ladder.message(severity, scanner.last_detector)
+                        if found:
+                            self._loops(found, steps + 1, severity, answer=False)
+                    else:
+                        ladder.new = True
+                    if role == "tool":
+                        code = ROLE_TOOL
+                        result(message, content)
+                    else:
+                        code = ROLE_OTHER
+                        if usage:
+                            total += usage
+                if severity and not self._turn_in_loop:  # WARNING or worse: a loop's turn
+                    self._in_loop()
+                history += size
+                if timeline is not None:
+                    flag = ISSUE_BIT if len(issues) > before else 0
+                    timeline.append(code | (severity << 2) | flag)
+                    self._remember(index, message)
+                index += 1
+        finally:
+            self._index, self.steps, self._history_chars = index, steps, history
+            self.tokens, self.cost = total, spent
 
     def _problems(self, problems: Sequence[Problem]) -> None:
         """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""

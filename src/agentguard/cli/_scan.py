@@ -271,11 +271,10 @@ def _scan_file(
                 _, messages, where, tools, _, whole = run
                 if tools:
                     audit.declare(tools)  # once: declaring the same tools again changes nothing
-                feed = audit.feed
                 for message in messages:
                     if message.__class__ is not dict:
                         checked(message, where)  # an InputError when it is no message
-                    feed(message)
+                audit.feed_run(messages)
                 if whole and early:
                     audit.finish()
                     finished.add(name)
