@@ -161,8 +161,10 @@ class SessionAudit:
                 role = message.get("role")
                 if role == "assistant":
                     steps += 1
-                    if self._awaiting or ladder.new:
+                    if self._awaiting:
                         self._request(steps)
+                    elif ladder.new:  # no loop finding waits for the rung: the ladder alone
+                        ladder.request(steps, self._model)
                     if found or severity:
                         self._loops(found, steps, severity, answer=True)
                     calls = message.get("tool_calls")
