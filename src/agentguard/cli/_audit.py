@@ -78,7 +78,8 @@ class SessionAudit:
         self._history_chars = 0
         self._turn = (0, 0.0)  # the latest model call: tokens, cost
         self._turn_in_loop = False
-        self._open: Issue | None = None  # the loop finding the turns in a loop are charged to
+        #: the burn (``[tokens, cost]``) of the loop finding the turns in a loop are charged to
+        self._open: list[Any] | None = None
         self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
@@ -228,14 +229,17 @@ class SessionAudit:
     def _in_loop(self) -> None:
         """A message at WARNING or worse: the latest model call's turn is in a loop."""
         self._turn_in_loop = True
-        self.loop_tokens += self._turn[0]
-        if self._open is not None:
-            self._charge(self._open)
+        tokens, cost = self._turn
+        self.loop_tokens += tokens
+        burn = self._open
+        if burn is not None:
+            burn[0] += tokens
+            burn[1] += cost
 
     def _add(self, issue: Issue) -> None:
         self.issues.append(issue)
-        if issue.category == "loop":
-            self._open = issue  # the turns in a loop from here on are charged to it
+        if issue.category == "loop":  # the turns in a loop from here on are charged to it
+            self._open = self._burn.setdefault(id(issue), [0, 0.0])
         if self.timeline is not None and len(self._context) < _CONTEXT_FINDINGS:
             self._context[id(issue)] = [_line(entry) for entry in self._recent]
             self._following.append((issue, 3))  # its own message and the two after it
