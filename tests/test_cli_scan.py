@@ -472,3 +472,52 @@ def test_the_library_scan_gives_the_garbage_collector_back(tmp_path: Path) -> No
     assert gc.get_threshold() == threshold
     assert len(scan_file(str(path), config)) == 1
     assert gc.get_threshold() == threshold
+
+
+def _fed_whole(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report of one audit fed ``messages`` in order and finished at the end."""
+    audit = SessionAudit("run-0", GuardConfig.from_dict({}, env={}))
+    for message in messages:
+        audit.feed(message)
+    audit.finish()
+    return audit.to_dict()
+
+
+def test_a_transcript_name_reused_by_a_later_line_is_one_session(tmp_path: Path) -> None:
+    """A transcript's audit is finished as soon as it is read; when a later message line names
+    the same session, the file is read again and the report is the one of a single audit fed
+    every message of the session, as if none had been finished early."""
+    first, more = polling(3), polling(5)[2:]
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({"id": "run-0", "messages": first}),
+             json.dumps({"id": "other", "messages": polling(2)})]  # fmt: skip
+    lines += [json.dumps({**m, "session": "run-0"}) for m in more]
+    path.write_text("\n".join(lines) + "\n")
+    audits = scan_file(str(path), GuardConfig.from_dict({}, env={}))
+    assert [a.id for a in audits] == ["run-0", "other"]
+    assert audits[0].to_dict() == _fed_whole(first + more)
+    assert audits[0].messages == len(first) + len(more)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_pipe_is_read_once_with_every_audit_kept_open(tmp_path: Path) -> None:
+    """A pipe cannot be read again: its transcripts' audits stay open to the end, and a name
+    reused by a later line still gives a single session."""
+    first, more = polling(3), polling(5)[2:]
+    text = json.dumps({"id": "run-0", "messages": first}) + "\n"
+    text += "".join(json.dumps({**m, "session": "run-0"}) + "\n" for m in more)
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with fifo.open("w") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        audits = scan_file(str(fifo), GuardConfig.from_dict({}, env={}))
+    finally:
+        writer.join()
+    assert len(audits) == 1
+    assert audits[0].to_dict() == _fed_whole(first + more)

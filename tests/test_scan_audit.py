@@ -4,7 +4,6 @@ HTML report shows."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -247,13 +246,40 @@ def test_per_tool_tallies_are_bounded() -> None:
 
 
 def test_a_settled_finding_keeps_every_field_as_replace_would() -> None:
-    """``Issue.settled`` (the audit's fast ``dataclasses.replace``) drops no field, whatever
-    fields the finding gains."""
+    """``Issue.settled`` (the audit's fast ``_replace``) drops no field, whatever fields the
+    finding gains."""
     issue = Issue(7, Severity.CRITICAL, "loop", "same_result", "get_build", 4, "stalled", 3,
                   "warn", 11, 0.5, ((1, "tool", "x"),))  # fmt: skip
     context = ((6, "assistant", "→ get_build({})"),)
     settled = issue.settled(250, 0.0125, context, "hint")
-    assert settled == dataclasses.replace(
-        issue, tokens=250, cost=0.0125, context=context, action="hint"
-    )
-    assert len(dataclasses.fields(Issue)) == 12  # a new field must be passed on by settled()
+    assert settled == issue._replace(tokens=250, cost=0.0125, context=context, action="hint")
+    assert len(Issue._fields) == 12  # a new field must be passed on by settled()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["tools declared", "no tool list"])
+def test_a_run_fed_at_once_is_audited_as_message_by_message(declared: bool) -> None:
+    """``feed_run`` (a transcript's messages in one loop) gives the audit ``feed`` of each
+    message gives: findings, steps, actions, tokens, money, timeline and context."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "book me a flight"}]
+    for i in range(9):  # a stalled poll, bad calls among them, then repeated answers
+        args = '{"flight": "LH1", "seats": "two"' if i == 3 else {"flight": "LH1", "seats": 2}
+        messages += [call(i, "book" if i != 5 else "bok", args), result(i, "Error: sold out")]
+    messages += [{"role": "assistant", "content": "I cannot book it."}] * 6
+    prices = PriceTable({"*": (1.0, 2.0)})
+    audits = []
+    for whole in (False, True):
+        audit = SessionAudit("s", CONFIG, bytearray(), prices)
+        if declared:
+            audit.declare(TOOLS)
+        if whole:
+            audit.feed_run(messages)
+        else:
+            for message in messages:
+                audit.feed(message)
+        audit.finish()
+        audits.append(audit)
+    one, run = audits
+    assert run.issues, "the transcript must have findings to compare"
+    assert run.to_dict() == one.to_dict()
+    assert run.issues == one.issues  # their context included
+    assert run.timeline == one.timeline

@@ -15,7 +15,7 @@ re-sent requests); each finding carries its share, priced with the price table.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from agentguard.config import GuardConfig
 from agentguard.loops import TranscriptScanner
 from agentguard.types import Severity
 
-from ._calls import CallChecks
+from ._calls import CallChecks, Problem
 from ._findings import Issue, ToolStats, context_line
 from ._ladder import Ladder
 
@@ -78,7 +78,8 @@ class SessionAudit:
         self._history_chars = 0
         self._turn = (0, 0.0)  # the latest model call: tokens, cost
         self._turn_in_loop = False
-        self._open: Issue | None = None  # the loop finding the turns in a loop are charged to
+        #: the burn (``[tokens, cost]``) of the loop finding the turns in a loop are charged to
+        self._open: list[Any] | None = None
         self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
@@ -118,89 +119,127 @@ class SessionAudit:
     ) -> None:
         """Audit the next message; ``tokens``: the model call's usage when the trace has it
         (``prompt_tokens`` of them prompt), ``model``: the model that answered."""
-        # one pass per message, in the order the guard sees it: the request it completes (an
-        # answer), the loop verdict, the calls, the accounting; kept flat, it runs per message
-        scanner = self.scanner
-        issues = self.issues
-        index = self._index
-        self._index = index + 1
-        before = len(issues)
-        role = message.get("role")
         if model:
             self._model = model
-        content = message.get("content")
-        size = len(content) + 8 if content.__class__ is str else 8
         if retry:
             self.retry_tokens += retry
-        if role == "assistant":
-            self.steps = step = self.steps + 1
-            if self._awaiting or self.ladder.new:
-                self._request(step)
-            found = scanner.feed(message)
-            severity = scanner.last_severity
-            if found or severity:
-                self._loops(found, step, severity, answer=True)
-            calls = message.get("tool_calls")
-            code = ROLE_CALL if calls else ROLE_TEXT
-            size += self._answer(index, message, calls, content, size, tokens=tokens,
-                                 prompt_tokens=prompt_tokens)  # fmt: skip
-        else:
-            found = scanner.feed(message)
-            severity = scanner.last_severity
-            self.ladder.message(severity, scanner.last_detector)
-            if found:
-                self._loops(found, self.steps + 1, severity, answer=False)
-            if role == "tool":
-                code = ROLE_TOOL
-                self.calls.result(message, content)
-            else:
-                code = ROLE_OTHER
-                if tokens:
-                    self.tokens += tokens
-        if severity and not self._turn_in_loop:  # WARNING or worse: this turn is in a loop
-            self._turn_in_loop = True
-            self.loop_tokens += self._turn[0]
-            if self._open is not None:
-                self._charge(self._open)
-        self._history_chars += size
-        if self.timeline is not None:
-            flag = ISSUE_BIT if len(issues) > before else 0
-            self.timeline.append(code | (severity << 2) | flag)
-            self._remember(index, message)
+        self._feed((message,), tokens, prompt_tokens)
 
-    def _answer(self, index: int, message: Mapping[str, Any], calls: Any, content: Any,
-                size: int, *, tokens: int | None, prompt_tokens: int | None) -> int:  # fmt: skip
-        """Check an answer's calls and count its model call; returns the calls' size."""
+    def feed_run(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Audit the next messages, of which the trace says nothing more (a transcript's): as
+        :meth:`feed` of each, in one loop."""
+        self._feed(messages, None, None)
+
+    def _feed(  # noqa: PLR0915 - one pass per message, kept flat: a helper call is per message
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        usage: int | None,
+        prompt_usage: int | None,
+    ) -> None:
+        """:meth:`feed` of each of ``messages`` (``usage``: the tokens of the one answer among
+        them, when the trace says). The counters of the loop are kept in local variables and
+        written back when it ends."""
+        # per message, in the order the guard sees it: the request it completes (an answer),
+        # the loop verdict, the calls, the accounting; kept flat (no helper calls on the
+        # common path), it runs per message
+        scanner = self.scanner
+        scan = scanner.feed
         issues = self.issues
-        checked = len(issues)
-        call_chars, problems = self.calls.check(index, self.steps, message, calls, content)
-        for p in problems:
-            self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                            p.action))  # fmt: skip
-        if tokens is None:
-            tokens = (self._history_chars + size + call_chars) // _CHARS_PER_TOKEN
-            prompt_tokens = self._history_chars // _CHARS_PER_TOKEN
-            self.estimated = True
-        elif prompt_tokens is None:  # the answer's share estimated from its length
-            prompt_tokens = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
+        ladder = self.ladder
+        check = self.calls.check
+        result = self.calls.result
+        timeline = self.timeline
         prices = self.prices
-        cost = prices.cost(self._model, prompt_tokens, tokens - prompt_tokens) if prices else 0.0
-        self.tokens += tokens
-        self.cost += cost
-        self._turn = (tokens, cost)
-        self._turn_in_loop = False
-        if len(issues) > checked:
-            redone = [i for i in issues[checked:] if i.action == "recovery"]
-            if redone:
-                self.retry_tokens += tokens  # an invalid call: the turn must be redone
-                for issue in redone:
-                    self._charge(issue)
-        return call_chars
+        index, steps, history = self._index, self.steps, self._history_chars
+        total, spent = self.tokens, self.cost
+        try:
+            for message in messages:
+                before = len(issues)
+                content = message.get("content")
+                size = len(content) + 8 if content.__class__ is str else 8
+                found = scan(message)
+                severity = scanner.last_severity
+                role = message.get("role")
+                if role == "assistant":
+                    steps += 1
+                    if self._awaiting:
+                        self._request(steps)
+                    elif ladder.new:  # no loop finding waits for the rung: the ladder alone
+                        ladder.request(steps, self._model)
+                    if found or severity:
+                        self._loops(found, steps, severity, answer=True)
+                    calls = message.get("tool_calls")
+                    code = ROLE_CALL if calls else ROLE_TEXT
+                    # the answer's calls checked, its model call counted
+                    call_chars, problems = check(index, steps, message, calls, content)
+                    tokens, prompt = usage, prompt_usage
+                    if tokens is None:
+                        tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
+                        prompt = history // _CHARS_PER_TOKEN
+                        self.estimated = True
+                    elif prompt is None:  # the answer's share estimated from its length
+                        prompt = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
+                    cost = prices.cost(self._model, prompt, tokens - prompt) if prices else 0.0
+                    total += tokens
+                    spent += cost
+                    self._turn = (tokens, cost)
+                    self._turn_in_loop = False
+                    if problems:
+                        self._problems(problems)
+                    size += call_chars
+                else:
+                    if severity:
+                        ladder.message(severity, scanner.last_detector)
+                        if found:
+                            self._loops(found, steps + 1, severity, answer=False)
+                    else:
+                        ladder.new = True
+                    if role == "tool":
+                        code = ROLE_TOOL
+                        result(message, content)
+                    else:
+                        code = ROLE_OTHER
+                        if usage:
+                            total += usage
+                if severity and not self._turn_in_loop:  # WARNING or worse: a loop's turn
+                    self._in_loop()
+                history += size
+                if timeline is not None:
+                    flag = ISSUE_BIT if len(issues) > before else 0
+                    timeline.append(code | (severity << 2) | flag)
+                    self._remember(index, message)
+                index += 1
+        finally:
+            self._index, self.steps, self._history_chars = index, steps, history
+            self.tokens, self.cost = total, spent
+
+    def _problems(self, problems: Sequence[Problem]) -> None:
+        """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
+        redone = False
+        for p in problems:
+            issue = Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
+                          p.action)  # fmt: skip
+            self._add(issue)
+            if p.action == "recovery":
+                if not redone:
+                    redone = True
+                    self.retry_tokens += self._turn[0]  # an invalid call: the turn is redone
+                self._charge(issue)
+
+    def _in_loop(self) -> None:
+        """A message at WARNING or worse: the latest model call's turn is in a loop."""
+        self._turn_in_loop = True
+        tokens, cost = self._turn
+        self.loop_tokens += tokens
+        burn = self._open
+        if burn is not None:
+            burn[0] += tokens
+            burn[1] += cost
 
     def _add(self, issue: Issue) -> None:
         self.issues.append(issue)
-        if issue.category == "loop":
-            self._open = issue  # the turns in a loop from here on are charged to it
+        if issue.category == "loop":  # the turns in a loop from here on are charged to it
+            self._open = self._burn.setdefault(id(issue), [0, 0.0])
         if self.timeline is not None and len(self._context) < _CONTEXT_FINDINGS:
             self._context[id(issue)] = [_line(entry) for entry in self._recent]
             self._following.append((issue, 3))  # its own message and the two after it
@@ -263,6 +302,9 @@ class SessionAudit:
         self._burn.clear()
         self._context.clear()
         self._actions.clear()
+        # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
+        # audit until its report is written)
+        del self.scanner
 
     def first_action(self) -> tuple[int, str, str] | None:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung

@@ -9,6 +9,7 @@ from the trace is escaped.
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 from math import fsum
@@ -46,6 +47,11 @@ details{margin:.2rem 0 .6rem}summary{cursor:pointer;color:#2b5d8a;font-size:.85r
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12px/1.4 ui-monospace,monospace}
 .ctx td{border-bottom:1px solid #f1f3f5}.ctx .here{background:#fff4dc}.role{color:#5b6b7b}
 """
+
+
+#: ``html.escape``, remembered: findings repeat their texts, and each message around a
+#: finding is shown under every finding near it
+_escape = functools.lru_cache(maxsize=8192)(html.escape)
 
 
 def render(path: str, audits: Sequence[SessionAudit]) -> str:
@@ -131,7 +137,7 @@ def _cost(cost: float) -> str:
 
 
 def _session(audit: SessionAudit) -> str:
-    e = html.escape
+    e = _escape
     first = audit.first_action()
     acted = f" · the guard would first act at step {first[0]} ({e(first[1])})" if first else ""
     if audit.ladder.acts:
@@ -158,7 +164,7 @@ def _session(audit: SessionAudit) -> str:
 
 
 def _finding(i: Issue) -> str:
-    e = html.escape
+    e = _escape
     burnt = f"{i.tokens:,} {_cost(i.cost)}".strip() if i.tokens else ""
     row = (
         f"<tr><td>{i.step}</td><td>#{i.index}</td><td><span class='sev {i.severity}'>"
@@ -168,14 +174,20 @@ def _finding(i: Issue) -> str:
     )
     if not i.context:
         return row
-    lines = "".join(
-        f"<tr{' class=here' if n == i.index else ''}><td>#{n}</td><td class='role'>{e(role)}"
-        f"</td><td><pre>{e(text)}</pre></td></tr>"
-        for n, role, text in i.context
-    )
+    lines = "".join(_context_row(line, line[0] == i.index) for line in i.context)
     return (
         f"{row}<tr><td></td><td colspan='9'><details><summary>the calls and results around it"
         f"</summary><table class='ctx'>{lines}</table></details></td></tr>"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _context_row(line: tuple[int, str, str], here: bool) -> str:
+    """The row of a message around a finding (``here``: the finding's own)."""
+    n, role, text = line
+    return (
+        f"<tr{' class=here' if here else ''}><td>#{n}</td><td class='role'>{_escape(role)}"
+        f"</td><td><pre>{_escape(text)}</pre></td></tr>"
     )
 
 
@@ -184,12 +196,9 @@ def _timeline(audit: SessionAudit) -> str:
     n = len(codes)
     if not n:
         return ""
-    marks = min(n, _MAX_MARKS)
-    per = n / marks
-    width = _WIDTH / marks
+    marks = _marks(n)
     rects = []
-    for k in range(marks):
-        lo, hi = int(k * per), max(int((k + 1) * per), int(k * per) + 1)
+    for lo, hi, head, tail, finding in marks:
         if hi - lo == 1:  # a mark per message (a short session): its code, read once
             c = codes[lo]
             severity, flagged, role = (c >> 2) & 0x3, c & ISSUE_BIT, c & 0x3
@@ -199,19 +208,34 @@ def _timeline(audit: SessionAudit) -> str:
             flagged = any(c & ISSUE_BIT for c in bucket)
             role = max(c & 0x3 for c in bucket)
         colour = _SEVERITY_COLOUR.get(severity) or _ROLE_COLOUR.get(role, "#d5dbe1")
-        x = k * width
-        label = f"messages {lo}–{hi - 1}" if hi - lo > 1 else f"message {lo}"
-        rects.append(
-            f"<rect x='{x:.2f}' y='6' width='{max(width - 0.5, 0.5):.2f}' height='22' "
-            f"fill='{colour}'><title>{label}</title></rect>"
-        )
+        rects.append(head + colour + tail)
         if flagged:
-            rects.append(
-                f"<circle cx='{x + width / 2:.2f}' cy='36' r='3' fill='#1d2733'>"
-                f"<title>finding at {label}</title></circle>"
-            )
+            rects.append(finding)
     return (
         f"<svg viewBox='0 0 {_WIDTH} 42' width='100%' height='42' preserveAspectRatio='none' "
         "role='img' "
         f"aria-label='timeline of {html.escape(audit.id)}'>{''.join(rects)}</svg>"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _marks(n: int) -> tuple[tuple[int, int, str, str, str], ...]:
+    """The marks of a timeline of ``n`` messages: ``(lo, hi, the rect up to its colour, the
+    rect after it, the finding's dot)``, the same for every session of ``n`` messages (their
+    positions are formatted once, not per session)."""
+    marks = min(n, _MAX_MARKS)
+    per = n / marks
+    width = _WIDTH / marks
+    out = []
+    for k in range(marks):
+        lo, hi = int(k * per), max(int((k + 1) * per), int(k * per) + 1)
+        x = k * width
+        label = f"messages {lo}–{hi - 1}" if hi - lo > 1 else f"message {lo}"
+        head = f"<rect x='{x:.2f}' y='6' width='{max(width - 0.5, 0.5):.2f}' height='22' fill='"
+        tail = f"'><title>{label}</title></rect>"
+        dot = (
+            f"<circle cx='{x + width / 2:.2f}' cy='36' r='3' fill='#1d2733'>"
+            f"<title>finding at {label}</title></circle>"
+        )
+        out.append((lo, hi, head, tail, dot))
+    return tuple(out)

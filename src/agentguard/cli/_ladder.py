@@ -43,8 +43,9 @@ class Ladder:
         self._rung = -1
         self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
-        #: the rung :func:`climb` gives, by ``(rung before, at BREAK, a tool loop)``, shared by
-        #: the ladders of equal rungs: a loop climbs at every message it goes on
+        #: the rung :func:`climb` gives and the rung taken, by ``(rung before, at BREAK, a tool
+        #: loop, a re-ask)``, shared by the ladders of equal rungs: a loop climbs at every
+        #: message it goes on
         self._rungs = rungs = tuple(self._recovery.rungs)
         if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
             _CLIMBS.clear()
@@ -67,7 +68,7 @@ class Ladder:
         if worst < _WARNING:
             self._rung = -1  # out of the loop: a later one starts the ladder again
             return None
-        return self._climb(step, worst, detector, model, reask=False)
+        return self._climb(step, worst, detector, model, False)
 
     def answer(self, step: int, severity: Severity, detector: str | None,
                model: str | None = None) -> str:  # fmt: skip
@@ -75,18 +76,18 @@ class Ladder:
         what the guard does with it."""
         if severity < _BREAK:
             return "warn"
-        return self._climb(step, severity, detector, model, reask=True)
+        return self._climb(step, severity, detector, model, True)
 
     def _climb(self, step: int, severity: Severity, detector: str | None, model: str | None,
-               *, reask: bool) -> str:  # fmt: skip
-        cfg = self._recovery
-        before = self._rung
-        key = (before, severity >= _BREAK, detector not in TEXT_DETECTORS)
-        rung_at = self._climbs.get(key)
-        if rung_at is None:
-            rung_at = self._climbs[key] = climb(before, severity, cfg, tool_loop=key[2])
-        self._rung = rung_at
-        rung = "stop" if reask and rung_at <= before else self._rungs[rung_at]
+               reask: bool) -> str:  # fmt: skip
+        key = (self._rung, severity >= _BREAK, detector not in TEXT_DETECTORS, reask)
+        climbed = self._climbs.get(key)
+        if climbed is None:
+            before = key[0]
+            rung_at = climb(before, severity, self._recovery, tool_loop=key[2])
+            taken: str = "stop" if reask and rung_at <= before else self._rungs[rung_at]
+            climbed = self._climbs[key] = (rung_at, taken)
+        self._rung, rung = climbed
         self.taken.append((step, rung))
         action: str = rung
         if rung == "escalate":
@@ -105,4 +106,4 @@ class Ladder:
 
 #: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
 #: builds configs without end cannot grow it)
-_CLIMBS: dict[tuple[str, ...], dict[tuple[int, bool, bool], int]] = {}
+_CLIMBS: dict[tuple[str, ...], dict[tuple[int, bool, bool, bool], tuple[int, str]]] = {}

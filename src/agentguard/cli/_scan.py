@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import gc
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -205,6 +206,11 @@ def _prices(config: GuardConfig, extra: list[str]) -> PriceTable | None:
     return PriceTable(table)
 
 
+class _Reopened(Exception):
+    """A run named a session the scan had already finished (a transcript's name reused by a
+    later line of another format)."""
+
+
 @_collecting_rarely()
 def scan_file(
     path: str,
@@ -217,30 +223,62 @@ def scan_file(
 ) -> list[SessionAudit]:
     """Audit every session in ``path``; raises :class:`InputError` on unusable input.
 
-    The cyclic garbage collector runs rarely meanwhile (:func:`_collecting_rarely`)."""
+    A transcript is a whole session: its audit is finished as soon as it is read, and the loop
+    detectors' state for it let go (memory held for every session until the end slows the
+    scan of a large file by a tenth). Should a later line of another format name the same
+    session, the file is read again with every audit kept open to the end, as the report
+    must not depend on when an audit was finished. The cyclic garbage collector runs rarely
+    meanwhile (:func:`_collecting_rarely`)."""
+    try:
+        return _scan_file(path, config, timeline=timeline, progress=progress, fmt=fmt,
+                          prices=prices, early=True)  # fmt: skip
+    except _Reopened:
+        return _scan_file(path, config, timeline=timeline, progress=progress, fmt=fmt,
+                          prices=prices, early=False)  # fmt: skip
+
+
+def _scan_file(
+    path: str,
+    config: GuardConfig,
+    *,
+    timeline: bool,
+    progress: bool,
+    fmt: str | None,
+    prices: PriceTable | None,
+    early: bool,
+) -> list[SessionAudit]:
+    """:func:`scan_file`; with ``early``, a transcript's audit is finished once it is read
+    (in a regular file, which can be read again: :class:`_Reopened`)."""
     stream, counter = open_counted(path)
     audits: dict[str, SessionAudit] = {}
+    finished: set[str] = set()
     session: str | None = None
     audit: SessionAudit | None = None
     with stream:
+        early = early and stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
         found = runs(stream, path, fmt, group=True)
         for run in _with_progress(found, counter, path) if progress else found:
             name = run[0]
             if name != session or audit is None:  # runs of one session's messages are common
+                if name in finished:
+                    raise _Reopened
                 session = name
                 audit = audits.get(name)
                 if audit is None:
                     timeline_bytes = bytearray() if timeline else None
                     audit = audits[name] = SessionAudit(name, config, timeline_bytes, prices)
             if isinstance(run, Messages):  # a transcript: its messages fed in one loop
-                _, messages, where, tools, _ = run
+                _, messages, where, tools, _, whole = run
                 if tools:
                     audit.declare(tools)  # once: declaring the same tools again changes nothing
-                feed = audit.feed
                 for message in messages:
                     if message.__class__ is not dict:
                         checked(message, where)  # an InputError when it is no message
-                    feed(message)
+                audit.feed_run(messages)
+                if whole and early:
+                    audit.finish()
+                    finished.add(name)
+                    audit = None
                 continue
             _, message, _, tokens, tools, retry, model, prompt_tokens = run
             if tools:
@@ -250,8 +288,9 @@ def scan_file(
                 audit.tokens += tokens or 0
                 continue
             audit.feed(message, tokens, retry, model=model, prompt_tokens=prompt_tokens)
-    for audit in audits.values():
-        audit.finish()
+    for name, audit in audits.items():
+        if name not in finished:
+            audit.finish()
     return list(audits.values())
 
 

@@ -125,7 +125,6 @@ def runs(
     held_session = held_where = ""
     try:
         for line_no, item in items(stream, path):
-            where = f"{path}:{line_no}"
             if (
                 forced is None
                 and item.__class__ is dict
@@ -133,16 +132,17 @@ def runs(
                 and _NOT_A_MESSAGE.isdisjoint(item)
             ):  # a chat message, as detect() finds first: read without a reader generator
                 if not group:
-                    yield _chat.message_record(item, where)
+                    yield _chat.message_record(item, f"{path}:{line_no}")
                     continue
                 session = _chat.session_of(item)
                 if held and (session != held_session or len(held) >= _RUN):
                     yield Messages(held_session, held, held_where)
                     held = []
-                if not held:
-                    held_session, held_where = session, where
+                if not held:  # a run's place is its first line's (made once per run)
+                    held_session, held_where = session, f"{path}:{line_no}"
                 held.append(item)
                 continue
+            where = f"{path}:{line_no}"
             if held:
                 yield Messages(held_session, held, held_where)
                 held = []

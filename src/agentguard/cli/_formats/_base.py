@@ -60,6 +60,8 @@ class Messages(NamedTuple):
         tools: the tool definitions the trace declares for the session, if any.
         keep: whether an empty run still makes a session (an empty transcript object does, an
             empty array does not).
+        whole: whether the run is the whole session (a transcript: the trace names no other
+            session so, unless a line of another format reuses the name).
     """
 
     session: str
@@ -67,6 +69,7 @@ class Messages(NamedTuple):
     where: str
     tools: Sequence[Any] | None = None
     keep: bool = False
+    whole: bool = False
 
     def records(self) -> Iterator[Record]:
         """The run as one :class:`Record` per message."""

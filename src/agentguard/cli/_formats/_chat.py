@@ -35,12 +35,12 @@ def transcript(item: Any, where: str, state: State) -> Messages | None:
     """A transcript (an array of messages, or an object with ``messages``) as a run of its
     session's messages; ``None`` when ``item`` is none."""
     if isinstance(item, list):
-        return Messages(state.unique(f"line {where.rsplit(':', 1)[1]}"), item, where)
+        return Messages(state.unique(f"line {where.rsplit(':', 1)[1]}"), item, where, whole=True)
     if isinstance(item, dict) and isinstance(item.get("messages"), list):
         label = item.get("id") or item.get("session") or item.get("session_id")
         session = state.unique(str(label or f"line {where.rsplit(':', 1)[1]}"))
         tools = item.get("tools") if isinstance(item.get("tools"), list) else None
-        return Messages(session, item["messages"], where, tools, keep=True)
+        return Messages(session, item["messages"], where, tools, keep=True, whole=True)
     return None
 
 

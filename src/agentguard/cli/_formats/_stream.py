@@ -81,7 +81,7 @@ def items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         yield line_no, value
     for line in stream:
         line_no += 1
-        if not line.strip():
+        if line.isspace():  # a line read from a file is never empty: this is ``not strip()``
             continue
         yield line_no, _loads(line, path, line_no)
 
@@ -152,7 +152,12 @@ def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterato
             buf, pos = chunk, 0
             continue
         try:
-            item, end = decoder.raw_decode(buf, pos)
+            # the C scanner itself (``raw_decode`` without its Python layer); a failure is
+            # decoded again by ``raw_decode``, for its words
+            try:
+                item, end = _scan_once(buf, pos)
+            except (StopIteration, ValueError):
+                item, end = decoder.raw_decode(buf, pos)
         except RecursionError:
             raise InputError(f"{path}:{line_no}: JSON nested too deep to read") from None
         except ValueError as exc:
