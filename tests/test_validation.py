@@ -659,3 +659,19 @@ def test_an_object_written_as_json_text_decodes_to_itself(home: dict[str, Any]) 
     report = validator.validate(_save({"home": json.dumps(home)}))
     assert report.ok
     assert json.loads(report.tool_calls[0].arguments)["home"] == home
+
+
+def test_tool_choice_answered_by_a_call_of_another_kind_is_not_judged() -> None:
+    """``"required"`` may be answered by a call the guard does not read (a custom tool's, a
+    built-in's): with such tools offered, or such a call made, text beside it is no failure."""
+    custom = {"type": "custom", "custom": {"name": "grammar", "description": "free text"}}
+    builtin = {"type": "web_search_preview"}
+    for extra in (custom, builtin):
+        validator = ToolCallValidator([*TOOLS, extra], GuardConfig.from_dict({}, env={}))
+        assert validator.validate(TEXT, "stop", tool_choice="required").ok
+        assert _kinds(validator.validate(SHELL, "stop", tool_choice=PINNED)) == ["not_chosen"]
+    made = {
+        **TEXT,
+        "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "g", "input": "x"}}],
+    }
+    assert _v().validate(made, "tool_calls", tool_choice="required").ok

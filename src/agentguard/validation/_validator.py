@@ -41,7 +41,7 @@ from ._fast import compile_check
 from ._names import NameMatcher
 from ._report import ErrorKind, Repair, ToolCallError, ValidationReport, json_text, short
 from ._schema import compiled, schema_error
-from ._tools import ToolSpec, specs_from
+from ._tools import ToolSpec, _not_a_function, specs_from
 
 __all__ = ["ToolCallValidator"]
 
@@ -93,6 +93,10 @@ class ToolCallValidator:
             self.config = config
         else:
             self.config = (config or GuardConfig()).tool_validation
+        tools = list(tools)
+        #: tools of other kinds are offered too (custom, web_search ...): their calls, which
+        #: an answer may hold beside or instead of function calls, are not the guard's to read
+        self._other_tools = any(_not_a_function(t) for t in tools)
         self.specs = specs_from(
             tools, self.config.side_effecting, by_name=self.config.side_effecting_by_name
         )
@@ -168,7 +172,10 @@ class ToolCallValidator:
         if not raw_calls and not errors and cfg.empty_answer_is_failure and self.specs:
             errors = _unanswered(content, finish_reason, cut_off=cfg.cut_off_text_is_failure)
         if cfg.enforce_tool_choice and self.specs:
-            if tool_choice is not None and not errors:
+            # without a function call, where calls of other kinds may be what answered
+            # tool_choice (tools of other kinds offered, or such a call made), it is not judged
+            other = not raw_calls and (self._other_tools or _other_calls(msg.get("tool_calls")))
+            if tool_choice is not None and not errors and not other:
                 errors = _unchosen(calls, raw_calls, content, tool_choice)
             if parallel_tool_calls is False and len(calls) > 1 and not errors:
                 dropped = ", ".join(c.name for c in calls[1:])
@@ -494,6 +501,13 @@ def other_kind(call: Mapping[str, Any]) -> bool:
     ``custom`` tools: ``{"type": "custom", "custom": {...}}``). An entry without a type is taken
     for a function call, as the SDK reads it."""
     return call.get("type") not in (None, "function") and "function" not in call
+
+
+def _other_calls(tool_calls: Any) -> bool:
+    """Whether a message's ``tool_calls`` hold a call of another kind than a function."""
+    if not isinstance(tool_calls, (list, tuple)):
+        return False
+    return any(isinstance(c, Mapping) and other_kind(c) for c in tool_calls)
 
 
 def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> list[ToolCallError]:
