@@ -16,6 +16,7 @@ from agentguard.events import ToolCallRejected, ToolCallRepaired
 from agentguard.testing import Reply, capture_events
 from agentguard.validation import ToolCallValidator, extract_calls
 from agentguard.validation._tools import acts_by_name
+from agentguard.validation._validator import _accepted
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -675,3 +676,18 @@ def test_tool_choice_answered_by_a_call_of_another_kind_is_not_judged() -> None:
         "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "g", "input": "x"}}],
     }
     assert _v().validate(made, "tool_calls", tool_choice="required").ok
+
+
+def test_the_types_of_a_hostile_schema_are_found_in_bounded_steps() -> None:
+    """A ``$ref`` cycle, or ``anyOf`` branches nested twenty deep ten wide (10^20 paths), are
+    read in at most 64 steps, as taking any type: an argument is never decoded on a guess."""
+    nested: dict[str, Any] = {"type": "object"}
+    for _ in range(20):
+        nested = {"anyOf": [nested] * 10}
+    cycle = {"$ref": "#/$defs/A"}
+    root = {"$defs": {"A": cycle}}
+    assert "string" in _accepted(cycle, root)
+    assert "string" in _accepted(nested, {})
+    assert _accepted(
+        {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}, {"$defs": {"B": {"properties": {}}}}
+    ) == {"object", "null"}

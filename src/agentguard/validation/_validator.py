@@ -584,7 +584,7 @@ def _coerce(
     return out, changed
 
 
-def _encoded_json(text: str, accepted: set[str]) -> Any:
+def _encoded_json(text: str, accepted: frozenset[str]) -> Any:
     """The object or list ``text`` encodes when the schema takes it and no string, else
     ``text`` itself."""
     if "string" in accepted or not accepted & {"object", "array"}:
@@ -599,35 +599,43 @@ def _encoded_json(text: str, accepted: set[str]) -> Any:
     return value
 
 
-def _accepted(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int = 0) -> set[str]:
+#: Every JSON type: what a schema takes when it does not say.
+_EVERY_TYPE = frozenset(["object", "array", "string", "number", "integer", "boolean", "null"])
+
+
+def _accepted(schema: Mapping[str, Any], root: Mapping[str, Any]) -> frozenset[str]:
     """The JSON types a (sub)schema takes: its ``type``, through a local ``$ref`` and the
     branches of ``anyOf`` / ``oneOf`` (a pydantic model's nested field, an ``Optional``);
-    every type when it does not say (or says too deep)."""
-    everything = {"object", "array", "string", "number", "integer", "boolean", "null"}
-    if depth > 8:
-        return everything
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        target: Any = root
-        for part in ref.removeprefix("#/").split("/") if ref.startswith("#/") else [None]:
-            target = target.get(part) if isinstance(target, Mapping) and part else None
-        return _accepted(target, root, depth + 1) if isinstance(target, Mapping) else everything
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        return {kind}
-    if isinstance(kind, list):
-        return {k for k in kind if isinstance(k, str)}
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if isinstance(branches, list) and branches:
-        found: set[str] = set()
-        for branch in branches:
-            if not isinstance(branch, Mapping):
-                return everything
-            found |= _accepted(branch, root, depth + 1)
-        return found
-    if "properties" in schema:
-        return {"object"}
-    return everything
+    every type when it does not say, or when finding out would take more than 64 steps (a
+    schema's ``$ref`` cycles and nested branches are bounded so)."""
+    found: set[str] = set()
+    todo: list[Any] = [schema]
+    for _ in range(64):
+        if not todo:
+            return frozenset(found)
+        node = todo.pop()
+        if not isinstance(node, Mapping):
+            return _EVERY_TYPE
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target: Any = root if ref.startswith("#/") else None
+            for part in ref[2:].split("/"):
+                target = target.get(part) if isinstance(target, Mapping) else None
+            todo.append(target)
+            continue
+        kind = node.get("type")
+        branches = node.get("anyOf") or node.get("oneOf")
+        if isinstance(kind, str):
+            found.add(kind)
+        elif isinstance(kind, list):
+            found.update(k for k in kind if isinstance(k, str))
+        elif isinstance(branches, list) and branches:
+            todo.extend(branches)
+        elif "properties" in node:
+            found.add("object")
+        else:
+            return _EVERY_TYPE
+    return _EVERY_TYPE
 
 
 def _ends_inside_a_string(text: str) -> bool:
