@@ -8,6 +8,7 @@ tracing off. Runs in the ``openai_agents`` nox session (skipped where the SDK is
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import random
 import sys
@@ -207,6 +208,35 @@ async def test_tool_loop_is_broken_with_an_answer(api: str) -> None:
     bare = Upstream(http, ScriptedModel([looping], cycle=True))
     with pytest.raises(MaxTurnsExceeded):
         await run(weather_agent(plain(bare, api)), "Weather in Paris?", False, max_turns=10)
+
+
+async def test_a_run_chained_upstream_is_one_session_and_its_loop_is_broken() -> None:
+    """With ``auto_previous_response_id`` the SDK sends each turn only its new items, chained
+    by ``previous_response_id`` (the history kept upstream): the guard follows the chain as one
+    session, sees the loop and breaks it with an answer. Before, each turn was a session of its
+    own, judged afresh, and the run hit MaxTurnsExceeded."""
+    ids = itertools.count()
+
+    def stuck(request: ModelRequest) -> Reply:  # ``looping``, each call with an id of its own
+        reply = looping(request)
+        if not reply.tool_calls:
+            return reply
+        return Reply.call("get_weather", {"city": "Paris"}, id=f"c{next(ids)}")
+
+    up = Upstream(http, ScriptedModel([stuck], cycle=True))
+    result = await run(
+        weather_agent(model(up, "responses")),
+        "Weather in Paris?",
+        False,
+        max_turns=10,
+        auto_previous_response_id=True,
+    )
+    assert result.final_output.startswith("Sunny in Paris")
+    sent = bodies(up)
+    assert all("previous_response_id" in body for body in sent[1:])
+    assert all(len(body["input"]) <= 2 for body in sent[1:])  # only what is new, and a hint
+    executed = [i for i in result.new_items if i.type == "tool_call_output_item"]
+    assert 2 <= len(executed) < 10
 
 
 async def test_budget_exhaustion_stops_the_run_with_a_typed_error() -> None:
