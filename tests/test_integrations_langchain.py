@@ -132,6 +132,26 @@ def test_structured_output_is_repaired() -> None:
     assert llm.invoke("weather in Paris?") == Weather(city="Paris", celsius=21)
 
 
+def test_structured_output_by_function_calling_gets_its_call_from_a_server_that_ignores_it() -> (
+    None
+):
+    """with_structured_output (function_calling) names its schema's tool in ``tool_choice``; a
+    server that ignores it (Ollama) lets the model answer in text, and LangChain alone returns
+    ``None`` (no call to parse). Through the guard the text is re-asked, the tool pinned, and the
+    caller gets the structured value (its number, written as text, coerced)."""
+    replies = [
+        Reply.text("It is 21 degrees in Paris."),
+        Reply.call("Weather", {"city": "Paris", "celsius": "21"}),
+    ]
+    bare = ScriptedModel(list(replies))
+    alone = _over(bare.mock_transport(http), bare.mock_transport(http), guarded=False)
+    assert alone.with_structured_output(Weather, method="function_calling").invoke("Paris?") is None
+    model = ScriptedModel(list(replies))
+    llm = _chat(model).with_structured_output(Weather, method="function_calling")
+    assert llm.invoke("weather in Paris?") == Weather(city="Paris", celsius=21)
+    assert model.requests[0].params["tool_choice"] == model.requests[1].params["tool_choice"]
+
+
 def test_plain_text_is_unchanged() -> None:
     """Healthy text passes as it came, with langchain's own metadata."""
     model = ScriptedModel([Reply.text("Hello there.")])
