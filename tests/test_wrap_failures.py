@@ -16,6 +16,7 @@ import pytest
 import agentguard as ag
 from agentguard.escalation import Choice, EscalationPrompt
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
+from agentguard.transport import ModelRequest
 
 openai = pytest.importorskip("openai")
 http: Any = import_module("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
@@ -647,3 +648,30 @@ def test_a_budget_holds_the_output_of_every_answer_asked_for(n: int, refused: bo
     else:
         client.chat.completions.create(**ask)
         assert model.requests[0].params["n"] == n  # sent as asked
+
+
+def test_a_forced_answer_is_not_judged_against_the_callers_tool_choice() -> None:
+    """The caller asks for a call (``tool_choice: "required"``) and the model repeats one its
+    history has answered: the guard asks for the answer from the results in hand, tools off,
+    and the text that comes back is that answer, not a ``call_required`` failure to re-ask
+    (the re-ask's own tool_choice rules the judgment)."""
+
+    def repeats(request: ModelRequest) -> Reply:
+        if request.params.get("tool_choice") == "none":
+            return Reply.text("setup.cfg sets the package name to demo.")
+        return Reply.call("read_file", {"path": "setup.cfg"}, id="c2")
+
+    model = ScriptedModel([repeats], cycle=True)
+    config = _config(tool_validation={"answered_repeats_after": 1}, escalation={"mode": "off"})
+    client = ag.wrap(_client(model), config, clock=FakeClock())
+    read = {"name": "read_file", "arguments": '{"path": "setup.cfg"}'}
+    messages = [
+        *MESSAGES,
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": read}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "[metadata]\nname = demo"},
+    ]
+    answer = client.chat.completions.create(
+        model="fast", messages=messages, tools=TOOLS, tool_choice="required"
+    )
+    assert answer.choices[0].message.content == "setup.cfg sets the package name to demo."
+    assert [r.params.get("tool_choice") for r in model.requests] == ["required", "none"]

@@ -563,8 +563,7 @@ class Pipeline:
         corrected = call.rework.ladder is not None and call.rework.ladder.last is not None
         # and any text where tool_choice asks for a call: it is re-asked (enforce_tool_choice)
         held = checked and (
-            cfg.judges_answers
-            or (cfg.enforce_tool_choice and asks_for_call(call.request.params.get("tool_choice")))
+            cfg.judges_answers or (cfg.enforce_tool_choice and asks_for_call(_asked_choice(call)))
         )
         live = thinking and not corrected and not held
         watch = DegenerationWatch(self.config) if thinking else None
@@ -630,12 +629,13 @@ class Pipeline:
             if recovery.echoes(text, note, quoted=call.rework.quoted):
                 return (yield from self._parroted(call, response))
         if call.validator is not None and self.config.tool_validation.enabled:
-            asked = call.request.params
+            # what this attempt asked: a re-ask's own tool_choice (a pinned tool, or tools
+            # off to force an answer) when the guard set one, else the caller's
             report: ValidationReport = call.validator.validate(
                 response.message,
                 finish_reason="length" if ran_away else response.finish_reason,
-                tool_choice=asked.get("tool_choice"),
-                parallel_tool_calls=asked.get("parallel_tool_calls"),
+                tool_choice=_asked_choice(call),
+                parallel_tool_calls=call.request.params.get("parallel_tool_calls"),
             )
             if ran_away:
                 report = report.cut_off()
@@ -1336,6 +1336,16 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
         raise exhausted from error
     _record(call, error)
     raise error
+
+
+def _asked_choice(call: _Call) -> Any:
+    """The ``tool_choice`` an answer is held to: the caller's, unless the guard turned tools
+    off to force an answer (a tool the guard pins in a re-ask is its own hint, not a demand:
+    text that answers it is judged as the caller's choice says)."""
+    forced = call.rework.params
+    if forced is not None and forced.get("tool_choice") == "none":
+        return "none"
+    return call.request.params.get("tool_choice")
 
 
 def _answers(n: Any) -> int:
