@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
+from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -241,7 +241,7 @@ def test_the_cheap_bound_never_hides_degeneration(text: str, limit: int) -> None
     from agentguard.loops._text import repeats_below
 
     if repeats_below(text, limit):
-        assert degenerate_repeats(text) < limit
+        assert _full_search(text) < limit
 
 
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
@@ -258,6 +258,7 @@ def test_the_cheap_bound_passes_only_short_prose() -> None:
     assert repeats_below("Let me look at the file.", 5)
     assert not repeats_below("A. B. C. D. E.", 5)  # five sentences: the analysis decides
     assert not repeats_below("see " * 8, 5)  # a word eight times: the run search decides
+    assert not repeats_below("abab abab abab abab", 5)  # "ab" eight times, no word eight times
     assert not repeats_below("x" * 16, 5)  # a long token: the run search decides
 
 
@@ -327,22 +328,15 @@ def test_the_earliest_periodic_stretch_is_its_definition(
     assert _text_module._first_periodic(text) == _earliest_by_definition(text)
 
 
-def _degenerate_repeats_from_the_start(text: str) -> int:
-    """:func:`degenerate_repeats` with the run regex searching the whole prose (the gates
-    before it as they are)."""
+def _full_search(text: str) -> int:
+    """:func:`degenerate_repeats` without a shortcut: the line and sentence analysis, and the
+    run regex searching the whole prose (no gate before it)."""
     lines = _text_module._prose_lines(text[-_text_module._SCAN_CHARS :])
     if not lines:
         return 0
     units = lines if len(lines) > 1 else _text_module._SENTENCE.split(lines[0])
     best = _text_module._looping(units)
     prose = "\n".join(lines)
-    words = prose.split()
-    if max(map(len, words), default=0) < 16 and (
-        len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
-    ):
-        return best
-    if not _text_module._periodic("".join(words)):
-        return best
     match = _text_module._RUN.search(prose)
     if match is not None:
         unit = match.group(1)
@@ -363,4 +357,57 @@ def test_the_run_search_starting_at_the_earliest_stretch_finds_the_same_run(
     """The run regex starts where the earliest periodic stretch allows: the count is the one
     a search of the whole prose gives."""
     text = head + unit + "".join(gap + unit for gap in gaps) + tail
-    assert degenerate_repeats(text) == _degenerate_repeats_from_the_start(text)
+    assert degenerate_repeats(text) == _full_search(text)
+
+
+def test_a_short_unit_repeating_inside_words_is_degenerate() -> None:
+    """A run counts the copies of its unit, however whitespace splits them into words: no word
+    need come back eight times, nor be long (small models stutter like this)."""
+    assert degenerate_repeats("abab abab abab abab") == 8
+    assert degenerate_repeats("nananana nananana") == 8
+    # the unit straddles the words: "dabc" only seven times
+    assert degenerate_repeats("abc d" + "abc d" * 7) == 8
+    # the copies on either side of a fence or a horizontal rule are one run of the prose
+    assert degenerate_repeats("abababab\n```\nxyz\n```\nabababab") == 8
+    assert degenerate_repeats("abababab\n---\nabababab") == 8
+    v = LoopDetector().check_text("The status is: okokokok okokokok okokokok")
+    assert (v.detector, v.severity, v.count) == ("degenerate_text", Severity.CRITICAL, 12)
+    v = LoopDetector().check_text("abababab\n---\nabababab", narration=True)
+    assert (v.detector, v.severity) == ("degenerate_text", Severity.WARNING)
+
+
+_TEXT_PIECES = st.sampled_from(
+    [
+        "a", "b", "ab", "ba", "abc", " ", "  ", "\n", "\r\n", "\u2003", "\x1c", ".", "! ", "? ",
+        "```\n", "~~~", "---\n", "| a | b |\n", "\u03a3", "\u03c3", "A", "\u0101", "\u0201",
+        "the ", "x" * 9,
+    ]
+)  # fmt: skip
+
+
+_TEXTS = st.lists(_TEXT_PIECES, max_size=30).map("".join)
+
+
+@st.composite
+def _texts_with_runs(draw: st.DrawFn) -> str:
+    """Any text, most often around copies of a short unit, whatever whitespace, fences and
+    rules split them into words and lines."""
+    around = st.lists(_TEXT_PIECES, max_size=6).map("".join)
+    unit = draw(st.lists(_TEXT_PIECES, min_size=1, max_size=2).map("".join))
+    gap = st.sampled_from(["", " ", "", " ", "\n", "\u2003 ", "\n---\n", "\n```\n"])
+    gaps = draw(st.lists(gap, min_size=5, max_size=16))
+    return draw(around) + unit + "".join(gap + unit for gap in gaps) + draw(around)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_TEXTS, _texts_with_runs()), st.integers(min_value=1, max_value=12))
+def test_the_shortcuts_never_change_a_verdict_of_the_full_search(text: str, limit: int) -> None:
+    """Every shortcut is sound: ``degenerate_repeats`` (the periodicity gate, the run regex
+    starting at the earliest stretch) counts what the full search counts, and ``repeats_below``
+    says "below" only when the full search is below the limit, for any text."""
+    from agentguard.loops._text import repeats_below
+
+    full = _full_search(text)
+    assert degenerate_repeats(text) == full
+    if repeats_below(text, limit):
+        assert full < limit

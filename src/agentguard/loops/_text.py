@@ -86,7 +86,7 @@ def _periodic(text: str) -> bool:
 def _first_periodic(text: str, *, first_found: bool = False) -> int:
     """Where the earliest stretch :func:`_periodic` looks for starts in ``text``, ``-1`` when
     there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
-    codes = text.encode("utf-32-le", "surrogatepass")[::4]
+    codes = text.encode() if text.isascii() else text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
     top = min(80, n // 8)
     if top > _SMALL_PERIODS and not _blocks_recur(codes, top):
@@ -136,18 +136,21 @@ def repeats_below(text: str, limit: int) -> bool:
 
     Sure because each bound is one of the analysis's own: the units compared are lines, or the
     sentences of the one line, so there are at most as many as line breaks and sentence ends
-    plus one; and the run search, which could count more, only runs when the words pass its
-    gate, which they cannot when the text's words (a superset of the prose's) do not.
+    plus one; and the run search, which could count more, only runs when the prose, whitespace
+    removed, has a periodic stretch (:func:`_periodic`), which it cannot when the text's one
+    line has none (a text of several lines is cut to its prose first: a fence or a table row
+    between two halves of a run must not hide it).
     """
     if len(text) > _SCAN_CHARS:
         return False
-    units = len(text.splitlines()) + text.count(".") + text.count("!") + text.count("?")
-    if units >= limit:
+    lines = text.splitlines()
+    if len(lines) + text.count(".") + text.count("!") + text.count("?") >= limit:
         return False
-    words = text.lower().split()
-    if words and max(map(len, words)) >= 16:  # (max without a default: no keyword to parse)
-        return False
-    return len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
+    # One line's prose is the line normalised (or nothing: a fence, a table row); whitespace
+    # removed, that is the line lower-cased (whitespace is neither cased nor case-ignorable, so
+    # collapsing it changes no final sigma).
+    prose = "".join(_prose_lines(text)) if len(lines) > 1 else text.lower()
+    return not _periodic("".join(prose.split()))
 
 
 def degenerate_repeats(text: str) -> int:
@@ -165,13 +168,6 @@ def degenerate_repeats(text: str) -> int:
     best = _looping(units)
     prose = "\n".join(lines)
     words = prose.split()
-    # Cheap gate for the back-to-back run search (the regex is O(len * 80)): a run of 8+ copies
-    # repeats some word 8+ times, or sits inside one long unbroken token ("abcabcabc..."). A
-    # word 8 times makes at least 7 repeated words: the set tells most texts apart at once.
-    if max(map(len, words), default=0) < 16 and (
-        len(words) - len(set(words)) < 7 or max(Counter(words).values()) < 8
-    ):
-        return best
     start = _first_periodic("".join(words))
     if start < 0:
         return best
