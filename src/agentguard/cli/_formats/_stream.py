@@ -79,7 +79,11 @@ def items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         and not messages
         and all(isinstance(v, (list, dict)) for v in value)
     ):
-        yield from ((line_no, v) for v in value)  # one line holding transcripts or events
+        # one line holding transcripts or events: each let go once read (taken from the end
+        # of the reversed list), so that its memory serves the next ones' audits
+        value.reverse()
+        while value:
+            yield line_no, value.pop()
     else:
         yield line_no, value
     scan = _scan_once
