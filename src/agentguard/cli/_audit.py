@@ -38,6 +38,7 @@ _CONTEXT_FINDINGS = 200  # findings per session whose surrounding messages are k
 #: Timeline codes: the message's role in the low bits, its severity above.
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
+_BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
 
 
 @dataclass
@@ -166,7 +167,7 @@ class SessionAudit:
                         self._request(steps)
                     elif ladder.new:  # no loop finding waits for the rung: the ladder alone
                         ladder.request(steps, self._model)
-                    if found or severity:
+                    if found or severity >= _BREAK:  # (below BREAK and nothing new: a warning)
                         self._loops(found, steps, severity, answer=True)
                     calls = message.get("tool_calls")
                     code = ROLE_CALL if calls else ROLE_TEXT
