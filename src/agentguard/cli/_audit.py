@@ -167,8 +167,10 @@ class SessionAudit:
                         self._request(steps)
                     elif ladder.new:  # no loop finding waits for the rung: the ladder alone
                         ladder.request(steps, self._model)
-                    if found or severity >= _BREAK:  # (below BREAK and nothing new: a warning)
+                    if found:
                         self._loops(found, steps, severity, answer=True)
+                    elif severity >= _BREAK:  # a loop going on: the answer is asked again
+                        ladder.answer(steps, severity, scanner.last_detector, self._model)
                     calls = message.get("tool_calls")
                     code = ROLE_CALL if calls else ROLE_TEXT
                     # the answer's calls checked, its model call counted
