@@ -521,3 +521,44 @@ def test_a_pipe_is_read_once_with_every_audit_kept_open(tmp_path: Path) -> None:
         writer.join()
     assert len(audits) == 1
     assert audits[0].to_dict() == _fed_whole(first + more)
+
+
+def test_message_lines_finish_a_session_when_the_file_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of chat messages, one session after another: a session's audit is finished (its
+    detectors' state let go) when the lines move on to the next session, not at the end."""
+    path = tmp_path / "lines.jsonl"
+    path.write_text("".join(json.dumps({**m, "session": s}) + "\n"
+                            for s in ("a", "b", "c") for m in polling(3)))  # fmt: skip
+    seen: list[str] = []
+    finish, feed_run = SessionAudit.finish, SessionAudit.feed_run
+
+    def finishing(self: SessionAudit) -> None:
+        seen.append(f"finish {self.id}")
+        finish(self)
+
+    def feeding(self: SessionAudit, messages: Any) -> None:
+        seen.append(f"feed {self.id}")
+        feed_run(self, messages)
+
+    monkeypatch.setattr(SessionAudit, "finish", finishing)
+    monkeypatch.setattr(SessionAudit, "feed_run", feeding)
+    audits = scan_file(str(path), GuardConfig.from_dict({}, env={}))
+    assert [a.id for a in audits] == ["a", "b", "c"]
+    assert seen == ["feed a", "finish a", "feed b", "finish b", "feed c", "finish c"]
+
+
+def test_a_session_of_message_lines_coming_back_is_one_session(tmp_path: Path) -> None:
+    """A session whose lines come back after another session's is one audit fed every one
+    of its messages (the file read again with every audit kept open)."""
+    first, more = polling(3), polling(5)[2:]
+    lines = [json.dumps({**m, "session": "run-0"}) for m in first]
+    lines += [json.dumps({**m, "session": "other"}) for m in polling(2)]
+    lines += [json.dumps({**m, "session": "run-0"}) for m in more]
+    path = tmp_path / "lines.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    audits = scan_file(str(path), GuardConfig.from_dict({}, env={}))
+    assert [a.id for a in audits] == ["run-0", "other"]
+    assert audits[0].to_dict() == _fed_whole(first + more)
+    assert audits[0].messages == len(first) + len(more)

@@ -38,6 +38,7 @@ _CONTEXT_FINDINGS = 200  # findings per session whose surrounding messages are k
 #: Timeline codes: the message's role in the low bits, its severity above.
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
+_BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
 
 
 @dataclass
@@ -166,8 +167,10 @@ class SessionAudit:
                         self._request(steps)
                     elif ladder.new:  # no loop finding waits for the rung: the ladder alone
                         ladder.request(steps, self._model)
-                    if found or severity:
+                    if found:
                         self._loops(found, steps, severity, answer=True)
+                    elif severity >= _BREAK:  # a loop going on: the answer is asked again
+                        ladder.answer(steps, severity, scanner.last_detector, self._model)
                     calls = message.get("tool_calls")
                     code = ROLE_CALL if calls else ROLE_TEXT
                     # the answer's calls checked, its model call counted

@@ -225,10 +225,11 @@ def scan_file(
 
     A transcript is a whole session: its audit is finished as soon as it is read, and the loop
     detectors' state for it let go (memory held for every session until the end slows the
-    scan of a large file by a tenth). Should a later line of another format name the same
-    session, the file is read again with every audit kept open to the end, as the report
-    must not depend on when an audit was finished. The cyclic garbage collector runs rarely
-    meanwhile (:func:`_collecting_rarely`)."""
+    scan of a large file by a tenth); so is a session's of lines of chat messages once the
+    lines move on to another session. Should a later line name a finished session, the file
+    is read again with every audit kept open to the end, as the report must not depend on
+    when an audit was finished. The cyclic garbage collector runs rarely meanwhile
+    (:func:`_collecting_rarely`)."""
     try:
         return _scan_file(path, config, timeline=timeline, progress=progress, fmt=fmt,
                           prices=prices, early=True)  # fmt: skip
@@ -254,16 +255,23 @@ def _scan_file(
     finished: set[str] = set()
     session: str | None = None
     audit: SessionAudit | None = None
+    lines = False  # whether the session being fed was fed by lines of chat messages alone
     with stream:
         early = early and stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
         found = runs(stream, path, fmt, group=True)
         for run in _with_progress(found, counter, path) if progress else found:
             name = run[0]
             if name != session or audit is None:  # runs of one session's messages are common
+                if lines and early and audit is not None:
+                    # lines of chat messages moved on to another session: as a transcript's,
+                    # its audit is finished (a later line naming it reads the file again)
+                    audit.finish()
+                    finished.add(session)  # type: ignore[arg-type]
                 if name in finished:
                     raise _Reopened
                 session = name
                 audit = audits.get(name)
+                lines = audit is None
                 if audit is None:
                     timeline_bytes = bytearray() if timeline else None
                     audit = audits[name] = SessionAudit(name, config, timeline_bytes, prices)
@@ -280,6 +288,7 @@ def _scan_file(
                     finished.add(name)
                     audit = None
                 continue
+            lines = False
             _, message, _, tokens, tools, retry, model, prompt_tokens = run
             if tools:
                 audit.declare(tools)

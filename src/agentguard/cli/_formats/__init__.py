@@ -134,7 +134,10 @@ def runs(
                 if not group:
                     yield _chat.message_record(item, f"{path}:{line_no}")
                     continue
-                session = _chat.session_of(item)
+                # (:func:`_chat.session_of`, inlined: it runs per line)
+                session = item.get("session") or item.get("session_id") or "default"
+                if session.__class__ is not str:
+                    session = str(session)
                 if held and (session != held_session or len(held) >= _RUN):
                     yield Messages(held_session, held, held_where)
                     held = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -18,6 +19,8 @@ from ._base import InputError
 __all__ = ["Batch", "items", "open_counted"]
 
 _CHUNK = 1 << 16
+#: what may come between a JSON array's items: whitespace and the commas
+_BETWEEN = re.compile(r"[ \t\r\n,]*")
 
 
 class _Counting:
@@ -76,11 +79,26 @@ def items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         and not messages
         and all(isinstance(v, (list, dict)) for v in value)
     ):
-        yield from ((line_no, v) for v in value)  # one line holding transcripts or events
+        # one line holding transcripts or events: each let go once read (taken from the end
+        # of the reversed list), so that its memory serves the next ones' audits
+        value.reverse()
+        while value:
+            yield line_no, value.pop()
     else:
         yield line_no, value
+    scan = _scan_once
     for line in stream:
         line_no += 1
+        # the common line, one JSON value and its newline, decoded here: a call of
+        # :func:`_loads` per line costs a tenth of reading a short message
+        try:
+            value, end = scan(line, 0)
+        except (StopIteration, ValueError, RecursionError):
+            pass
+        else:
+            if end == len(line) - 1 and line[end] == "\n":
+                yield line_no, value
+                continue
         if line.isspace():  # a line read from a file is never empty: this is ``not strip()``
             continue
         yield line_no, _loads(line, path, line_no)
@@ -122,7 +140,9 @@ def _document(text: str, path: str, line_no: int) -> Any:
         raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
 
 
-def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterator[tuple[int, Any]]:
+def _array_items(  # noqa: PLR0915 - one pass per item, kept flat: a helper call is per item
+    head: str, stream: IO[str], path: str, line_no: int
+) -> Iterator[tuple[int, Any]]:
     """Decode a JSON array spread over many lines item by item.
 
     Linear in the file's size however its items are laid out: an item that does not decode
@@ -133,23 +153,23 @@ def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterato
     decoder = json.JSONDecoder()
     buf = head[head.index("[") + 1 :]
     pos = 0
+    counted = 0  # the buffer's newlines before this position are counted in line_no
     eof = False
     as_messages: bool | None = None
     pending: list[Any] = []
+    skip = _BETWEEN.match
     while True:
         n = len(buf)
-        while pos < n and buf[pos] in " \t\r\n,":
-            if buf[pos] == "\n":
-                line_no += 1
-            pos += 1
+        pos = skip(buf, pos).end()  # type: ignore[union-attr]  # (it matches "" at least)
         if pos < n and buf[pos] == "]":
             break
         if pos >= n:
+            line_no += buf.count("\n", counted, n)
             if eof:
                 raise InputError(f"{path}:{line_no}: unterminated JSON array")
             chunk = stream.read(_CHUNK)
             eof = not chunk
-            buf, pos = chunk, 0
+            buf, pos, counted = chunk, 0, 0
             continue
         try:
             # the C scanner itself (``raw_decode`` without its Python layer); a failure is
@@ -159,25 +179,29 @@ def _array_items(head: str, stream: IO[str], path: str, line_no: int) -> Iterato
             except (StopIteration, ValueError):
                 item, end = decoder.raw_decode(buf, pos)
         except RecursionError:
+            line_no += buf.count("\n", counted, pos)
             raise InputError(f"{path}:{line_no}: JSON nested too deep to read") from None
         except ValueError as exc:
+            line_no += buf.count("\n", counted, pos)
             if eof:
                 raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
             chunk = stream.read(max(_CHUNK, 2 * (n - pos)))
             eof = not chunk
-            buf, pos = buf[pos:] + chunk, 0
+            buf, pos, counted = buf[pos:] + chunk, 0, 0
             continue
         if as_messages is None:
             as_messages = isinstance(item, dict) and "role" in item
         if as_messages:
             pending.append(item)  # one transcript: feed messages in bounded batches
-            if len(pending) >= 256:
-                yield line_no, Batch(pending)
-                pending = []
-        else:
-            yield line_no, item
-        line_no += buf.count("\n", pos, end)
+            if len(pending) < 256:
+                pos = end
+                continue
+            item, pending = Batch(pending), []
+        line_no += buf.count("\n", counted, pos)  # (counted when a line number is given)
+        counted = pos
+        yield line_no, item
         pos = end
+    line_no += buf.count("\n", counted, pos)
     if pending or as_messages:
         yield line_no, Batch(pending)
 
