@@ -35,7 +35,7 @@ from ._detectors import (
     TextEvent,
     ToolEvent,
     Verdict,
-    pick,
+    worse,
 )
 from ._identity import (
     StandIns,
@@ -318,20 +318,28 @@ class LoopDetector:
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
             if not d.quiet(event):
                 found = d.check(event)
-                if found is not OK:
-                    verdict = pick((verdict, found))
+                if found is not OK:  # (compared here: a loop finds several per event)
+                    if found.severity > verdict.severity:
+                        verdict = found
+                    elif found.severity == verdict.severity:
+                        verdict = worse(verdict, found)
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
         for d in loose:
             extra = d.check(event)
             if extra is not OK:
-                verdict = pick((verdict, extra))
+                if extra.severity > verdict.severity:
+                    verdict = extra
+                elif extra.severity == verdict.severity:
+                    verdict = worse(verdict, extra)
         if verdict is OK:
             return verdict
         if event.kind == "result" and verdict.severity >= Severity.WARNING:
             for d in self._on_flag:
                 d.flagged(verdict)
+        if not self._hooks and not self._process_hooks:  # (a scan): no one to tell, no call
+            return verdict
         return self._emit(verdict)
 
     # -- text ------------------------------------------------------------------------------
@@ -354,7 +362,7 @@ class LoopDetector:
                 continue
             found = d.check(event)
             if found is not OK:
-                verdict = pick((verdict, found))
+                verdict = worse(verdict, found)
         return verdict if verdict is OK else self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------

@@ -710,10 +710,13 @@ class SameResult(Detector):
             return
         run.flagged = True
         cfg = self.config
-        floor = {
-            Severity.WARNING: cfg.no_progress_warn_at,
-            Severity.CRITICAL: cfg.no_progress_critical_at,
-        }.get(verdict.severity, cfg.no_progress_break_at)
+        severity = verdict.severity  # (no dict built per flag: a long loop is flagged per result)
+        if severity == Severity.WARNING:
+            floor = cfg.no_progress_warn_at
+        elif severity == Severity.CRITICAL:
+            floor = cfg.no_progress_critical_at
+        else:
+            floor = cfg.no_progress_break_at
         run.count = max(run.count, floor)
 
 
@@ -732,20 +735,17 @@ class GenericRepeat(Detector):
         return polling or event.state.calls < self.config.warn_at
 
     def check(self, event: ToolEvent) -> Verdict:
-        if self._polling(event):
+        policy = event.policy
+        if policy is not None and policy.polling:
             return OK  # a polling tool is judged by its results only
         cfg = self.config
         state = event.state
         if state.novel:
             return OK  # the latest result is new (a poll that advances): progress, no hint
         sev = ladder(state.calls, cfg.warn_at, cfg.critical_at, cfg.break_at)
-        if state.progressed:
-            sev = min(sev, Severity.WARNING)  # results keep changing: progress, at most a hint
+        if state.progressed and sev > Severity.WARNING:
+            sev = Severity.WARNING  # results keep changing: progress, at most a hint
         return self.verdict(sev, state.calls, event.name)
-
-    @staticmethod
-    def _polling(event: ToolEvent) -> bool:
-        return event.policy is not None and event.policy.polling
 
 
 class GlobalBreaker(Detector):
@@ -840,13 +840,22 @@ def pick(candidates: Iterable[Verdict]) -> Verdict:
     """The worst verdict; ties go to the more specific detector (the earlier in the registry)."""
     best = OK
     for v in candidates:
-        if v.severity > best.severity or (
-            v.severity == best.severity
-            and v.detector is not None
-            and best.detector is not None
-            and _PRIORITY[v.detector] < _PRIORITY[best.detector]
-        ):
-            best = v
+        best = worse(best, v)
+    return best
+
+
+def worse(best: Verdict, v: Verdict) -> Verdict:
+    """One step of :func:`pick`: ``v`` if it is worse than ``best`` so far (or as bad, from a
+    more specific detector), else ``best``; ``pick((a, b)) == worse(worse(OK, a), b)``.
+
+    The detectors call it for the rare second finding of an event (no tuple, no loop)."""
+    if v.severity > best.severity or (
+        v.severity == best.severity
+        and v.detector is not None
+        and best.detector is not None
+        and _PRIORITY[v.detector] < _PRIORITY[best.detector]
+    ):
+        return v
     return best
 
 
