@@ -11,7 +11,15 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.events import Event, LoopFlagged
 from agentguard.loops import DETECTORS, LoopDetector
 from agentguard.loops import _detector as detector_module
-from agentguard.loops._detectors import REGISTRY, Detector, ToolEvent, Verdict
+from agentguard.loops._detectors import (
+    OK,
+    REGISTRY,
+    CallState,
+    Detector,
+    GlobalBreaker,
+    ToolEvent,
+    Verdict,
+)
 from agentguard.types import Severity
 
 LONG = "Paris: 18°C, light rain in the afternoon, wind 12 km/h from the south-west."
@@ -271,3 +279,20 @@ def test_the_shared_verdicts_stay_bounded() -> None:
         assert v.tool == f"tool_{n}"
         assert f"`tool_{n}`" in v.message
         assert len(_detectors._VERDICTS) <= _detectors._VERDICTS_KEPT
+
+
+def test_global_breaker_judges_each_event_though_the_count_stays() -> None:
+    """A long loop keeps the breaker's count: the verdict still names each event's tool and
+    follows the count when it moves (the latest verdict is reused only when both are equal)."""
+    cfg = LoopDetectionConfig(global_warn_at=2, global_critical_at=3, global_break_at=4)
+    breaker = GlobalBreaker(cfg, None)
+
+    def judged(name: str, stalled: int) -> Verdict:
+        event = ToolEvent("call", name, "{}", "fp-" + name, None, CallState(name), stalled)
+        return breaker.check(event)
+
+    first, again, other = judged("a", 3), judged("a", 3), judged("b", 3)
+    assert first == again
+    assert (first.tool, first.count) == ("a", 3)
+    assert (other.tool, other.count, other.severity) == ("b", 3, Severity.CRITICAL)
+    assert (judged("b", 4).severity, judged("b", 1)) == (Severity.BREAK, OK)

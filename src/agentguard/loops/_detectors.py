@@ -275,7 +275,9 @@ def _no_progress(event: ToolEvent, cfg: LoopDetectionConfig) -> tuple[Severity, 
     if last is None or last == ERROR_MARK:
         return None
     count = event.state.same + event.ahead
-    return no_progress_ladder(count, cfg), count
+    # (no_progress_ladder's ladder, called directly: a loop's every event comes here)
+    brk = cfg.no_progress_break_at
+    return ladder(count, cfg.no_progress_warn_at, cfg.no_progress_critical_at, brk), count
 
 
 def no_progress_ladder(count: int, cfg: LoopDetectionConfig) -> Severity:
@@ -754,15 +756,24 @@ class GlobalBreaker(Detector):
     name = "global_breaker"
     consumes = frozenset({"call", "result"})
     hint = "{count} of your recent tool calls made no progress."
-    __slots__ = ()
+    __slots__ = ("_last",)
+
+    def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
+        super().__init__(config, known)
+        self._last = OK  # the latest verdict: a long loop keeps its count event after event
 
     def quiet(self, event: ToolEvent) -> bool:
         return event.stalled < self.config.global_warn_at
 
     def check(self, event: ToolEvent) -> Verdict:
+        stalled = event.stalled
+        last = self._last
+        if last.count == stalled and last.tool == event.name:
+            return last  # the same count about the same tool: the same (frozen) verdict
         cfg = self.config
-        sev = ladder(event.stalled, cfg.global_warn_at, cfg.global_critical_at, cfg.global_break_at)
-        return self.verdict(sev, event.stalled, event.name)
+        sev = ladder(stalled, cfg.global_warn_at, cfg.global_critical_at, cfg.global_break_at)
+        last = self._last = self.verdict(sev, stalled, event.name)
+        return last
 
 
 # -- text ----------------------------------------------------------------------------------------
