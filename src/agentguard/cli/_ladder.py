@@ -43,8 +43,8 @@ class Ladder:
         self._rung = -1
         self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
-        #: the rung :func:`climb` gives and the rung taken, by ``(rung before, at BREAK, a tool
-        #: loop, a re-ask)``, shared by the ladders of equal rungs: a loop climbs at every
+        #: the rung :func:`climb` gives and the rung taken, by ``(rung before, severity,
+        #: detector, a re-ask)``, shared by the ladders of equal rungs: a loop climbs at every
         #: message it goes on
         self._rungs = rungs = tuple(self._recovery.rungs)
         if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
@@ -80,11 +80,14 @@ class Ladder:
 
     def _climb(self, step: int, severity: Severity, detector: str | None, model: str | None,
                reask: bool) -> str:  # fmt: skip
-        key = (self._rung, severity >= _BREAK, detector not in TEXT_DETECTORS, reask)
+        # (keyed by what it is given, not by what climb() reads of it: a loop climbs at every
+        # message it goes on, and the few severities and detectors make few keys)
+        key = (self._rung, severity, detector, reask)
         climbed = self._climbs.get(key)
         if climbed is None:
             before = key[0]
-            rung_at = climb(before, severity, self._recovery, tool_loop=key[2])
+            tool_loop = detector not in TEXT_DETECTORS
+            rung_at = climb(before, severity, self._recovery, tool_loop=tool_loop)
             taken: str = "stop" if reask and rung_at <= before else self._rungs[rung_at]
             climbed = self._climbs[key] = (rung_at, taken)
         self._rung, rung = climbed
@@ -106,4 +109,4 @@ class Ladder:
 
 #: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
 #: builds configs without end cannot grow it)
-_CLIMBS: dict[tuple[str, ...], dict[tuple[int, bool, bool, bool], tuple[int, str]]] = {}
+_CLIMBS: dict[tuple[str, ...], dict[tuple[int, Severity, str | None, bool], tuple[int, str]]] = {}
