@@ -77,6 +77,7 @@ def test_openai_errors() -> None:
         ),
         ({"type": "invalid_request_error", "code": "bad"}, ErrorClass.PERMANENT, None),
         ({"message": "no code"}, ErrorClass.PERMANENT, None),
+        ({"message": "hostile", "code": "9" * 5000}, ErrorClass.PERMANENT, None),
     ],
 )
 def test_an_error_reported_inside_a_200_answer(

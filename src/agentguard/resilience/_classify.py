@@ -129,7 +129,7 @@ def _inband(exc: BaseException) -> tuple[int | None, ErrorClass | None]:
 
 def _inband_error(error: Mapping[str, Any]) -> tuple[int | None, ErrorClass | None]:
     code, kind = error.get("code"), error.get("type")
-    if isinstance(code, str) and code.isdigit():
+    if isinstance(code, str) and len(code) == 3 and code.isdigit():  # "502", never 5,000 digits
         code = int(code)
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
         return code, None
