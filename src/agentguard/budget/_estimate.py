@@ -33,7 +33,7 @@ from typing import Any
 
 from agentguard.types import Usage
 
-__all__ = ["estimate_tokens", "estimate_usage", "image_size"]
+__all__ = ["estimate_tokens", "estimate_usage", "holds_media", "image_size"]
 
 #: Framing tokens per chat message, and for the priming of the reply.
 MESSAGE_OVERHEAD = 4
@@ -104,6 +104,17 @@ def estimate_tokens(
     for tool in tools or ():
         total += _text_tokens(_json_text(tool), chars_per_token)
     return total
+
+
+#: The content part types counted by size, not text (see the module docstring).
+_MEDIA = frozenset(["image_url", "input_image", "image", "input_audio"])
+
+
+def holds_media(content: Any) -> bool:
+    """Whether a message's content holds an image or audio part."""
+    if not isinstance(content, list):
+        return False
+    return any(isinstance(item, Mapping) and item.get("type") in _MEDIA for item in content)
 
 
 def _part_tokens(item: Any, chars_per_token: float, media: bool) -> int:

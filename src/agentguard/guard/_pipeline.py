@@ -34,7 +34,7 @@ from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, pe
 from agentguard._fingerprint import fingerprint, fingerprint_bytes
 from agentguard._redact import register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
-from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT
+from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT, holds_media
 from agentguard.budget._values import Reservation
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
@@ -688,8 +688,12 @@ class Pipeline:
             parsed=parsed,
             ran_away=ran_away,
             session=call.b.session,
-            text_prompt_tokens=lambda: estimate_tokens(
-                call.messages, tools=call.tools, media=False
+            # the text alone differs only where images or audio were sent (re-estimating the
+            # history is O(history): only then)
+            text_prompt_tokens=(
+                (lambda: estimate_tokens(call.messages, tools=call.tools, media=False))
+                if call.state.media
+                else None
             ),
         )
 
@@ -1192,6 +1196,8 @@ class Pipeline:
         judged = False
         for index, key, tokens, message in new:
             self._runs.remember(state, key, index, tokens)
+            if not state.media and holds_media(message.get("content")):
+                state.media = True
             # a user message is news to the detector: the runs it flagged start again
             if message.get("role") in ("assistant", "tool", "user"):
                 verdicts = state.detector.observe(message)

@@ -69,6 +69,7 @@ class Run:
         "id",
         "last",
         "marks",
+        "media",
         "memory",
         "namespace",
         "rung",
@@ -88,6 +89,8 @@ class Run:
         #: the key of the message just before its latest one
         self.before: str | None = None
         self.answered = False
+        #: an image or audio part was among its messages (their token counts are a guess)
+        self.media = False
 
 
 #: A message not seen before: its index, key, the history's tokens up to it, the message.
