@@ -24,7 +24,7 @@ from httpx import _decoders as httpx_decoders
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
-from agentguard.integrations.openai._responses import REASONING_DELTAS
+from agentguard.integrations.openai._responses import FAILURES, REASONING_DELTAS
 from agentguard.resilience._classify import inband_status
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
@@ -492,7 +492,7 @@ def _failed(event: Event, responses: bool) -> bool:
     {...}}`` (after a 200 head: OpenRouter's and OpenAI's way to fail mid-answer), a Responses
     stream's ``error`` event or ``response.failed``."""
     if responses:
-        return (event.get("type") or event.name) in ("error", "response.failed")
+        return (event.get("type") or event.name) in FAILURES
     return isinstance(event.get("error"), Mapping)
 
 

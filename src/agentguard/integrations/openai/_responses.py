@@ -31,6 +31,7 @@ from agentguard.types import Usage
 
 __all__ = [
     "ENDS",
+    "FAILURES",
     "ITEM",
     "OPENINGS",
     "REASONING_DELTAS",
@@ -63,6 +64,8 @@ OPENINGS = ("response.created", "response.in_progress", "response.queued")
 #: servers stream): read as the answer's reasoning, which streams live and is watched for
 #: degeneration like chat's ``reasoning_content``.
 REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
+#: The events by which the upstream reports its own failure inside a 200 stream.
+FAILURES = ("error", "response.failed")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
 OPAQUE = "x-agentguard-opaque"
 #: The events of an answer's text (its parts and deltas), besides its message item's own
@@ -428,7 +431,7 @@ def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
         ReportedError: the event is the upstream's error (``error``, ``response.failed``).
     """
     kind = getattr(event, "type", None)
-    if kind in ("error", "response.failed"):
+    if kind in FAILURES:
         raise ReportedError(event)
     if kind == "response.output_text.delta":
         return StreamChunk(content=event.delta, raw=event)
