@@ -209,7 +209,9 @@ def test_1000_tasks_with_a_redis_outage_mid_run(redis_server: RedisServer) -> No
     """Redis stops answering mid-run (SIGSTOP): no overshoot; after it returns, exact totals."""
     tasks, hold, limit = 1_000, 60, 50_000
     clock = FakeClock()
-    store = RedisStore(redis_server.url, key_prefix="reliability-outage", timeout=0.5)
+    # A timeout long enough that a busy machine's stalls are not taken for the outage: a call
+    # that times out on a live server may have been applied, and such a call is ambiguous.
+    store = RedisStore(redis_server.url, key_prefix="reliability-outage", timeout=2.0)
     config = GuardConfig(token_budget=_config(limit), storage=StorageConfig(retry_seconds=5))
     ledger = ag.TokenLedger(config, store=store, clock=clock)
     pid = redis_server.process.pid if redis_server.process is not None else 0
@@ -263,6 +265,144 @@ def test_1000_tasks_with_a_redis_outage_mid_run(redis_server: RedisServer) -> No
     shared = store.snapshot(ledger.spec, "shared", clock())
     assert shared.session_tokens == granted * hold  # nothing lost, nothing counted twice
     store.close()
+
+
+# -- operations in flight when the shared store goes away -----------------------------------------
+
+
+class _Gated(MemoryStore):
+    """A shared store that applies an operation, then answers it only when its gate opens (a reply
+    still on its way); once ``down``, every new operation is unreachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.gates: dict[str, asyncio.Event] = {}
+
+    async def _answer(self, key: str, result: Any) -> Any:
+        gate = self.gates.get(key)
+        if gate is not None:
+            await gate.wait()
+        return result
+
+    def _check(self) -> None:
+        if self.down:
+            raise ag.StoreUnavailable("down")
+
+    async def areserve(self, spec: Any, hold: Any, now: float) -> Any:
+        self._check()
+        return await self._answer(hold.id, self.reserve(spec, hold, now))
+
+    async def acommit(self, spec: Any, charge: Any, now: float) -> Any:
+        self._check()
+        return await self._answer(charge.event_id, self.commit(spec, charge, now))
+
+    async def arelease(self, spec: Any, rid: str, now: float) -> Any:
+        self._check()
+        return await self._answer("release:" + rid, self.release(spec, rid, now))
+
+    async def asnapshot(self, spec: Any, session: Any, now: float) -> Any:
+        self._check()
+        return self.snapshot(spec, session, now)
+
+
+def _spec(limit: int) -> Any:
+    from agentguard.storage._base import BudgetSpec
+
+    return BudgetSpec(scope="in-flight", session_limit=limit, enforce=True)
+
+
+def test_a_reservation_in_flight_when_the_store_goes_away_is_held_locally() -> None:
+    """The shared store placed A's hold but its answer is still on the way when B's call finds
+    the store gone: the local stand-in counts A's hold, so B cannot take the same tokens (before,
+    both were granted: 120 of a 100-token session)."""
+    from agentguard.storage._base import Hold
+
+    async def main() -> None:
+        primary = _Gated()
+        fallback = FallbackStore(primary)
+        spec = _spec(100)
+        primary.gates["a"] = gate = asyncio.Event()
+        a = asyncio.ensure_future(fallback.areserve(spec, Hold("s", "a", 60, 1e9), 1.0))
+        await asyncio.sleep(0)  # A's hold is placed in the shared store; its answer waits
+        primary.down = True
+        b = await fallback.areserve(spec, Hold("s", "b", 60, 1e9), 1.0)
+        assert fallback.degraded
+        assert b.refused == "session"
+        gate.set()
+        assert (await a).applied
+        local = await fallback.asnapshot(spec, "s", 1.0)
+        assert (local.session_tokens, local.session_held) == (0, 60)
+
+    asyncio.run(main())
+
+
+def test_answers_arriving_during_an_outage_reach_the_local_stand_in() -> None:
+    """A commit, a release and a refusal the shared store answers after the fallback began are
+    applied to the local stand-in too: its totals stay exact (before, the committed tokens were
+    missing and the settled holds stayed held)."""
+    from agentguard.storage._base import Charge, Hold
+
+    async def main() -> None:
+        primary = _Gated()
+        fallback = FallbackStore(primary)
+        spec = _spec(100)
+        for rid in ("a", "b"):
+            assert (await fallback.areserve(spec, Hold("s", rid, 40, 1e9), 1.0)).applied
+        primary.gates["ev-a"] = commit_gate = asyncio.Event()
+        primary.gates["release:b"] = release_gate = asyncio.Event()
+        primary.gates["c"] = refusal_gate = asyncio.Event()
+        commit = asyncio.ensure_future(fallback.acommit(spec, Charge("s", "a", "ev-a", 30, 0), 1.0))
+        release = asyncio.ensure_future(fallback.arelease(spec, "b", 1.0))
+        refused = asyncio.ensure_future(fallback.areserve(spec, Hold("s", "c", 71, 1e9), 1.0))
+        await asyncio.sleep(0)  # all three applied in the shared store, answers on the way
+        primary.down = True
+        seeded = await fallback.asnapshot(spec, "s", 1.0)
+        assert fallback.degraded
+        assert (seeded.session_tokens, seeded.session_held) == (0, 151)
+        for gate in (commit_gate, release_gate, refusal_gate):
+            gate.set()
+        assert (await commit).applied
+        assert await release
+        assert (await refused).refused
+        local = await fallback.asnapshot(spec, "s", 1.0)
+        assert (local.session_tokens, local.session_held) == (30, 0)
+        assert (await fallback.areserve(spec, Hold("s", "d", 70, 1e9), 1.0)).applied
+
+    asyncio.run(main())
+
+
+def test_an_answer_the_stand_in_started_from_is_not_counted_twice() -> None:
+    """Answers may arrive out of order: the store applied A's commit, then B's, but B's answer
+    (whose total includes A) came first and is what the fallback starts from. A's late answer
+    is then already counted; a commit the starting total does not include is counted once."""
+    from agentguard.storage._base import Charge, Hold
+
+    async def main() -> None:
+        primary = _Gated()
+        fallback = FallbackStore(primary)
+        spec = _spec(1_000)
+        for rid in ("a", "b", "c"):
+            assert (await fallback.areserve(spec, Hold("s", rid, 100, 1e9), 1.0)).applied
+        primary.gates["ev-a"] = a_gate = asyncio.Event()
+        primary.gates["ev-c"] = c_gate = asyncio.Event()
+        a = asyncio.ensure_future(fallback.acommit(spec, Charge("s", "a", "ev-a", 10, 0), 1.0))
+        await asyncio.sleep(0)
+        assert (await fallback.acommit(spec, Charge("s", "b", "ev-b", 20, 0), 1.0)).applied
+        c = asyncio.ensure_future(fallback.acommit(spec, Charge("s", "c", "ev-c", 40, 0), 1.0))
+        await asyncio.sleep(0)
+        primary.down = True
+        seeded = await fallback.asnapshot(spec, "s", 1.0)  # 30 seen (A and B), A and C held
+        assert (seeded.session_tokens, seeded.session_held) == (30, 200)
+        a_gate.set()
+        c_gate.set()
+        assert (await a).applied
+        assert (await c).applied
+        local = await fallback.asnapshot(spec, "s", 1.0)
+        assert (local.session_tokens, local.session_held) == (70, 0)
+        assert local.session_tokens == primary.snapshot(spec, "s", 1.0).session_tokens
+
+    asyncio.run(main())
 
 
 # -- kill -9 of a process holding reservations --------------------------------------------------

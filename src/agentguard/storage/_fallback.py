@@ -13,12 +13,17 @@ here, in one place, rather than by each component:
 An outage never hands out a fresh budget. While the shared store answers, the fallback keeps
 the *last known state* of every budget it has seen: each session's committed tokens and cost
 (the most recent :data:`KNOWN_SESSIONS` sessions), each scope's rolling-hour total, and the
-reservations this process holds. When the store becomes unreachable, the local stand-in starts
+reservations this process holds — including those sent whose answer has not arrived (the store
+may have placed them). An answer that arrives after the fallback began is applied to the local
+stand-in as well. When the store becomes unreachable, the local stand-in starts
 from that state, so ``hard_stop`` keeps refusing a session (or an hour) that was spent, and
 keeps counting this process's in-flight calls. The documented bound: during an outage a budget
 can overshoot only by what *other* processes commit or hold in the meantime (they cannot be
 seen), and a session this process never saw starts from zero against its session limit (the
-hourly limit still starts from the last known hour). A single process sharing nothing is exact.
+hourly limit still starts from the last known hour). A single process sharing nothing is exact,
+but for one ambiguity: an operation whose answer never came (a timeout) may have been applied by
+the store all the same; it is counted locally, so the local view can then count it twice (never
+less) until the store returns, and the replay counts it once there (by event id).
 
 Otherwise local state is a stand-in, not a copy: breakers count only this process's calls, and
 an idempotency key claimed in the shared store before the outage is not seen. Reservations and
@@ -69,6 +74,8 @@ class _Op(Generic[T]):
     seen: Callable[[FallbackStore, T], None] | None = None
     # a reservation this operation settles, served locally: no longer held in the shared store
     settles: str | None = None
+    # a reservation this operation places: held in what an outage starts from while in flight
+    places: tuple[BudgetSpec, Hold] | None = None
 
 
 @dataclass
@@ -80,6 +87,8 @@ class _Outage:
     local: MemoryStore = field(default_factory=MemoryStore)
     # writes served locally, replayed into the shared store when it returns
     pending: list[_Op[Any]] = field(default_factory=list)
+    # the committed tokens each session started from, per budget scope
+    seeded: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,9 +125,11 @@ class _Known:
             if len(sessions) > KNOWN_SESSIONS:
                 sessions.popitem(last=False)
 
-    def seed(self, local: MemoryStore, now: float) -> None:
-        """Start ``local`` from this state: committed totals, then this process's holds."""
-        spec = dataclasses.replace(self.spec, enforce=False)  # seeding never refuses
+    def seed(self, outage: _Outage, now: float) -> None:
+        """Start ``outage.local`` from this state: committed totals, then this process's holds."""
+        spec = _unenforced(self.spec)  # seeding never refuses
+        local = outage.local
+        outage.seeded[spec.scope] = {s: t for s, (t, _) in self.sessions.items()}
         tokens = cost = 0
         for session, (t, c) in self.sessions.items():
             local.commit(spec, Charge(session, "", _SEED + session, t, c), now)
@@ -129,6 +140,10 @@ class _Known:
         for hold in self.holds.values():
             if hold.expires_at > now:
                 local.reserve(spec, hold, now)
+
+
+def _unenforced(spec: BudgetSpec) -> BudgetSpec:
+    return dataclasses.replace(spec, enforce=False) if spec.enforce else spec
 
 
 # Holds remembered before the expired ones are looked for (doubled while they are all live).
@@ -198,6 +213,8 @@ class FallbackStore:
         if outage is not None and now < outage.retry_at:
             return self._local(outage, op, write)
         primary = self.primary
+        if op.places is not None:
+            self._in_flight(*op.places)
         try:
             if outage is not None:
                 for pending in outage.pending:
@@ -206,12 +223,11 @@ class FallbackStore:
         except StoreUnavailable as exc:
             # re-read: a concurrent operation (another task, another thread) may have fallen
             # back meanwhile, and its local state must be kept, not replaced by a second one
-            outage = self._outage
-            if outage is None:
-                outage = self._fall_back(exc, now)
-            else:
-                outage.retry_at = now + self._retry
-            return self._local(outage, op, write)
+            return self._local(self._fall_back(exc, now), op, write)
+        except BaseException:
+            if op.places is not None:  # the component sees no reservation: neither does this
+                self._saw_release(op.places[0], op.places[1].id, now)
+            raise
         if outage is not None:
             self._recovered(outage, now)
         if op.seen is not None:
@@ -228,12 +244,28 @@ class FallbackStore:
         result = op.sync(outage.local)
         if op.settles is not None:
             self._forget(op.settles)
+        elif op.places is not None and isinstance(result, BudgetState) and not result.applied:
+            self._forget(op.places[1].id)  # refused here: not held after all
         # a duplicate commit changed nothing here, so there is nothing to replay
         if write and not (isinstance(result, BudgetState) and not result.applied):
             outage.pending.append(op)
         return result
 
     def _fall_back(self, exc: StoreUnavailable, now: float) -> _Outage:
+        """The outage to serve ``now`` from: the current one (retried later), or a new one."""
+        # Under the lock, so that each answer of the shared store is either in what the new
+        # stand-in starts from or applied to it afterwards (``_mirror``), never neither; and a
+        # concurrent operation (another task, another thread) that fell back meanwhile keeps
+        # its local state rather than seeing it replaced by a second one.
+        with self._known_lock:
+            outage = self._outage
+            if outage is not None:
+                outage.retry_at = now + self._retry
+                return outage
+            outage = _Outage(since=now, retry_at=now + self._retry)
+            for known in self._known.values():
+                known.seed(outage, now)
+            self._outage = outage
         self._emitter.emit(
             StoreFallback(
                 store=self.name,
@@ -242,11 +274,6 @@ class FallbackStore:
                 session=self._session,
             )
         )
-        outage = _Outage(since=now, retry_at=now + self._retry)
-        with self._known_lock:
-            for known in self._known.values():
-                known.seed(outage.local, now)
-        self._outage = outage
         return outage
 
     def _scope(self, spec: BudgetSpec) -> _Known:
@@ -256,23 +283,59 @@ class FallbackStore:
         known.spec = spec
         return known
 
+    # Answers of the shared store. Each may arrive after a concurrent operation fell back (its
+    # reply was on the way when the store went away): then it is applied to the local stand-in
+    # too, unenforced and idempotently, so the stand-in stays exact.
+
+    def _in_flight(self, spec: BudgetSpec, hold: Hold) -> None:
+        """A reservation sent to the shared store: held in what an outage starts from until its
+        answer says otherwise (it may be placed there even if that answer never arrives)."""
+        with self._known_lock:
+            self._scope(spec).holds[hold.id] = hold
+
     def _saw_reserve(self, spec: BudgetSpec, hold: Hold, state: BudgetState, now: float) -> None:
         with self._known_lock:
             known = self._scope(spec)
             known.saw(hold.session, state, now)
-            if state.applied:
-                holds = known.holds
-                holds[hold.id] = hold
-                if len(holds) > known.prune_at:  # holds nobody settled: gone with their lease
-                    for rid in [r for r, h in holds.items() if h.expires_at <= now]:
-                        del holds[rid]
-                    known.prune_at = max(_PRUNE_AT, 2 * len(holds))
+            holds = known.holds
+            outage = self._outage
+            if not state.applied:
+                holds.pop(hold.id, None)
+                if outage is not None:
+                    outage.local.release(spec, hold.id, now)
+                return
+            holds[hold.id] = hold
+            if len(holds) > known.prune_at:  # holds nobody settled: gone with their lease
+                for rid in [r for r, h in holds.items() if h.expires_at <= now]:
+                    del holds[rid]
+                known.prune_at = max(_PRUNE_AT, 2 * len(holds))
+            if outage is not None:
+                outage.local.reserve(_unenforced(spec), hold, now)
 
     def _saw_commit(self, spec: BudgetSpec, charge: Charge, state: BudgetState, now: float) -> None:
         with self._known_lock:
             known = self._scope(spec)
             known.saw(charge.session, state, now)
             known.holds.pop(charge.reservation_id, None)
+            outage = self._outage
+            if outage is None:
+                return
+            # The stand-in's total already counts this commit when the total it started from
+            # was reported after the commit was applied: totals only grow, so exactly when it
+            # is at least the total this answer reports.
+            seeded = outage.seeded.get(spec.scope, {}).get(charge.session, 0)
+            if state.applied and state.session_tokens > seeded:
+                outage.local.commit(_unenforced(spec), charge, now)
+            else:
+                outage.local.release(spec, charge.reservation_id, now)
+
+    def _saw_release(self, spec: BudgetSpec, reservation_id: str, now: float) -> None:
+        with self._known_lock:
+            for known in self._known.values():
+                known.holds.pop(reservation_id, None)
+            outage = self._outage
+            if outage is not None:
+                outage.local.release(spec, reservation_id, now)
 
     def _forget(self, reservation_id: str) -> None:
         with self._known_lock:
@@ -418,6 +481,7 @@ def _reserve(spec: BudgetSpec, hold: Hold, now: float) -> _Op[BudgetState]:
         lambda s: s.reserve(spec, hold, now),
         lambda s: s.areserve(spec, hold, now),
         lambda f, state: f._saw_reserve(spec, hold, state, now),
+        places=(spec, hold),
     )
 
 
@@ -434,7 +498,7 @@ def _release(spec: BudgetSpec, rid: str, now: float) -> _Op[bool]:
     return _Op(
         lambda s: s.release(spec, rid, now),
         lambda s: s.arelease(spec, rid, now),
-        lambda f, _: f._forget(rid),
+        lambda f, _: f._saw_release(spec, rid, now),
         rid,
     )
 
