@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 import agentguard as ag
-from _hostile import RawUpstream, chunk, completion, guarded_client, raw_client, sse
+from _hostile import CONFIG, RawUpstream, chunk, completion, guarded_client, raw_client, sse
+from agentguard.events import GuardInternalError
+from agentguard.testing import capture_events
 from test_differential import TOOLS
 
 SIGNATURE = {"google": {"thought_signature": "c2lnbmF0dXJlLTE="}}
@@ -105,9 +107,6 @@ async def test_through_serve_a_corrected_call_goes_back_with_its_signature() -> 
     pytest.importorskip("starlette", reason="needs the serve extra")
     import httpx
 
-    from agentguard.serve import GuardServer, create_app
-    from test_serve import client_http, openai
-
     upstream = RawUpstream([_whole(*WRONG_NAME), _whole(*RIGHT)])
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -115,19 +114,7 @@ async def test_through_serve_a_corrected_call_goes_back_with_its_signature() -> 
         upstream.requests.append(json.loads(request.content))
         return httpx.Response(status, headers={"content-type": kind}, content=body)
 
-    server = GuardServer(
-        ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}),
-        "http://upstream.invalid/v1",
-        transport=httpx.MockTransport(answer),
-    )
-    caller = openai.AsyncOpenAI(
-        api_key="sk-caller",
-        base_url="http://serve.invalid/v1",
-        http_client=client_http.AsyncClient(
-            transport=client_http.ASGITransport(app=create_app(server))
-        ),
-        max_retries=0,
-    )
+    server, caller = _served({}, answer)
     try:
         message = (await caller.chat.completions.create(**ASK, tools=TOOLS)).choices[0].message
     finally:
@@ -208,3 +195,111 @@ async def test_through_serve_a_custom_call_is_the_upstreams() -> None:
     assert [c.model_dump() for c in raw.parse().choices[0].message.tool_calls or ()] == [
         CUSTOM_CALL
     ]
+
+
+# Tools a local server takes as they are, but the guard cannot read as JSON Schema: a type
+# misspelt, a schema referring to itself forever.
+TYPO_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "strin"}}},
+        },
+    },
+    {"type": "function", "function": {"name": "lookup", "parameters": {"$ref": "#"}}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_tools_the_guard_cannot_read_reach_the_upstream_as_the_raw_client_sends_them(
+    stream: bool,
+) -> None:
+    """A request whose tools are not valid JSON Schema raised ToolSchemaError out of the guarded
+    client, where the raw client's call went through (llama.cpp, vLLM and Ollama take such
+    schemas). Now the call is the raw client's, both ways, and the guard says what it could not
+    check; with ``fail_mode: closed`` it still refuses, with the typed error, before any call."""
+    calls = [("get_weather", '{"city": "Oslo"}'), ("lookup", '{"q": 1}')]
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)
+        ],
+    }
+    if stream:
+        deltas = [
+            chunk({"role": "assistant", "tool_calls": [{"index": i, **c}]})
+            for i, c in enumerate(message["tool_calls"])
+        ]
+        answer = (200, SSE, sse([*deltas, chunk({}, finish="tool_calls")]))
+    else:
+        answer = (200, JSON, json.dumps(completion(message=message, finish="tool_calls")).encode())
+    raw_upstream, guarded_upstream = RawUpstream([answer]), RawUpstream([answer])
+    ask = {**ASK, "tools": TYPO_TOOLS, **({"stream": True} if stream else {})}
+
+    def read(result: Any) -> Any:
+        return [c.model_dump() for c in result] if stream else result.model_dump()
+
+    raw = read(raw_client(raw_upstream).chat.completions.create(**ask))
+    with capture_events() as events:
+        guarded = read(guarded_client(guarded_upstream).chat.completions.create(**ask))
+    assert guarded == raw
+    assert guarded_upstream.requests == raw_upstream.requests
+    said = sorted(e.message.split(":")[0] for e in events.of_type(GuardInternalError))
+    assert said == ["tool 'get_weather'", "tool 'lookup'"]
+
+    closed = CONFIG.model_copy(update={"fail_mode": "closed"})
+    refused = RawUpstream([answer])
+    with pytest.raises(ag.ToolSchemaError, match="get_weather"):
+        read(guarded_client(refused, closed).chat.completions.create(**ask))
+    assert refused.requests == []
+
+
+@pytest.mark.anyio
+async def test_through_serve_fail_closed_refuses_tools_it_cannot_read() -> None:
+    """``agentguard serve`` with ``fail_mode: closed`` forwarded a request whose tools the guard
+    could not read unguarded; now it refuses it, a 400 naming the tool, with no upstream call
+    (fail-open, the default, guards it: see above)."""
+    pytest.importorskip("starlette", reason="needs the serve extra")
+    import httpx
+
+    from test_serve import openai
+
+    sent: list[Any] = []
+    server, caller = _served(
+        {"fail_mode": "closed"}, lambda request: sent.append(request) or httpx.Response(500)
+    )
+    try:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await caller.chat.completions.create(**ASK, tools=TYPO_TOOLS)
+    finally:
+        await server.aclose()
+    assert refused.value.code == "tool_schema_error"
+    assert "get_weather" in refused.value.message
+    assert sent == []
+
+
+def _served(options: dict[str, Any], answer: Any) -> tuple[Any, Any]:
+    """An ``agentguard serve`` app over an upstream answering with ``answer``, and an async
+    openai client calling it in-process."""
+    import httpx
+
+    from agentguard.serve import GuardServer, create_app
+    from test_serve import client_http, openai
+
+    server = GuardServer(
+        ag.GuardConfig.from_dict({**options, "memory_pressure": {"enabled": False}}, env={}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer),
+    )
+    caller = openai.AsyncOpenAI(
+        api_key="sk-caller",
+        base_url="http://serve.invalid/v1",
+        http_client=client_http.AsyncClient(
+            transport=client_http.ASGITransport(app=create_app(server))
+        ),
+        max_retries=0,
+    )
+    return server, caller

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from agentguard import GuardConfig, ToolSchemaError
-from agentguard.events import ToolCallRejected, ToolCallRepaired
+from agentguard.events import GuardInternalError, ToolCallRejected, ToolCallRepaired
 from agentguard.testing import Reply, capture_events
 from agentguard.validation import ToolCallValidator, extract_calls
 from agentguard.validation._tools import acts_by_name
@@ -458,6 +458,67 @@ def test_duplicate_tool_names_are_rejected() -> None:
     """Two tools with one name are ambiguous."""
     with pytest.raises(ToolSchemaError, match="twice"):
         ToolCallValidator([TOOLS[0], TOOLS[0]])
+
+
+UNUSABLE = [
+    {"type": "function", "function": {"name": "", "parameters": {}}},  # no name: left out
+    {
+        "type": "function",
+        "function": {
+            "name": "typo",
+            "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}},
+        },
+    },
+    {"type": "function", "function": {"name": "listed", "parameters": {"type": "array"}}},
+    TOOLS[0],
+    {"type": "function", "function": {"name": TOOLS[0]["function"]["name"], "parameters": {}}},
+]
+
+
+def test_a_lenient_validator_keeps_the_tools_it_cannot_read_by_name() -> None:
+    """``lenient`` (how the guard reads a request's tools): an unusable definition does not
+    raise; the tool keeps its name, its calls are checked for being a JSON object only, a tool
+    defined twice keeps its first definition, and an event names each problem once."""
+    with capture_events() as events:
+        validator = ToolCallValidator(UNUSABLE, lenient=True)
+    assert set(validator.specs) == {"typo", "listed", TOOLS[0]["function"]["name"]}
+    said = [e.message for e in events.of_type(GuardInternalError)]
+    assert len(said) == 4
+    assert all(e.component == "tool_validation" for e in events.of_type(GuardInternalError))
+    assert any("'typo': invalid JSON Schema" in m for m in said)
+    assert any("twice" in m for m in said)
+    assert validator.validate(Reply.call("typo", {"a": 1, "b": [2]}).message()).ok
+    assert _kinds(validator.validate(Reply.call("listed", "[1, 2]").message())) == ["invalid_json"]
+    first = TOOLS[0]["function"]
+    assert validator.specs[first["name"]].parameters == first["parameters"]
+    assert _kinds(validator.validate(Reply.call("nope", {}).message())) == ["unknown_tool"]
+
+
+SELF_REFERRING = {"$ref": "#"}
+CYCLE = {
+    "type": "object",
+    "properties": {"x": {"$ref": "#/$defs/a"}},
+    "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+}
+REMOTE = {"type": "object", "properties": {"x": {"$ref": "https://schemas.invalid/x.json"}}}
+
+
+@pytest.mark.parametrize("schema", [SELF_REFERRING, CYCLE, REMOTE], ids=["self", "cycle", "remote"])
+def test_a_schema_that_cannot_be_applied_is_a_typed_error_or_dropped_once(schema: Any) -> None:
+    """A schema jsonschema accepts but cannot apply (a ``$ref`` into itself forever, one that
+    cannot be resolved offline) raised RecursionError or a referencing error out of validate();
+    now it is a ToolSchemaError naming the tool, and with ``lenient`` the tool's calls are read
+    as JSON objects from then on, said once."""
+    tool = {"type": "function", "function": {"name": "t", "parameters": schema}}
+    call = Reply.call("t", {"x": 1}).message()
+    with pytest.raises(ToolSchemaError, match="'t': the schema cannot be applied"):
+        ToolCallValidator([tool]).validate(call)
+    with capture_events() as events:
+        validator = ToolCallValidator([tool], lenient=True)
+        assert validator.validate(call).ok
+        assert validator.validate(call).ok
+    assert len(events.of_type(GuardInternalError)) == 1
+    assert _kinds(validator.validate(Reply.call("t", "[1]").message())) == ["invalid_json"]
 
 
 def test_events() -> None:

@@ -198,7 +198,14 @@ class Pipeline:
         key = fingerprint_bytes(json.dumps(list(tools), sort_keys=True, default=str).encode())
         entry = self._validators.get(key)
         if entry is None:
-            validator = ToolCallValidator(tools, self.config, hooks=self.emitter.hooks)
+            # the request's tools are the caller's to send: one the guard cannot read is not
+            # a reason to refuse the call, unless the guard is to fail closed
+            validator = ToolCallValidator(
+                tools,
+                self.config,
+                hooks=self.emitter.hooks,
+                lenient=self.config.fail_mode == "open",
+            )
             entry = (validator, estimate_tokens([], tools=tools) - REPLY_PRIMING)
             self._validators[key] = entry
             if len(self._validators) > 256:

@@ -12,6 +12,7 @@ from agentguard.exceptions import (
     EscalationRequired,
     LoopDetected,
     TiersExhausted,
+    ToolSchemaError,
     ToolValidationFailed,
 )
 from agentguard.guard import GuardReport
@@ -27,6 +28,7 @@ _STATUS: dict[type[AgentGuardError], tuple[int, str]] = {
     ToolValidationFailed: (502, "tool_validation_failed"),
     BudgetExceeded: (429, "budget_exceeded"),
     TiersExhausted: (503, "tiers_exhausted"),
+    ToolSchemaError: (400, "tool_schema_error"),  # fail_mode closed: tools it cannot read
 }
 # Every tier failed: the last failure says what the client should make of it (tool calls that
 # stayed invalid on every tier are still a 502, not an outage).

@@ -41,7 +41,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.events import Hook
-from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout, ToolSchemaError
+from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
 from agentguard.guard import AsyncGuard, AsyncGuardedStream, GuardReport
 from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
@@ -518,10 +518,6 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
         if body is not None and body.get("stream") is True:
             return await _stream(server, guard, neutral)
         response = await guard.acomplete(neutral)
-    except ToolSchemaError:
-        # tools the guard cannot read (a chat ``custom`` tool has no function): the call goes
-        # upstream unguarded, as a body the guard cannot read does, and the upstream judges it
-        return await forward(server, request, content=content)
     except AgentGuardError as exc:
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
@@ -675,8 +671,6 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         first = None
     except AgentGuardError as exc:
         await _settle(server, stream)
-        if isinstance(exc, ToolSchemaError):
-            raise  # the caller's tools: see _guarded
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
         return guard_error(exc)

@@ -199,8 +199,16 @@ def _acts(entry: Any, name: str, listed: frozenset[str], by_name: bool) -> bool:
     return by_name and acts_by_name(name)
 
 
+#: The schema a tool whose own cannot be used is checked against: any JSON object.
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
 def specs_from(
-    tools: Iterable[Any], side_effecting: Iterable[str] = (), *, by_name: bool = True
+    tools: Iterable[Any],
+    side_effecting: Iterable[str] = (),
+    *,
+    by_name: bool = True,
+    unusable: list[ToolSchemaError] | None = None,
 ) -> dict[str, ToolSpec]:
     """Tool specs by name from OpenAI ``tools`` entries, bare function specs, pydantic models,
     typed Python functions or :class:`ToolSpec` values.
@@ -209,6 +217,10 @@ def specs_from(
     ``side_effecting``; otherwise a :class:`ToolSpec` is taken as given, and any other tool is
     as its ``annotations`` say (``readOnlyHint`` / ``destructiveHint``, on the entry or its
     ``function``), else, with ``by_name``, as its name says (:func:`acts_by_name`).
+
+    With ``unusable`` given, nothing is raised: each problem is appended to it instead, a tool
+    whose schema is unusable is kept with :data:`ANY_OBJECT` for a schema, one defined twice
+    keeps its first definition, and one with no usable name is left out.
 
     Raises:
         ToolSchemaError: naming the tool, when a definition or its schema is unusable, or a name
@@ -224,26 +236,43 @@ def specs_from(
     for entry in tools:
         if _not_a_function(entry):
             continue
-        spec = _spec(entry)
+        try:
+            spec = _checked(_spec(entry), out, Draft202012Validator, SchemaError)
+        except ToolSchemaError as exc:
+            if unusable is None:
+                raise
+            unusable.append(exc)
+            if exc.tool_name is None or exc.tool_name in out:
+                continue
+            spec = ToolSpec(exc.tool_name, dict(ANY_OBJECT), _description(entry))
         if isinstance(entry, ToolSpec):
-            acts = spec.side_effecting or spec.name in marked
+            acts = entry.side_effecting or spec.name in marked
         else:
             acts = _acts(entry, spec.name, marked, by_name)
         if acts != spec.side_effecting:
             spec = replace(spec, side_effecting=acts)
-        if spec.name in out:
-            raise ToolSchemaError(spec.name, "defined twice")
-        schema_type = spec.parameters.get("type", "object")
-        if schema_type != "object":
-            raise ToolSchemaError(
-                spec.name, f"parameters must be an object schema, not {schema_type!r}"
-            )
-        try:
-            Draft202012Validator.check_schema(spec.parameters)
-        except SchemaError as exc:
-            where = "/".join(str(p) for p in exc.path) or "(root)"
-            raise ToolSchemaError(
-                spec.name, f"invalid JSON Schema at {where}: {exc.message}"
-            ) from None
         out[spec.name] = spec
     return out
+
+
+def _checked(spec: ToolSpec, out: Mapping[str, ToolSpec], validator: Any, error: Any) -> ToolSpec:
+    """``spec``, when its name is new and its schema a valid JSON Schema of an object."""
+    if spec.name in out:
+        raise ToolSchemaError(spec.name, "defined twice")
+    schema_type = spec.parameters.get("type", "object")
+    if schema_type != "object":
+        raise ToolSchemaError(
+            spec.name, f"parameters must be an object schema, not {schema_type!r}"
+        )
+    try:
+        validator.check_schema(spec.parameters)
+    except error as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        raise ToolSchemaError(spec.name, f"invalid JSON Schema at {where}: {exc.message}") from None
+    return spec
+
+
+def _description(entry: Any) -> str:
+    """The description of a definition whose schema is unusable, when it has one."""
+    fn = entry.get("function", entry) if isinstance(entry, Mapping) else None
+    return str(fn.get("description") or "") if isinstance(fn, Mapping) else ""

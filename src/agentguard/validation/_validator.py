@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentguard._fingerprint import (
@@ -32,7 +33,8 @@ from agentguard._fingerprint import (
     too_deep,
 )
 from agentguard.config import GuardConfig, ToolValidationConfig
-from agentguard.events import Emitter, Hook, ToolCallRejected, ToolCallRepaired
+from agentguard.events import Emitter, GuardInternalError, Hook, ToolCallRejected, ToolCallRepaired
+from agentguard.exceptions import ToolSchemaError
 from agentguard.transport import message_from_items
 from agentguard.types import ToolCall
 
@@ -41,7 +43,7 @@ from ._fast import compile_check
 from ._names import NameMatcher
 from ._report import ErrorKind, Repair, ToolCallError, ValidationReport, json_text, short
 from ._schema import compiled, schema_error
-from ._tools import ToolSpec, _not_a_function, specs_from
+from ._tools import ANY_OBJECT, ToolSpec, _not_a_function, specs_from
 
 __all__ = ["ToolCallValidator"]
 
@@ -77,9 +79,16 @@ class ToolCallValidator:
             typed Python functions or :class:`ToolSpec` values.
         config: a :class:`GuardConfig`, its ``tool_validation`` section, or ``None``.
         hooks: event hooks.
+        lenient: a tool definition the validator cannot use does not raise: the tool is kept by
+            name (when it has one) and its calls are checked only for being a JSON object, and a
+            ``guard_internal_error`` event says so, once per tool. This is how the guard reads
+            the tools of a request, which are the caller's to send, not the guard's to refuse.
 
     Raises:
-        ToolSchemaError: a tool definition is unusable (checked once, here).
+        ToolSchemaError: a tool definition is unusable, checked here (a schema that is not
+            valid JSON Schema, a name defined twice ...) or, for a schema that cannot be applied
+            (a ``$ref`` that cannot be resolved, or one that refers to itself forever), by
+            :meth:`validate`. Never with ``lenient``.
     """
 
     def __init__(
@@ -88,6 +97,7 @@ class ToolCallValidator:
         config: GuardConfig | ToolValidationConfig | None = None,
         *,
         hooks: Iterable[Hook] | None = None,
+        lenient: bool = False,
     ) -> None:
         if isinstance(config, ToolValidationConfig):
             self.config = config
@@ -97,9 +107,17 @@ class ToolCallValidator:
         #: tools of other kinds are offered too (custom, web_search ...): their calls, which
         #: an answer may hold beside or instead of function calls, are not the guard's to read
         self._other_tools = any(_not_a_function(t) for t in tools)
+        self._emitter = Emitter(hooks)
+        self._lenient = lenient
+        unusable: list[ToolSchemaError] | None = [] if lenient else None
         self.specs = specs_from(
-            tools, self.config.side_effecting, by_name=self.config.side_effecting_by_name
+            tools,
+            self.config.side_effecting,
+            by_name=self.config.side_effecting_by_name,
+            unusable=unusable,
         )
+        for problem in unusable or ():
+            self._unusable(problem)
         self._validators = {name: compiled(spec.parameters) for name, spec in self.specs.items()}
         # a sound shortcut for the common case (a valid call against a simple schema)
         self._fast = {name: compile_check(spec.parameters) for name, spec in self.specs.items()}
@@ -110,7 +128,6 @@ class ToolCallValidator:
         )
         patterns = [*_BUILTIN_PLACEHOLDERS, *self.config.placeholders]
         self._placeholder = re.compile("|".join(f"(?:{p})" for p in patterns))
-        self._emitter = Emitter(hooks)
 
     def validate(
         self,
@@ -278,6 +295,37 @@ class ToolCallValidator:
             text = json.dumps(parsed, ensure_ascii=False)
         return ToolCall(name, text, call_id or f"call_{index}"), errors, repairs
 
+    def _schema_errors(
+        self, name: str, args: dict[str, Any], call_id: str | None
+    ) -> list[ToolCallError]:
+        """The JSON Schema errors of ``args``; a schema jsonschema cannot apply is unusable."""
+        try:
+            return [
+                schema_error(err, call_id, name) for err in self._validators[name].iter_errors(args)
+            ]
+        except Exception as exc:  # a $ref it cannot resolve, or one into itself (RecursionError)
+            problem = ToolSchemaError(
+                name, f"the schema cannot be applied: {type(exc).__name__}: {exc}"[:300]
+            )
+            if not self._lenient:
+                raise problem from None
+            self._unusable(problem)
+            spec = self.specs[name] = replace(self.specs[name], parameters=dict(ANY_OBJECT))
+            self._validators[name] = compiled(spec.parameters)
+            self._fast[name] = compile_check(spec.parameters)
+            return []
+
+    def _unusable(self, problem: ToolSchemaError) -> None:
+        """Say that a tool's definition cannot be used, and its calls are read as JSON objects."""
+        self._emitter.emit(
+            GuardInternalError(
+                session=None,
+                component="tool_validation",
+                error_type="ToolSchemaError",
+                message=f"{problem}; its calls are checked only for being a JSON object",
+            )
+        )
+
     def _parse(
         self, arguments: Any, finish_reason: str | None, value: Any = _UNDECODED
     ) -> tuple[Any, str | None, str | None]:
@@ -369,8 +417,7 @@ class ToolCallValidator:
                 repairs.append(Repair("coerced", call_id, f"$.{key}", short(before), short(after)))
         fast = self._fast[name]
         if cfg.validate_schema and not (fast is not None and fast(args)):
-            for err in self._validators[name].iter_errors(args):
-                errors.append(schema_error(err, call_id, name))
+            errors += self._schema_errors(name, args, call_id)
         required = set(spec.required)
         for key, value in args.items():
             if not isinstance(value, str):
