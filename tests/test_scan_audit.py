@@ -94,6 +94,19 @@ def test_schema_checks_are_the_live_validators(args: Any, kind: str | None) -> N
         assert all(i.tokens > 0 for i in errors)  # the call must be made again
 
 
+def test_one_tool_it_cannot_read_leaves_the_others_checked() -> None:
+    """A trace declaring one tool whose schema is not valid JSON Schema had every call checked
+    by name only; now that tool's calls are read as JSON objects and the others' by their
+    schemas, as the live guard reads such a request."""
+    typo = {"type": "function", "function": {"name": "note", "parameters": {"type": "strng"}}}
+    audit = SessionAudit("s", CONFIG)
+    audit.declare([*TOOLS, typo])
+    for m in [call(0, "book", {"flight": "HAT030", "seats": "two"}), call(1, "note", {"a": 1})]:
+        audit.feed(m)
+    audit.finish()
+    assert [(i.detector, i.tool) for i in audit.issues] == [("type_mismatch", "book")]
+
+
 def test_a_valid_call_is_no_finding() -> None:
     """A call the schema accepts, and a lossless coercion ("2" for 2), are no findings."""
     audit = audit_of([call(0, "book", {"flight": "HAT030", "seats": "2"}), result(0, "ok")])

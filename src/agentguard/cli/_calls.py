@@ -74,8 +74,8 @@ class CallChecks:
                     names.add(name)
         if self.declared is None or names != self.declared:
             try:
-                self._validator = ToolCallValidator(tools, self.config, hooks=())
-            except Exception:  # a definition the guard could not use: names are still checked
+                self._validator = ToolCallValidator(tools, self.config, hooks=(), lenient=True)
+            except Exception:  # tools it cannot read at all: names are still checked
                 self._validator = None
         self.declared = frozenset(names)
 
