@@ -167,3 +167,103 @@ def test_a_healthy_stream_is_unchanged_by_the_fail_safe() -> None:
     assert len(calls) == 1
     assert report is not None
     assert not report.fail_open
+
+
+# -- a fault while the guard handles the upstream's own error ------------------------------------
+
+
+class UpstreamBroke(Exception):
+    """The upstream's error, as a transport raises it."""
+
+
+class Breaking:
+    """A transport whose answer fails: a stream after its first chunks (or at once, ``at_open``),
+    a whole answer always. Counts the calls made."""
+
+    def __init__(self, *, at_open: bool = False) -> None:
+        self.at_open = at_open
+        self.calls = 0
+        self.error = UpstreamBroke("connection reset by peer")
+        self.before = list(
+            ScriptedModel([Reply.text("Let me look it up.")], chunk_size=4).stream(_request())
+        )[:2]
+
+    def send(self, request: ModelRequest) -> Any:
+        self.calls += 1
+        raise self.error
+
+    async def asend(self, request: ModelRequest) -> Any:
+        return self.send(request)
+
+    def stream(self, request: ModelRequest) -> Any:
+        self.calls += 1
+        if self.at_open:
+            raise self.error
+        return self._chunks()
+
+    def _chunks(self) -> Any:
+        yield from self.before
+        raise self.error
+
+    async def astream(self, request: ModelRequest) -> Any:
+        for chunk in self.stream(request):
+            yield chunk
+
+
+def _breaking_guard(transport: Breaking, asynchronous: bool) -> Any:
+    clock = FakeClock()
+    kind = AsyncGuard if asynchronous else Guard
+    sleep = clock.asleep if asynchronous else clock.sleep
+    return kind(transport, OPEN, clock=clock, sleep=sleep, rng=random.Random(0))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("at_open", [False, True], ids=["mid-stream", "at-open"])
+def test_a_fault_while_handling_the_upstreams_error_raises_that_error(
+    asynchronous: bool, at_open: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upstream's stream breaks (or does not open) and the guard fails while it reads the
+    error: the caller gets what was streamed, then the upstream's own error, as from the raw
+    client. Before, a stream broken mid-way ended as if complete, and one that did not open was
+    opened a second time, unguarded."""
+    monkeypatch.setattr(Pipeline, "_classified", _explode)
+    transport = Breaking(at_open=at_open)
+    guard = _breaking_guard(transport, asynchronous)
+    got: list[StreamChunk] = []
+
+    async def read_async() -> None:
+        async for chunk in guard.astream(_request()):
+            got.append(chunk)
+
+    def read() -> None:
+        if asynchronous:
+            anyio.run(read_async)
+        else:
+            got.extend(guard.stream(_request()))
+
+    with capture_events() as events, pytest.raises(UpstreamBroke):
+        read()
+    assert "".join(c.content or "" for c in got) == (
+        "" if at_open else "".join(c.content or "" for c in transport.before)
+    )
+    assert transport.calls == 1
+    assert [e.component for e in events.of_type(GuardInternalError)] == ["stream"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fault_while_handling_a_failed_call_raises_the_upstreams_error(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain call fails upstream and the guard fails while it reads the error: the upstream's
+    error is raised, as from the raw client (before, the call was made a second time)."""
+    monkeypatch.setattr(Pipeline, "_classified", _explode)
+    transport = Breaking()
+    guard = _breaking_guard(transport, asynchronous)
+
+    async def call_async() -> Any:
+        return await guard.acomplete(_request())
+
+    with capture_events() as events, pytest.raises(UpstreamBroke):
+        anyio.run(call_async) if asynchronous else guard.complete(_request())
+    assert transport.calls == 1
+    assert [e.component for e in events.of_type(GuardInternalError)] == ["pipeline"]

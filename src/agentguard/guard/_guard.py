@@ -160,12 +160,26 @@ def _unguarded(request: ModelRequest) -> ModelRequest:
 class _Trace:
     """Tells the guard's own faults from upstream errors and policy decisions."""
 
-    __slots__ = ("last", "obs", "upstream")
+    __slots__ = ("failed", "last", "obs", "upstream")
 
     def __init__(self, obs: Any = OFF) -> None:
         self.upstream: set[int] = set()
         self.last: ModelResponse | None = None
+        # the last model call's error, while no answer came after it: what the caller would
+        # have got from the raw client, should the guard fail while handling it
+        self.failed: BaseException | None = None
         self.obs = obs  # the call's telemetry (see agentguard.telemetry)
+
+    def answered(self, response: ModelResponse) -> None:
+        self.last, self.failed = response, None
+
+    def error(self, exc: BaseException) -> None:
+        self.upstream.add(id(exc))
+        self.failed = exc
+
+    def unanswered(self) -> BaseException | None:
+        """The upstream's error to raise when the guard fails open with no answer to give."""
+        return self.failed if self.last is None else None
 
     def internal(self, exc: BaseException) -> bool:
         return (
@@ -184,7 +198,7 @@ class _StreamTrace(_Trace):
     fail-open can read on.
     """
 
-    __slots__ = ("cursor", "final_sent", "opened", "received", "source")
+    __slots__ = ("broken", "cursor", "final_sent", "opened", "received", "source")
 
     def __init__(self, obs: Any = OFF) -> None:
         super().__init__(obs)
@@ -194,12 +208,23 @@ class _StreamTrace(_Trace):
         self.received: list[StreamChunk | None] = []
         self.cursor = 0  # received[:cursor]: their text went out live
         self.final_sent = False  # the guard began releasing the answer's end (calls, finish)
+        self.broken: BaseException | None = None  # what ended the current attempt's upstream
 
     def attempt(self, source: Any) -> None:
         """A new attempt's upstream stream: the previous one is done with."""
         self.close()
-        self.source, self.opened = source, True
+        self.source, self.opened, self.broken, self.failed = source, True, None, None
         self.received, self.cursor, self.final_sent = [], 0, False
+
+    def rest(self) -> Any:
+        """Where a fail-open reads on: the current attempt's upstream, or ``None`` when there
+        was none. Raises the upstream's error when that is how it ended, or how the only
+        attempt to open one did (what the raw client would have raised)."""
+        if self.broken is not None:
+            raise self.broken
+        if not self.opened and self.failed is not None:
+            raise self.failed
+        return self.source
 
     def sent(self, chunk: StreamChunk) -> None:
         """The caller was given ``chunk``: live text (of the next received chunk with text), or
@@ -263,7 +288,8 @@ class _Upstream:
         except StopIteration:
             raise
         except BaseException as exc:
-            self._trace.upstream.add(id(exc))
+            self._trace.error(exc)
+            self._trace.broken = exc
             raise
         self._trace.received.append(chunk)
         return chunk
@@ -277,7 +303,8 @@ class _Upstream:
         except StopAsyncIteration:
             raise
         except BaseException as exc:
-            self._trace.upstream.add(id(exc))
+            self._trace.error(exc)
+            self._trace.broken = exc
             raise
         self._trace.received.append(chunk)
         return chunk
@@ -328,9 +355,9 @@ class Guard(_Base):
             try:
                 response: ModelResponse = trace.obs.send(self._transport_for(action.tier), action)
             except BaseException as exc:
-                trace.upstream.add(id(exc))
+                trace.error(exc)
                 raise
-            trace.last = response
+            trace.answered(response)
             return response
 
         return {
@@ -352,6 +379,9 @@ class Guard(_Base):
                 if not trace.internal(exc):
                     raise
                 report = self._fail_open(request, session, exc)
+                failed = trace.unanswered()
+                if failed is not None:  # the upstream's own error, as the raw client raises it
+                    raise failed from None
                 response = trace.last or self._transport_for(
                     self.pipeline.policy.tier_for(request.model)
                 ).send(_unguarded(request))
@@ -367,7 +397,7 @@ class Guard(_Base):
             try:
                 chunks = trace.obs.stream(self._transport_for(action.tier), action)
             except BaseException as exc:
-                trace.upstream.add(id(exc))
+                trace.error(exc)
                 raise
             trace.attempt(chunks)
             return _Upstream(chunks, trace)
@@ -400,8 +430,9 @@ class Guard(_Base):
                     report = obs.run(self._fail_open, request, session, exc, "stream")
                     obs.report(report)
                     yield from trace.unseen()
-                    if trace.source is not None:  # read on where the guard stopped
-                        yield from trace.source
+                    source = trace.rest()
+                    if source is not None:  # read on where the guard stopped
+                        yield from source
                     elif not trace.opened:  # the fault came before any upstream call
                         tier = self.pipeline.policy.tier_for(request.model)
                         yield from self._transport_for(tier).stream(_unguarded(request))
@@ -494,9 +525,9 @@ class AsyncGuard(_Base):
                     self._transport_for(action.tier), action
                 )
             except BaseException as exc:
-                trace.upstream.add(id(exc))
+                trace.error(exc)
                 raise
-            trace.last = response
+            trace.answered(response)
             return response
 
         return {
@@ -520,6 +551,9 @@ class AsyncGuard(_Base):
                 if not trace.internal(exc):
                     raise
                 report = self._fail_open(request, session, exc)
+                failed = trace.unanswered()
+                if failed is not None:  # as in Guard.complete
+                    raise failed from None
                 response = trace.last or await self._transport_for(
                     self.pipeline.policy.tier_for(request.model)
                 ).asend(_unguarded(request))
@@ -536,7 +570,7 @@ class AsyncGuard(_Base):
             try:
                 chunks = trace.obs.astream(self._transport_for(action.tier), action)
             except BaseException as exc:
-                trace.upstream.add(id(exc))
+                trace.error(exc)
                 raise
             trace.attempt(chunks)
             return _Upstream(chunks, trace)
@@ -574,7 +608,7 @@ class AsyncGuard(_Base):
                     report = obs.run(self._fail_open, request, session, exc, "stream")
                     for held in trace.unseen():
                         yield held
-                    source = trace.source
+                    source = trace.rest()
                     if source is None and not trace.opened:  # before any upstream call
                         tier = self.pipeline.policy.tier_for(request.model)
                         source = self._transport_for(tier).astream(_unguarded(request))
