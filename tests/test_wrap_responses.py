@@ -602,3 +602,99 @@ async def test_an_error_event_through_an_async_client(failures: int) -> None:
 
 async def _no_wait(seconds: float) -> None:
     return None
+
+
+# -- a conversation kept upstream stays where it is kept ------------------------------------------
+
+TWO_ORIGINS = ag.GuardConfig.from_dict(
+    {
+        "tiers": {
+            "local": {"model": "small"},
+            "cloud": {
+                "model": "big",
+                "base_url": "https://cloud.invalid/v1",
+                "api_key_env": "CLOUD_KEY",
+            },
+        },
+        "escalation": {"chain": ["local", "cloud"], "max_retries_before_escalate": 1},
+        "memory_pressure": {"enabled": False},
+    },
+    env={},
+)
+
+
+def _two_origins(local: list[Any], cloud: list[Any], asynchronous: bool) -> Any:
+    from agentguard.guard import AsyncGuard, Guard
+    from agentguard.testing import FakeClock
+
+    models = {"local": ScriptedModel(local), "cloud": ScriptedModel(cloud)}
+    clock = FakeClock()
+    kind, sleep = (AsyncGuard, clock.asleep) if asynchronous else (Guard, clock.sleep)
+    guard = kind(
+        tier_transport=lambda tier: models[tier.name],
+        config=TWO_ORIGINS,
+        clock=clock,
+        sleep=sleep,
+    )
+    return guard, models
+
+
+def _ask(guard: Any, asynchronous: bool, **params: Any) -> Any:
+    from agentguard.transport import ModelRequest
+
+    request = ModelRequest(
+        model="small", messages=[{"role": "user", "content": "next step"}], params=params
+    )
+    if not asynchronous:
+        return guard.complete(request)
+
+    async def main() -> Any:
+        return await guard.acomplete(request)
+
+    import anyio
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_turn_following_an_escalated_answer_goes_where_that_answer_was_given(
+    asynchronous: bool,
+) -> None:
+    """Turn 1 failed on the local tier and the cloud tier answered it. Turn 2 names that answer
+    (``previous_response_id``) and, as the caller's model, the local one: it went to the local
+    server, which keeps no such conversation (a real one answers 400 "previous response not
+    found"). Now it goes to the tier that gave the answer it follows."""
+    guard, models = _two_origins(
+        [Fault.server_error(), Fault.server_error()],
+        [Reply.text("turn 1"), Reply.text("turn 2")],
+        asynchronous,
+    )
+    first = _ask(guard, asynchronous)
+    assert first.report.tier == "cloud"
+    second = _ask(guard, asynchronous, previous_response_id=first.id)
+    assert second.message["content"] == "turn 2"
+    assert second.report.tier == "cloud"
+    assert [r.model for r in models["local"].requests] == ["small", "small"]  # turn 1 only
+    assert [r.params.get("previous_response_id") for r in models["cloud"].requests] == [
+        None,
+        first.id,
+    ]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_turn_kept_upstream_is_never_moved_to_another_endpoint(asynchronous: bool) -> None:
+    """The local tier keeps the conversation and fails on turn 2: the request went to the cloud
+    tier with the local answer's id, which the cloud cannot know. Now a tier at another endpoint
+    is not tried for it: the local tier's failure is the answer."""
+    guard, models = _two_origins(
+        [Reply.text("turn 1"), *[Fault.server_error()] * 4], [Reply.text("never")], asynchronous
+    )
+    first = _ask(guard, asynchronous)
+    assert first.report.tier == "local"
+    with pytest.raises(ag.AgentGuardError) as failed:
+        _ask(guard, asynchronous, previous_response_id=first.id)
+    assert models["cloud"].requests == []
+    assert getattr(failed.value, "status_code", None) == 500  # the local tier's own answer
+    # a turn that carries its whole history may still move
+    moved = _ask(guard, asynchronous)
+    assert moved.report.tier == "cloud"

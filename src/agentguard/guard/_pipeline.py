@@ -262,6 +262,32 @@ class Pipeline:
         """Tiers whose breaker is open."""
         return frozenset(name for name, b in self.breakers.items() if b.state == "open")
 
+    def _home(
+        self, state: Run, request: ModelRequest, realm: str
+    ) -> tuple[Tier, str, tuple[str | None, str | None] | None]:
+        """Where a request starts (the tier, and the name the policy is given for it), and, for
+        one following a conversation kept upstream, the endpoint every call of it goes to: the
+        one that gave the answer it follows (a tier elsewhere would not know it)."""
+        if state.forced_tier is not None:
+            home, named = state.forced_tier, state.forced_tier.name
+        else:
+            home, named = self.policy.tier_for(request.model), request.model
+        thread = thread_of(request.params)
+        if thread is None:
+            return home, named, None
+        held = self._runs.held_by(realm, thread)
+        if held is not None and _endpoint(held) != _endpoint(home):
+            home, named = held, held.name
+        return home, named, _endpoint(home)
+
+    def _closed(self, call: _Call) -> frozenset[str]:
+        """Tiers ``call`` may not move to: degraded ones, and, for a conversation kept upstream,
+        those at another endpoint than the one keeping it."""
+        closed = self.degraded()
+        if call.kept_at is not None:
+            closed |= {t.name for t in self.policy.chain if _endpoint(t) != call.kept_at}
+        return closed
+
     # -- the plan ------------------------------------------------------------------------------
 
     def plan(
@@ -366,14 +392,8 @@ class Pipeline:
         complex_request = self.policy.is_complex(
             has_tools=bool(tools), prompt_tokens=prompt_tokens, max_output_tokens=requested_output
         )
-        home = state.forced_tier or self.policy.tier_for(request.model)
+        home, named, kept_at = self._home(state, request, realm)
         b.start = b.tier = home
-        decision = self.policy.start(
-            home.name if state.forced_tier else request.model,
-            pressure_sustained=sustained,
-            complex_request=complex_request,
-            degraded=self.degraded(),
-        )
         call = _Call(
             request=request,
             state=state,
@@ -382,9 +402,16 @@ class Pipeline:
             prompt_tokens=prompt_tokens,
             validator=validator,
             shared=shared,
+            kept_at=kept_at,
+        )
+        decision = self.policy.start(
+            named,
+            pressure_sustained=sustained,
+            complex_request=complex_request,
+            degraded=self._closed(call),
         )
         if decision.action == "stay" and complex_request:
-            decision = self._degraded_start(decision, home)
+            decision = self._degraded_start(call, decision, home)
         if decision.action != "stay":
             call.tier = yield from self._move(call, home, decision, error=None)
         else:
@@ -409,12 +436,14 @@ class Pipeline:
         call.b.warnings.extend(self.quality.failed(call.tier.name, error, session=call.b.session))
         return classify(error)
 
-    def _degraded_start(self, decision: EscalationDecision, home: Tier) -> EscalationDecision:
+    def _degraded_start(
+        self, call: _Call, decision: EscalationDecision, home: Tier
+    ) -> EscalationDecision:
         """A complex request starts one tier up while its tier's quality is degraded."""
         tier = decision.target or home
         if not self.quality.sustained(tier.name):
             return decision
-        moved = self.policy.on_failure(tier, "quality_degraded", degraded=self.degraded())
+        moved = self.policy.on_failure(tier, "quality_degraded", degraded=self._closed(call))
         return moved if moved.action != "stop" else decision
 
     def _attempt(self, call: _Call, *, stream: bool = False) -> Plan[ModelResponse | None]:
@@ -755,7 +784,7 @@ class Pipeline:
             call.rework.force(forced.params, note)
             call.messages = list(forced.messages)
             return None
-        decision = self.policy.on_failure(call.tier, "loop_detected", degraded=self.degraded())
+        decision = self.policy.on_failure(call.tier, "loop_detected", degraded=self._closed(call))
         if decision.action != "stop" and decision.target is not None:
             error = LoopDetected(
                 f"the model repeats answered calls ({names})",
@@ -855,7 +884,7 @@ class Pipeline:
 
     def _above(self, call: _Call, trigger: str = "tool_validation_failure") -> bool:
         """Whether a call failed by ``trigger`` could move to another tier (nothing is moved)."""
-        decision = self.policy.on_failure(call.tier, trigger, degraded=self.degraded())
+        decision = self.policy.on_failure(call.tier, trigger, degraded=self._closed(call))
         return decision.action != "stop" and decision.target is not None
 
     def _answered(self, call: _Call, response: ModelResponse) -> Plan[ModelResponse | None]:
@@ -1002,7 +1031,7 @@ class Pipeline:
 
     def _trigger(self, call: _Call, trigger: str, error: BaseException | None) -> Plan[Tier]:
         """Move ``call`` off its tier because of ``trigger``, or raise when it cannot move."""
-        decision = self.policy.on_failure(call.tier, trigger, degraded=self.degraded())
+        decision = self.policy.on_failure(call.tier, trigger, degraded=self._closed(call))
         return (yield from self._move(call, call.tier, decision, error=error))
 
     def _move(
@@ -1276,10 +1305,10 @@ class Pipeline:
         runs, run = self._runs, call.state
         runs.remember(run, message_key(message), index, tokens, answer=True)
         if isinstance(response.id, str) and response.id:
-            runs.answered(run, call.realm, "response:" + response.id)
+            runs.answered(run, call.realm, "response:" + response.id, call.tier)
         thread = thread_of(call.request.params)
         if thread is not None and thread.startswith("conversation:"):
-            runs.answered(run, call.realm, thread)
+            runs.answered(run, call.realm, thread, call.tier)
         return _worst(run.detector.observe(message))
 
 
@@ -1300,6 +1329,8 @@ class _Call:
     corrections: int = 0
     history: tuple[int, int] = (0, 0)  # the index its answer takes, and the tokens before it
     realm: str = ""  # who may follow its answer as a thread (see Runs.follow)
+    # the endpoint keeping the conversation a thread request follows (see Pipeline._closed)
+    kept_at: tuple[str | None, str | None] | None = None
     content_sent: bool = False  # streaming: some text already reached the caller
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
@@ -1489,3 +1520,9 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
         message["content"] = report.content
     finish = "tool_calls" if calls else response.finish_reason
     return dataclasses.replace(response, message=message, finish_reason=finish)
+
+
+def _endpoint(tier: Tier) -> tuple[str | None, str | None]:
+    """Where a tier's calls go, and as whom: its endpoint (``None``: the client's own) and the
+    variable of its key (``None``: the client's). A conversation kept upstream is there only."""
+    return tier.base_url, tier.api_key_env

@@ -115,8 +115,9 @@ class Runs:
         self._seen: dict[tuple[str, str], Run] = {}
         #: (namespace, key of a run's latest message) -> the runs whose latest message it is
         self._tips: dict[tuple[str, str], list[Run]] = {}
-        #: (realm, thread) -> the run that answered it and the index of that answer
-        self._threads: collections.OrderedDict[tuple[str, str], tuple[Run, int]] = (
+        #: (realm, thread) -> the run that answered it, the index of that answer, and the tier
+        #: that gave it
+        self._threads: collections.OrderedDict[tuple[str, str], tuple[Run, int, Tier | None]] = (
             collections.OrderedDict()
         )
 
@@ -197,7 +198,7 @@ class Runs:
             new_id: gives the id of a new run.
         """
         found = self._threads.get((realm, thread))
-        parent, at = found if found is not None else (None, -1)
+        parent, at = found[:2] if found is not None else (None, -1)
         if parent is not None and self._runs.get(id(parent)) is not parent:
             parent = None  # forgotten since
         last = parent.last if parent is not None else None
@@ -213,15 +214,22 @@ class Runs:
         self._add(run)
         return run, *_news(messages, 0, 0)
 
-    def answered(self, run: Run, realm: str, thread: str) -> None:
-        """``run``'s latest message (its answer) is what ``thread`` names from now on."""
+    def answered(self, run: Run, realm: str, thread: str, tier: Tier | None = None) -> None:
+        """``run``'s latest message (its answer), given by ``tier``, is what ``thread`` names
+        from now on."""
         if run.last is None:
             return
         key = (realm, thread)
-        self._threads[key] = (run, run.last[0])
+        self._threads[key] = (run, run.last[0], tier)
         self._threads.move_to_end(key)
         while len(self._threads) > 4 * self._max_runs:
             self._threads.popitem(last=False)
+
+    def held_by(self, realm: str, thread: str) -> Tier | None:
+        """The tier whose answer ``thread`` names (where the upstream keeps that conversation),
+        when the guard gave it and still remembers."""
+        found = self._threads.get((realm, thread))
+        return found[2] if found is not None else None
 
     def restart(self, run: Run, messages: Sequence[Mapping[str, Any]]) -> list[New]:
         """``run`` to be judged afresh from ``messages``: a new detector, and every message (as
