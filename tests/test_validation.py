@@ -613,6 +613,18 @@ PINNED_RESPONSES = {"type": "function", "name": "search"}
 SEARCH = Reply.call("search", {"query": "install"}).message()
 SHELL = Reply.call("run_terminal_command", {"command": "ls"}).message()
 TEXT = {"role": "assistant", "content": "The install docs are at /docs."}
+ALLOWED = {  # chat's form of tool_choice allowed_tools
+    "type": "allowed_tools",
+    "allowed_tools": {
+        "mode": "auto",
+        "tools": [{"type": "function", "function": {"name": "search"}}],
+    },
+}
+ALLOWED_RESPONSES = {  # the Responses API's
+    "type": "allowed_tools",
+    "mode": "auto",
+    "tools": [{"type": "function", "name": "search"}],
+}
 
 
 @pytest.mark.parametrize(
@@ -629,6 +641,20 @@ TEXT = {"role": "assistant", "content": "The install docs are at /docs."}
         (SHELL, "required", []),
         (SEARCH, PINNED, []),
         ({"role": "assistant", "content": None, "refusal": "I can't."}, "required", []),
+        (SEARCH, "none", ["not_chosen"]),
+        (SHELL, ALLOWED, ["not_chosen"]),
+        (SHELL, ALLOWED_RESPONSES, ["not_chosen"]),
+        (SEARCH, ALLOWED, []),
+        (TEXT, ALLOWED, []),
+        (TEXT, {**ALLOWED_RESPONSES, "mode": "required"}, ["call_required"]),
+        (
+            TEXT,
+            {
+                "type": "allowed_tools",
+                "allowed_tools": {**ALLOWED["allowed_tools"], "mode": "required"},
+            },
+            ["call_required"],
+        ),
     ],
 )
 def test_an_answer_that_breaks_tool_choice_is_a_failed_call(
@@ -639,9 +665,24 @@ def test_an_answer_that_breaks_tool_choice_is_a_failed_call(
     for; a refusal is an answer, never corrected."""
     report = _v().validate(message, "stop", tool_choice=choice)
     assert _kinds(report) == kinds
-    if kinds and choice != "required":
+    if kinds and choice not in ("required", "none"):
         assert report.errors[0].suggestions == ("search",)
     assert _v(enforce_tool_choice=False).validate(message, "stop", tool_choice=choice).ok
+
+
+def test_a_call_written_as_text_stays_text_under_tool_choice_none() -> None:
+    """``tool_choice: "none"`` and a model that writes a call in its text anyway: the text was
+    read as a call and the caller got a tool call it had ruled out. Now it stays text, as the
+    raw client shows it."""
+    hermes = Reply.embedded("search", {"query": "install"}, style="hermes").message()
+    report = _v().validate(hermes, "stop", tool_choice="none")
+    assert report.ok
+    assert report.tool_calls == ()
+    assert report.content == hermes["content"]
+    assert not report.extracted
+    assert [c.name for c in _v().validate(hermes, "stop", tool_choice="auto").tool_calls] == [
+        "search"
+    ]
 
 
 def test_calls_after_the_first_are_dropped_when_parallel_calls_are_off() -> None:

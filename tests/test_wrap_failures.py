@@ -675,3 +675,37 @@ def test_a_forced_answer_is_not_judged_against_the_callers_tool_choice() -> None
     )
     assert answer.choices[0].message.content == "setup.cfg sets the package name to demo."
     assert [r.params.get("tool_choice") for r in model.requests] == ["required", "none"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_under_tool_choice_none_a_call_written_as_text_reaches_the_caller_as_text(
+    stream: bool,
+) -> None:
+    """``tool_choice: "none"`` (a final turn: "now answer") and a small model that writes a call
+    in its text all the same: the guard turned the text into a tool call, one the caller had
+    ruled out. Now the caller gets the text, as from the raw client, and nothing is re-asked."""
+    text = '<tool_call>\n{"name": "read_file", "arguments": {"path": "setup.cfg"}}\n</tool_call>'
+    model = ScriptedModel([Reply.text(text)])
+    client = ag.wrap(_client(model), _config(), clock=FakeClock())
+    ask = {"model": "fast", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"}
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **ask))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+        assert _streamed_calls(chunks) == []
+    else:
+        message = client.chat.completions.create(**ask).choices[0].message
+        assert (message.content, message.tool_calls) == (text, None)
+    assert len(model.requests) == 1
+
+
+def test_under_tool_choice_none_a_native_call_is_re_asked() -> None:
+    """A server that ignores ``tool_choice: "none"`` (Ollama) lets the model call a tool: the
+    call is a failed answer, re-asked with the reason, and the caller gets the text."""
+    model = ScriptedModel([GOOD, Reply.text("setup.cfg names the package demo.")])
+    client = ag.wrap(_client(model), _config(), clock=FakeClock(), sleep=lambda _: None)
+    answer = client.chat.completions.create(
+        model="fast", messages=MESSAGES, tools=TOOLS, tool_choice="none"
+    )
+    assert answer.choices[0].message.content == "setup.cfg names the package demo."
+    assert answer.choices[0].message.tool_calls is None
+    assert "tool_choice is 'none'" in json.dumps(model.requests[1].messages)

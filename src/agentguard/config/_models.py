@@ -337,9 +337,10 @@ class ToolValidationConfig(Section):
     enforce_tool_choice: bool = Field(
         True,
         description="An answer that breaks the request's tool_choice is a failed call and "
-        "re-asked: text where 'required' or a named function asked for a call, or a call to "
-        "another tool than the one named (servers that ignore tool_choice, as Ollama does); "
-        "with parallel_tool_calls false, the calls after an answer's first are dropped.",
+        "re-asked: text where 'required', a named function or allowed_tools 'required' asked "
+        "for a call, a call to another tool than the one named or allowed, any call where it "
+        "is 'none' (servers that ignore tool_choice, as Ollama does); with "
+        "parallel_tool_calls false, the calls after an answer's first are dropped.",
     )
     # The checks below can misfire on healthy traffic (a model may rightly derive a value or
     # answer "Done." from {"status": "ok"}): off by default, on in the small-model profile

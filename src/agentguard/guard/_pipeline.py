@@ -403,6 +403,7 @@ class Pipeline:
             validator=validator,
             shared=shared,
             kept_at=kept_at,
+            choice=request.params.get("tool_choice"),
         )
         decision = self.policy.start(
             named,
@@ -1331,6 +1332,7 @@ class _Call:
     realm: str = ""  # who may follow its answer as a thread (see Runs.follow)
     # the endpoint keeping the conversation a thread request follows (see Pipeline._closed)
     kept_at: tuple[str | None, str | None] | None = None
+    choice: Any = None  # the caller's tool_choice (the guard may turn tools off: _asked_choice)
     content_sent: bool = False  # streaming: some text already reached the caller
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
     cut: bool = False  # streaming: the answer degenerated and was cut
@@ -1384,12 +1386,17 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
 
 def _asked_choice(call: _Call) -> Any:
     """The ``tool_choice`` an answer is held to: the caller's, unless the guard turned tools
-    off to force an answer (a tool the guard pins in a re-ask is its own hint, not a demand:
-    text that answers it is judged as the caller's choice says)."""
-    forced = call.rework.params
-    if forced is not None and forced.get("tool_choice") == "none":
-        return "none"
-    return call.request.params.get("tool_choice")
+    off to force an answer: then none (a text answer is what it wants, and a call despite it
+    is the loop going on, for the recovery ladder to judge, not a call to correct). A tool the
+    guard pins in a re-ask is its own hint, not a demand: text that answers it is judged as
+    the caller's choice says."""
+    asked = call.choice
+    if asked != "none" and "none" in (
+        (call.rework.params or {}).get("tool_choice"),
+        call.request.params.get("tool_choice"),
+    ):
+        return None
+    return asked
 
 
 def _answers(n: Any) -> int:

@@ -161,7 +161,8 @@ class ToolCallValidator:
         errors: list[ToolCallError] = _read_calls(msg.get("tool_calls"), raw_calls)
         extracted = False
         content = msg.get("content") if isinstance(msg.get("content"), str) else None
-        if not raw_calls and content and cfg.repair:
+        # under tool_choice "none" a call written as text stays text: no call was allowed
+        if not raw_calls and content and cfg.repair and tool_choice != "none":
             found = extract_calls(content, self.specs)
             if found is not None:
                 extracted = True
@@ -460,9 +461,27 @@ def chosen_tool(tool_choice: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def allowed_tools(tool_choice: Any) -> frozenset[str] | None:
+    """The functions an ``allowed_tools`` choice lets the model call (chat's ``{"type":
+    "allowed_tools", "allowed_tools": {"mode": ..., "tools": [...]}}``, the Responses API's
+    ``{"type": "allowed_tools", "mode": ..., "tools": [...]}``), else ``None``."""
+    if not isinstance(tool_choice, Mapping) or tool_choice.get("type") != "allowed_tools":
+        return None
+    inner = tool_choice.get("allowed_tools")
+    listed = (inner if isinstance(inner, Mapping) else tool_choice).get("tools")
+    names = {chosen_tool(t) for t in listed} if isinstance(listed, list) else set()
+    return frozenset(n for n in names if n is not None)
+
+
 def asks_for_call(tool_choice: Any) -> bool:
-    """Whether a ``tool_choice`` asks for a call: ``"required"``, or a function named."""
-    return tool_choice == "required" or chosen_tool(tool_choice) is not None
+    """Whether a ``tool_choice`` asks for a call: ``"required"``, a function named, or
+    ``allowed_tools`` in ``required`` mode."""
+    if tool_choice == "required" or chosen_tool(tool_choice) is not None:
+        return True
+    if allowed_tools(tool_choice) is None:
+        return False
+    inner = tool_choice.get("allowed_tools")
+    return (inner if isinstance(inner, Mapping) else tool_choice).get("mode") == "required"
 
 
 def _unchosen(
@@ -472,25 +491,38 @@ def _unchosen(
     tool_choice: Any,
 ) -> list[ToolCallError]:
     """What of an answer breaks the request's ``tool_choice``: text where it asks for a call
-    (``"required"``, or a function named), a call to another tool than the one named."""
+    (``"required"``, a function named, ``allowed_tools`` required), a call to another tool than
+    the one named or those allowed, any call where it is ``"none"``."""
     named = chosen_tool(tool_choice)
+    allowed = allowed_tools(tool_choice) if named is None else frozenset((named,))
     if raw_calls:
+        if tool_choice == "none":
+            wrong = "tool_choice is 'none': answer in text, without calling a tool"
+            return [ToolCallError("not_chosen", c.id, c.name, "$", wrong) for c in calls]
+        if allowed is None:
+            return []
+        which = named if named is not None else "one of " + ", ".join(sorted(allowed))
         return [
             ToolCallError(
                 "not_chosen",
                 c.id,
                 c.name,
                 "$",
-                f"tool_choice asks for a call to {named}, not to {c.name}",
+                f"tool_choice asks for a call to {which}, not to {c.name}",
                 None,
-                (named,),
+                tuple(sorted(allowed)),
             )
             for c in calls
-            if named is not None and c.name != named
+            if c.name not in allowed
         ]
     if content is None or not asks_for_call(tool_choice):
         return []  # no text at all (a refusal, speech): not an answer to correct
-    wanted = f"a call to {named}" if named is not None else "a tool call"
+    if allowed is None:
+        wanted = "a tool call"
+    elif len(allowed) == 1:
+        wanted = f"a call to {next(iter(allowed))}"
+    else:
+        wanted = "a call to one of " + ", ".join(sorted(allowed))
     return [
         ToolCallError(
             "call_required",
@@ -499,7 +531,7 @@ def _unchosen(
             "$",
             f"tool_choice asks for {wanted}: answer with the call, not with text",
             short(content or ""),
-            (named,) if named is not None else (),
+            tuple(sorted(allowed or ())),
         )
     ]
 
