@@ -175,7 +175,8 @@ class _Trace:
 
     def error(self, exc: BaseException) -> None:
         self.upstream.add(id(exc))
-        self.failed = exc
+        if isinstance(exc, Exception):  # not a cancellation or an exit passing through
+            self.failed = exc
 
     def unanswered(self) -> BaseException | None:
         """The upstream's error to raise when the guard fails open with no answer to give."""
@@ -289,7 +290,8 @@ class _Upstream:
             raise
         except BaseException as exc:
             self._trace.error(exc)
-            self._trace.broken = exc
+            if isinstance(exc, Exception):
+                self._trace.broken = exc
             raise
         self._trace.received.append(chunk)
         return chunk
@@ -304,7 +306,8 @@ class _Upstream:
             raise
         except BaseException as exc:
             self._trace.error(exc)
-            self._trace.broken = exc
+            if isinstance(exc, Exception):
+                self._trace.broken = exc
             raise
         self._trace.received.append(chunk)
         return chunk

@@ -464,13 +464,14 @@ def chosen_tool(tool_choice: Any) -> str | None:
 def allowed_tools(tool_choice: Any) -> frozenset[str] | None:
     """The functions an ``allowed_tools`` choice lets the model call (chat's ``{"type":
     "allowed_tools", "allowed_tools": {"mode": ..., "tools": [...]}}``, the Responses API's
-    ``{"type": "allowed_tools", "mode": ..., "tools": [...]}``), else ``None``."""
+    ``{"type": "allowed_tools", "mode": ..., "tools": [...]}``), else ``None`` (also when it
+    lists no function the guard can read: then it is not judged)."""
     if not isinstance(tool_choice, Mapping) or tool_choice.get("type") != "allowed_tools":
         return None
     inner = tool_choice.get("allowed_tools")
     listed = (inner if isinstance(inner, Mapping) else tool_choice).get("tools")
     names = {chosen_tool(t) for t in listed} if isinstance(listed, list) else set()
-    return frozenset(n for n in names if n is not None)
+    return frozenset(n for n in names if n is not None) or None
 
 
 def asks_for_call(tool_choice: Any) -> bool:
