@@ -603,9 +603,10 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
         if lines:
             yield lines
         # a comment line still coming is kept to its start (all of it that goes on): one
-        # endless comment holds no more memory than a piece read
-        held = decoder.buffer
-        if len(held) > 1 and held[0].startswith(":"):
+        # endless comment holds no more memory than a piece read (httpx keeps a line's pieces
+        # in a list; should that change, the line is kept whole, as a data line is)
+        held = getattr(decoder, "buffer", None)
+        if isinstance(held, list) and len(held) > 1 and str(held[0]).startswith(":"):
             decoder.buffer = ["".join(held)[: _COMMENT_CHARS + 1]]
     lines = decoder.flush()
     if lines:
