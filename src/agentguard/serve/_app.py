@@ -672,7 +672,7 @@ def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
 
 
 async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest) -> Response:
-    """A guarded stream. Errors before its first chunk (an upstream's keep-alive included: see
+    """A guarded stream. Errors before its first chunk (an upstream's keep-alive is one: see
     :func:`_comment`) are answered as errors (status, headers); later ones end the stream with
     an error event, as OpenAI does."""
     forward = neutral.extensions[FORWARD]
