@@ -457,7 +457,18 @@ def run(quick: bool = False) -> list[Table]:
         "the clients' requests and then all their first tokens arrive at once: the time to "
         "first token grows with the number of clients times the server's CPU per request.",
     ]
-    return [latency, ttft, _in_process(quick), _gc_pauses(quick)]
+    return [latency, ttft, _in_process(quick), _gc_pauses(quick), _keepalives(quick)]
+
+
+def _scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of a JSON ``POST`` to ``path`` with ``headers`` (HTTP/1.1, from and to
+    loopback)."""
+    scope: dict[str, Any] = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1"}
+    scope.update(method="POST", scheme="http", path=path, raw_path=path.encode())
+    scope.update(query_string=b"", root_path="", client=("127.0.0.1", 1))
+    scope.update(server=("127.0.0.1", 8080))
+    scope["headers"] = [*headers, (b"content-type", b"application/json")]
+    return scope
 
 
 @contextlib.contextmanager
@@ -500,20 +511,7 @@ def _asgi_app() -> Iterator[Callable[[str], None]]:
 
     def call(path: str) -> None:
         body = json.dumps(_body(next(counter), False)).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [*headers, (b"content-type", b"application/json")],
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 8080),
-        }
+        scope = _scope(path, headers)
         sent = False
 
         async def receive() -> dict[str, Any]:
@@ -658,6 +656,117 @@ def _gc_pauses(quick: bool) -> Table:
     )
 
 
+def _keepalives(quick: bool) -> Table:
+    """An upstream sending megabytes of SSE comments before a short streamed answer, through
+    the server's app in this process: CPU time, peak memory and what reaches the caller."""
+    import tracemalloc
+
+    import httpx
+
+    import agentguard as ag
+    from agentguard.serve import GuardServer, create_app
+
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    answer = b"".join(
+        b"data: %s\n\n"
+        % json.dumps({**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": f}]}).encode()
+        for d, f in [({"role": "assistant", "content": "Hi."}, None), ({}, "stop")]
+    )
+
+    class Body(httpx.AsyncByteStream):
+        def __init__(self, head: bytes, piece: bytes, pieces: int) -> None:
+            self.head, self.piece, self.pieces = head, piece, pieces
+
+        async def __aiter__(self) -> Any:
+            yield self.head
+            for _ in range(self.pieces):
+                yield self.piece
+            yield b"\n\n" + answer + b"data: [DONE]\n\n"
+
+    def once(head: bytes, piece: bytes, mb: int, traced: bool) -> tuple[float, int, int]:
+        pieces = (mb << 20) // len(piece)
+
+        def upstream(request: httpx.Request) -> httpx.Response:
+            body = Body(head, piece, pieces)
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+        server = GuardServer(
+            ag.GuardConfig.from_dict({}),
+            "http://upstream/v1",
+            transport=httpx.MockTransport(upstream),
+        )
+        app = create_app(server)
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        request = {"type": "http.request", "body": json.dumps(ask).encode(), "more_body": False}
+        scope = _scope("/v1/chat/completions", [])
+        sent = 0
+        asked = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal asked
+            if asked:
+                await asyncio.Event().wait()
+            asked = True
+            return request
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal sent
+            sent += len(message.get("body", b""))
+
+        async def main() -> None:
+            await app(scope, receive, send)
+            await server.aclose()
+
+        if traced:
+            tracemalloc.start()
+        start = time.process_time()
+        asyncio.run(main())
+        cpu = time.process_time() - start
+        peak = tracemalloc.get_traced_memory()[1] if traced else 0
+        if traced:
+            tracemalloc.stop()
+        return cpu, peak, sent
+
+    rows: list[list[object]] = []
+    sizes = (4, 16) if quick else (4, 8, 16, 32)
+    for name, head, piece in [
+        ("many comments (`: keep-alive`, 56 KiB a read)", b"", b": keep-alive\n\n" * 4096),
+        ("one endless comment line (64 KiB a read)", b":", b"x" * 65_536),
+    ]:
+        for mb in sizes:
+            cpus = [once(head, piece, mb, False)[0] for _ in range(3 if quick else 5)]
+            _, peak, sent = once(head, piece, mb, True)
+            rows.append([name, mb, statistics.median(cpus) * 1000, peak / 2**20, sent])
+    return Table(
+        "agentguard serve: an upstream sending megabytes of keep-alives",
+        [
+            "comments",
+            "sent by the upstream (MiB)",
+            "CPU (ms)",
+            "peak memory, traced (MiB)",
+            "bytes to the caller",
+        ],
+        rows,
+        description=(
+            "The server's app in this process (an httpx mock upstream) streaming an answer "
+            "that megabytes of SSE comments come before: the comments of one read with no "
+            "event between them go on as one, a comment's text cut to 256 characters, so the "
+            "work is linear in what the upstream sends and the memory that of one read. CPU: "
+            "median of rounds (process time); memory: Python's allocations (tracemalloc) at "
+            "their peak, in a round of its own."
+        ),
+        notes=[
+            "Before (2026-11-25, the same benchmark run on the code before, one run after the "
+            "other, machine load about 3): no comment reached the caller; the many comments "
+            "cost about twice the CPU (123, 240, 489, 958 ms: each line was a step of httpx's "
+            "line iterator, where now each read is) and the endless line was held whole, its "
+            "peak memory twice its size (8, 16, 32, 64 MiB). Machine load (1-minute average) "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} logical CPUs.",
+            "Reproduce alone: `PYTHONPATH=src python benchmarks/bench_serve.py keepalive`.",
+        ],
+    )
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["upstream"]:
         import uvicorn
@@ -665,3 +774,5 @@ if __name__ == "__main__":
         uvicorn.run(_upstream_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
     elif sys.argv[1:2] == ["gc"]:
         print(_gc_pauses(quick=False).to_markdown())
+    elif sys.argv[1:2] == ["keepalive"]:
+        print(_keepalives(quick=False).to_markdown())

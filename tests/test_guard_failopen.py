@@ -169,6 +169,58 @@ def test_a_healthy_stream_is_unchanged_by_the_fail_safe() -> None:
     assert not report.fail_open
 
 
+class KeepingAlive:
+    """A transport streaming ``ANSWER`` with an upstream's keep-alive before each chunk."""
+
+    def __init__(self) -> None:
+        self.model = ScriptedModel([ANSWER], chunk_size=4)
+        self.comments = 0
+
+    def send(self, request: ModelRequest) -> Any:
+        return self.model.send(request)
+
+    async def asend(self, request: ModelRequest) -> Any:
+        return self.model.send(request)
+
+    def stream(self, request: ModelRequest) -> Any:
+        for chunk in self.model.stream(request):
+            self.comments += 1
+            yield StreamChunk(comment=" keep-alive")
+            yield chunk
+
+    async def astream(self, request: ModelRequest) -> Any:
+        for chunk in self.stream(request):
+            yield chunk
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fault_after_keep_alives_fails_open_with_the_held_call(
+    asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keep-alives went out while the call was held back, then the validator fails: they are
+    no part of the answer (the call held back is handed over, not taken as delivered), and
+    none is handed over twice."""
+    monkeypatch.setattr(ToolCallValidator, "validate", _explode)
+    transport = KeepingAlive()
+    clock = FakeClock()
+    kind = AsyncGuard if asynchronous else Guard
+    sleep = clock.asleep if asynchronous else clock.sleep
+    guard = kind(transport, OPEN, clock=clock, sleep=sleep, rng=random.Random(0))
+    if asynchronous:
+
+        async def main() -> list[StreamChunk]:
+            return [c async for c in guard.astream(_request())]
+
+        chunks = anyio.run(main)
+    else:
+        chunks = list(guard.stream(_request()))
+    text, calls = _read(chunks)
+    assert text == "Let me look it up. "
+    assert "".join(c["function"].get("arguments") or "" for c in calls) == '{"query": "x"}'
+    assert sum(c.comment is not None for c in chunks) == transport.comments
+    assert all(c.comment is None or c == StreamChunk(comment=" keep-alive") for c in chunks)
+
+
 # -- a fault while the guard handles the upstream's own error ------------------------------------
 
 

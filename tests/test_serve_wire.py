@@ -49,6 +49,19 @@ ANSWER = json.dumps(
     indent=1,  # not the server's own serialisation: a re-encoding would show
 ).encode()
 CHUNKS = [b'{"data": [', b'{"id": "file-1"}', b"]}"]
+_CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+# a streamed chat answer with an upstream's keep-alives, each in a piece of its own (one per
+# gap between events: those of one read would go on as one)
+THINKING = [
+    b": OPENROUTER PROCESSING\n\n",
+    *(
+        b"data: %s\n\n"
+        % json.dumps({**_CHUNK, "choices": [{"index": 0, "delta": d, "finish_reason": f}]}).encode()
+        for d, f in [({"role": "assistant", "content": "Hi"}, None), ({}, "stop")]
+    ),
+    b"data: [DONE]\n\n",
+]
+THINKING.insert(2, b": keep-alive\n\n")  # between the first words and the finish
 BROTLI = bytes(range(7, 40))  # what a brotli body looks like to a server that cannot undo it
 MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "up"}]}'
 TEAPOT = b'{"error": {"message": "short and stout", "code": "teapot"}}\n'
@@ -116,9 +129,14 @@ class RawUpstream:
                     head_out.append(b"Content-Length: %d" % len(TEAPOT))
                     writer.write(b"\r\n".join(head_out) + b"\r\n\r\n" + TEAPOT)
                     continue
-                if b"/chunked" in line:  # an answer of unknown length, in pieces
-                    pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in CHUNKS] + [b"0\r\n\r\n"]
-                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                chunked = b"/chunked" in line  # an answer of unknown length, in pieces
+                if chunked or b'"stream":true' in body.replace(
+                    b" ", b""
+                ):  # a stream with keep-alives
+                    parts = CHUNKS if chunked else THINKING
+                    pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] + [b"0\r\n\r\n"]
+                    kind = b"" if chunked else b"Content-Type: text/event-stream\r\n"
+                    writer.write(b"HTTP/1.1 200 OK\r\n%sTransfer-Encoding: chunked\r\n\r\n" % kind)
                     for piece in pieces:
                         writer.write(piece)
                         await writer.drain()
@@ -282,6 +300,22 @@ async def test_an_answer_with_a_content_coding_is_forwarded_decoded(
     assert "content-encoding" not in packed.headers
     assert packed.headers["content-length"] == str(len(ANSWER))
     assert raw.connections == 1
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_an_upstreams_keep_alives_reach_the_caller(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """Over the network, on either transport: a guarded stream's comments (OpenRouter's
+    ``: OPENROUTER PROCESSING``, ``: keep-alive``) reach the caller as they came, around the
+    upstream's events."""
+    _, base = upstream
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with _serving(base, make) as http:
+        answer = await http.post("/v1/chat/completions", json=ask)
+    items = [e for e in answer.content.split(b"\n\n") if e and not e.startswith(b": agentguard")]
+    assert answer.status_code == 200
+    assert items == [p.rstrip(b"\n") for p in THINKING]
 
 
 @pytest.mark.parametrize("make", _transports())

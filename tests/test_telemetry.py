@@ -40,7 +40,7 @@ from agentguard.guard import AsyncGuard, Guard
 from agentguard.telemetry import _semconv
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 from agentguard.tools import ToolGuard
-from agentguard.transport import TRACE_PARENT, ModelRequest, report_of
+from agentguard.transport import TRACE_PARENT, ModelRequest, StreamChunk, report_of
 
 # The gen_ai.* attributes the conventions define that agentguard may record (registry names).
 CONVENTION_ATTRIBUTES = {
@@ -415,6 +415,27 @@ def test_a_stream_records_the_time_to_its_first_chunk_and_ends_with_it(otel: Rec
     assert dict(call.attributes or {})["agentguard.attempts"] == 1
     assert chat.parent is not None
     assert chat.parent.span_id == call.context.span_id
+
+
+def test_a_keep_alive_is_not_the_streams_first_chunk(otel: Recorded) -> None:
+    """An upstream's keep-alive (``: OPENROUTER PROCESSING``) before the answer: the time to
+    the first chunk is the answer's, not the keep-alive's."""
+    clock = FakeClock()
+    model = ScriptedModel([Reply.text("a streamed answer")])
+
+    class Thinking:
+        def send(self, request: ModelRequest) -> Any:
+            return model.send(request)
+
+        def stream(self, request: ModelRequest) -> Any:
+            yield StreamChunk(comment=" OPENROUTER PROCESSING")
+            otel.clock.advance(7.0)  # the model thinks
+            yield from model.stream(request)
+
+    guard = Guard(Thinking(), _config(), clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    list(guard.stream(_request()))
+    attrs = dict(otel.one("chat small").attributes or {})
+    assert attrs["gen_ai.response.time_to_first_chunk"] == 7.0
 
 
 def test_a_stream_closed_early_ends_its_spans(otel: Recorded) -> None:

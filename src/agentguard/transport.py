@@ -274,6 +274,10 @@ class StreamChunk:
             of its own, never an empty one).
         audio: the delta carries spoken output (``delta.audio`` of an audio model: its
             transcript or data), an answer though it has no text.
+        comment: a keep-alive the upstream sent while the answer was on its way (the text of
+            a server-sent events comment, after its ``:``, e.g. ``" OPENROUTER PROCESSING"``).
+            A chunk with a comment carries nothing else: it is no part of the answer, and the
+            guard hands it on at once, unread.
     """
 
     content: str | None = None
@@ -284,6 +288,7 @@ class StreamChunk:
     reasoning: str | None = None
     refusal: str | None = None
     audio: bool = False
+    comment: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, raw: Any = None) -> StreamChunk:

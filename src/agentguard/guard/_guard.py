@@ -217,6 +217,12 @@ class _StreamTrace(_Trace):
         self.source, self.opened, self.broken, self.failed = source, True, None, None
         self.received, self.cursor, self.final_sent = [], 0, False
 
+    def keep(self, chunk: StreamChunk) -> None:
+        """Record a chunk the current attempt's upstream sent; a keep-alive goes straight to
+        the caller and is not kept (an upstream sending nothing else holds no memory)."""
+        if chunk.comment is None:
+            self.received.append(chunk)
+
     def rest(self) -> Any:
         """Where a fail-open reads on: the current attempt's upstream, or ``None`` when there
         was none. Raises the upstream's error when that is how it ended, or how the only
@@ -229,7 +235,9 @@ class _StreamTrace(_Trace):
 
     def sent(self, chunk: StreamChunk) -> None:
         """The caller was given ``chunk``: live text (of the next received chunk with text), or
-        the answer's end."""
+        the answer's end (an upstream's keep-alive is neither)."""
+        if chunk.comment is not None:
+            return
         if not (chunk.content or chunk.reasoning):
             self.final_sent = True
             return
@@ -293,7 +301,7 @@ class _Upstream:
             if isinstance(exc, Exception):
                 self._trace.broken = exc
             raise
-        self._trace.received.append(chunk)
+        self._trace.keep(chunk)
         return chunk
 
     def __aiter__(self) -> _Upstream:
@@ -309,7 +317,7 @@ class _Upstream:
             if isinstance(exc, Exception):
                 self._trace.broken = exc
             raise
-        self._trace.received.append(chunk)
+        self._trace.keep(chunk)
         return chunk
 
 

@@ -610,6 +610,12 @@ class Pipeline:
             chunk = yield Pull()
             if chunk is END:
                 break
+            if chunk.comment is not None:
+                # an upstream's keep-alive: on to the caller as it came, while text or a call
+                # is held back too (the proxies between keep the stream open); no part of the
+                # answer, and nothing of it handed on (a retry can still replace this attempt)
+                yield Emit(chunk)
+                continue
             acc.add(chunk)
             if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
                 call.usage_chunk = chunk  # passed on at the end, after the finish chunk

@@ -630,6 +630,19 @@ class _ChatEvents:
         return self._bytes(self._replay.end())
 
 
+def _comment(text: str) -> bytes:
+    """An upstream's keep-alive (``: OPENROUTER PROCESSING``), passed on where it came: a
+    comment line and the blank line after it.
+
+    Proxies and load balancers between the caller and the server cut a stream that stays
+    silent past their idle timeout (often a minute); the upstream's comments keep it open while
+    the model thinks, also while the guard holds text or a call back. One before the answer's
+    first chunk sends the stream's head with it, as the upstream's own head had gone out: an
+    error after it (every attempt failed) is an error event, no longer an error status.
+    """
+    return f":{text}\n\n".encode()
+
+
 def _report_line(report: GuardReport) -> bytes:
     """A stream's report: a comment line, which clients skip and a person can read."""
     return f": agentguard {json.dumps(headers_of(report))}\n\n".encode()
@@ -659,8 +672,9 @@ def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
 
 
 async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest) -> Response:
-    """A guarded stream. Errors before its first chunk are answered as errors (status,
-    headers); later ones end the stream with an error event, as OpenAI does."""
+    """A guarded stream. Errors before its first chunk (an upstream's keep-alive is one: see
+    :func:`_comment`) are answered as errors (status, headers); later ones end the stream with
+    an error event, as OpenAI does."""
     forward = neutral.extensions[FORWARD]
     assert isinstance(forward, Forward)
     stream = guard.astream(neutral)
@@ -739,10 +753,15 @@ async def _events(
     replay: _ChatEvents | _Replay = _ChatEvents(forward) if chat else _Replay(forward)
     try:
         try:
-            head = replay.out(first) if first is not None else b""
-            yield head
+            # an upstream's keep-alive goes out as it came (see _comment), the rest as replayed
+            if first is None:
+                yield b""
+            elif first.comment is not None:
+                yield _comment(first.comment)
+            else:
+                yield replay.out(first)
             async for chunk in stream:
-                yield replay.out(chunk)
+                yield replay.out(chunk) if chunk.comment is None else _comment(chunk.comment)
         except Exception as exc:  # the answer has begun: the error can only be an event
             yield _error_event(exc, None if chat else forward.events)
             report = getattr(exc, "agentguard_report", None)

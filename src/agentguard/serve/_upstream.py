@@ -470,6 +470,9 @@ class HTTPUpstream:
             forward.chat = []
         try:
             async for event in _events(response):
+                if isinstance(event, str):  # a keep-alive: no event of the answer's
+                    yield StreamChunk(comment=event)
+                    continue
                 if forward is not None and responses:
                     forward.events.append(event)
                 if _failed(event, responses):
@@ -588,41 +591,77 @@ def _event(data: list[str], name: str | None) -> Event | None:
     return Event(body, text, name) if isinstance(body, dict) else None
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[Event]:
-    """The server-sent events of ``response`` whose data is a JSON object (``[DONE]`` ends it).
+#: A comment's text goes on to at most this many characters (a keep-alive is a few words).
+_COMMENT_CHARS = 256
+
+
+async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
+    """The lines of ``response``'s body as they arrive: those of each piece read, together."""
+    decoder = httpx_decoders.LineDecoder()  # the line splitting of httpx's ``aiter_lines``
+    async for text in response.aiter_text():
+        lines = decoder.decode(text)
+        if lines:
+            yield lines
+        # a comment line still coming is kept to its start (all of it that goes on): one
+        # endless comment holds no more memory than a piece read (httpx keeps a line's pieces
+        # in a list; should that change, the line is kept whole, as a data line is)
+        held = getattr(decoder, "buffer", None)
+        if isinstance(held, list) and len(held) > 1 and str(held[0]).startswith(":"):
+            decoder.buffer = ["".join(held)[: _COMMENT_CHARS + 1]]
+    lines = decoder.flush()
+    if lines:
+        yield lines
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[Event | str]:
+    """The server-sent events of ``response`` whose data is a JSON object (``[DONE]`` ends it),
+    and its comments (the text after the ``:``) where they came: an upstream's keep-alives.
 
     Only the event framing of the SSE format (``event:`` / ``data:`` lines, a blank line ends
-    an event); the HTTP underneath is httpx's.
+    an event); the HTTP underneath is httpx's. The comments of one piece read with no event
+    between them go on as one, its text cut to :data:`_COMMENT_CHARS`: a keep-alive's worth is
+    when it came, and an upstream sending nothing else costs what it sends, once.
     """
     name: str | None = None
     data: list[str] = []
-    lines = response.aiter_lines()
-    async for line in lines:
-        if line:
-            key, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if key == "data":
-                data.append(value)
-            elif key == "event":
-                name = value
-            continue
-        event = _event(data, name) if data else None
-        data, name = [], None
-        if event is _DONE:
-            await _drain(lines)
-            return
-        if event is not None:
-            yield event
+    batches = _batches(response)
+    async for lines in batches:
+        comment: str | None = None
+        for line in lines:
+            if line.startswith(":"):
+                if comment is None:
+                    comment = line[1 : _COMMENT_CHARS + 1]
+                continue
+            if line:
+                key, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if key == "data":
+                    data.append(value)
+                elif key == "event":
+                    name = value
+                continue
+            event = _event(data, name) if data else None
+            data, name = [], None
+            if event is _DONE:
+                await _drain(batches)
+                return
+            if event is not None:
+                if comment is not None:  # it came before the event
+                    yield comment
+                    comment = None
+                yield event
+        if comment is not None:
+            yield comment
     event = _event(data, name) if data else None  # a last event without its blank line
     if event is not None and event is not _DONE:
         yield event
 
 
-async def _drain(lines: AsyncIterator[str]) -> None:
+async def _drain(batches: AsyncIterator[list[str]]) -> None:
     """Read what is left of a stream's body after ``[DONE]`` (see :data:`_DRAIN_SECONDS`)."""
     left = _DRAIN_BYTES
     with anyio.move_on_after(_DRAIN_SECONDS):
-        async for line in lines:
-            left -= len(line) + 1
+        async for lines in batches:
+            left -= sum(len(line) + 1 for line in lines)
             if left < 0:
                 return

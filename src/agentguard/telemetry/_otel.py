@@ -477,6 +477,8 @@ class _Attempt:
 
     # streams
     def chunk(self, chunk: StreamChunk) -> None:
+        if chunk.comment is not None:  # an upstream's keep-alive: not the answer's first chunk
+            return
         try:
             if self._first is None:
                 self._first = max(0.0, self._b.clock() - self._start)
