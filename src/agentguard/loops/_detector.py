@@ -57,6 +57,7 @@ _RECENT_RESULTS = 4
 _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
+_WARNING = Severity.WARNING  # (looked up once: an enum member's lookup is slow)
 
 
 @functools.cache
@@ -335,7 +336,7 @@ class LoopDetector:
                     verdict = worse(verdict, extra)
         if verdict is OK:
             return verdict
-        if event.kind == "result" and verdict.severity >= Severity.WARNING:
+        if event.kind == "result" and verdict.severity >= _WARNING:
             for d in self._on_flag:
                 d.flagged(verdict)
         if not self._hooks and not self._process_hooks:  # (a scan): no one to tell, no call
