@@ -57,7 +57,8 @@ _RECENT_RESULTS = 4
 _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
-_WARNING = Severity.WARNING  # (looked up once: an enum member's lookup is slow)
+#: (looked up once: an enum member's lookup is slow)
+_SEV_OK, _WARNING = Severity.OK, Severity.WARNING
 
 
 @functools.cache
@@ -394,9 +395,10 @@ class LoopDetector:
                 calls = ()
             # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
             # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
-            reasoning = content_text(message.get("reasoning_content") or message.get("reasoning"))
-            if reasoning:
-                out.append(self.check_text(reasoning, narration=bool(calls)))
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            # (most answers have none: not converted then)
+            if reasoning is not None and (thought := content_text(reasoning)):
+                out.append(self.check_text(thought, narration=bool(calls)))
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
@@ -536,7 +538,7 @@ class LoopDetector:
         return found
 
     def _emit(self, verdict: Verdict) -> Verdict:
-        if verdict.severity is Severity.OK or verdict.detector is None:
+        if verdict.severity is _SEV_OK or verdict.detector is None:
             return verdict
         if not self._hooks and not self._process_hooks:  # (a scan): no one to tell
             return verdict

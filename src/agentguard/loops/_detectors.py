@@ -807,12 +807,13 @@ class ResponseRepeat(Detector):
         if count < n:  # the usual case: no repeat (and the ladder starts at n)
             self._level = OK
             return OK
+        # (``verdict`` gives the OK object itself for an OK severity: compared by identity)
         repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
-        if repeat.ok:
+        if repeat is OK:
             self._level = OK
         elif repeat.severity < self._level.severity:
             repeat = self.verdict(self._level.severity, count, None)
-        if not repeat.ok:
+        if repeat is not OK:
             self._level = repeat
         return repeat
 
