@@ -355,7 +355,7 @@ class LoopDetector:
                 checked for degeneration, since repeating a short narration while the calls
                 progress is normal (the calls themselves are judged by the tool detectors).
         """
-        if not self.config.enabled or not text or not text.strip():
+        if not self.config.enabled or not text or text.isspace():  # (no stripped copy made)
             return OK
         event = TextEvent(text, narration)
         verdict = OK
@@ -363,8 +363,8 @@ class LoopDetector:
             if narration and not d.narration:
                 continue
             found = d.check(event)
-            if found is not OK:
-                verdict = worse(verdict, found)
+            if found is not OK:  # (a verdict not OK is worse than OK: the first one is taken)
+                verdict = found if verdict is OK else worse(verdict, found)
         return verdict if verdict is OK else self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------
