@@ -205,7 +205,15 @@ class SessionAudit:
                         if usage:
                             total += usage
                 if severity and not self._turn_in_loop:  # WARNING or worse: a loop's turn
-                    self._in_loop()
+                    # (the latest model call's turn is in a loop; in line: a loop's every
+                    # message comes here)
+                    self._turn_in_loop = True
+                    turn_tokens, turn_cost = self._turn
+                    self.loop_tokens += turn_tokens
+                    burn = self._open
+                    if burn is not None:
+                        burn[0] += turn_tokens
+                        burn[1] += turn_cost
                 history += size
                 if timeline is not None:
                     flag = ISSUE_BIT if len(issues) > before else 0
@@ -228,16 +236,6 @@ class SessionAudit:
                     redone = True
                     self.retry_tokens += self._turn[0]  # an invalid call: the turn is redone
                 self._charge(issue)
-
-    def _in_loop(self) -> None:
-        """A message at WARNING or worse: the latest model call's turn is in a loop."""
-        self._turn_in_loop = True
-        tokens, cost = self._turn
-        self.loop_tokens += tokens
-        burn = self._open
-        if burn is not None:
-            burn[0] += tokens
-            burn[1] += cost
 
     def _add(self, issue: Issue) -> None:
         self.issues.append(issue)

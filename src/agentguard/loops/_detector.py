@@ -57,6 +57,8 @@ _RECENT_RESULTS = 4
 _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
+#: (looked up once: an enum member's lookup is slow)
+_SEV_OK, _WARNING = Severity.OK, Severity.WARNING
 
 
 @functools.cache
@@ -335,7 +337,7 @@ class LoopDetector:
                     verdict = worse(verdict, extra)
         if verdict is OK:
             return verdict
-        if event.kind == "result" and verdict.severity >= Severity.WARNING:
+        if event.kind == "result" and verdict.severity >= _WARNING:
             for d in self._on_flag:
                 d.flagged(verdict)
         if not self._hooks and not self._process_hooks:  # (a scan): no one to tell, no call
@@ -353,7 +355,7 @@ class LoopDetector:
                 checked for degeneration, since repeating a short narration while the calls
                 progress is normal (the calls themselves are judged by the tool detectors).
         """
-        if not self.config.enabled or not text or not text.strip():
+        if not self.config.enabled or not text or text.isspace():  # (no stripped copy made)
             return OK
         event = TextEvent(text, narration)
         verdict = OK
@@ -361,8 +363,8 @@ class LoopDetector:
             if narration and not d.narration:
                 continue
             found = d.check(event)
-            if found is not OK:
-                verdict = worse(verdict, found)
+            if found is not OK:  # (a verdict not OK is worse than OK: the first one is taken)
+                verdict = found if verdict is OK else worse(verdict, found)
         return verdict if verdict is OK else self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------
@@ -393,9 +395,10 @@ class LoopDetector:
                 calls = ()
             # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
             # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
-            reasoning = content_text(message.get("reasoning_content") or message.get("reasoning"))
-            if reasoning:
-                out.append(self.check_text(reasoning, narration=bool(calls)))
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            # (most answers have none: not converted then)
+            if reasoning is not None and (thought := content_text(reasoning)):
+                out.append(self.check_text(thought, narration=bool(calls)))
             if content:
                 out.append(self.check_text(content, narration=bool(calls)))
             for call in calls:
@@ -535,7 +538,7 @@ class LoopDetector:
         return found
 
     def _emit(self, verdict: Verdict) -> Verdict:
-        if verdict.severity is Severity.OK or verdict.detector is None:
+        if verdict.severity is _SEV_OK or verdict.detector is None:
             return verdict
         if not self._hooks and not self._process_hooks:  # (a scan): no one to tell
             return verdict

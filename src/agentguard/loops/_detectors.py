@@ -38,6 +38,12 @@ Kind = Literal["call", "result", "text"]
 #: The result fingerprint of a failed call (no fingerprint starts with a NUL).
 ERROR_MARK = "\x00error"
 
+# (looked up once: an enum member's lookup is a slow class attribute lookup, and these run per
+# event)
+_SEV_OK, _WARNING, _CRITICAL, _BREAK = (
+    Severity.OK, Severity.WARNING, Severity.CRITICAL, Severity.BREAK
+)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -60,16 +66,16 @@ class Verdict:
     @property
     def ok(self) -> bool:
         """True when nothing was found."""
-        return self.severity is Severity.OK
+        return self.severity is _SEV_OK
 
 
 OK = Verdict()
 
 _ADVICE = {
-    Severity.WARNING: " Use the information you already have, or try a different approach.",
-    Severity.CRITICAL: " Stop repeating it: change your approach now or give your final answer "
+    _WARNING: " Use the information you already have, or try a different approach.",
+    _CRITICAL: " Stop repeating it: change your approach now or give your final answer "
     "with what you know.",
-    Severity.BREAK: " This is refused: the pattern will not run again. Change approach or finish.",
+    _BREAK: " This is refused: the pattern will not run again. Change approach or finish.",
 }
 
 
@@ -81,12 +87,12 @@ _VERDICTS_KEPT = 512
 def ladder(count: int, warn: int, critical: int, brk: int) -> Severity:
     """The severity ``count`` reaches on a warn / critical / break ladder."""
     if count >= brk:
-        return Severity.BREAK
+        return _BREAK
     if count >= critical:
-        return Severity.CRITICAL
+        return _CRITICAL
     if count >= warn:
-        return Severity.WARNING
-    return Severity.OK
+        return _WARNING
+    return _SEV_OK
 
 
 class CallState:
@@ -250,7 +256,7 @@ class Detector:
 
     def verdict(self, severity: Severity, count: int, tool: str | None) -> Verdict:
         """The verdict at ``severity``, with this detector's hint (``OK`` when nothing)."""
-        if severity is Severity.OK:
+        if severity is _SEV_OK:
             return OK
         if tool is not None and tool.__class__ is not str:  # (typed str; not a key for sure)
             return self._made(severity, count, tool)
@@ -308,7 +314,7 @@ class ErrorRepeat(Detector):
         cfg = self.config
         count = event.state.errors + event.ahead
         sev = ladder(count, cfg.error_warn_at, cfg.error_critical_at, cfg.error_break_at)
-        if sev is Severity.WARNING and event.ahead:
+        if sev is _WARNING and event.ahead:
             # A retry after a transient failure is normal (two failures, then success, is
             # healthy): the hint waits for the failure itself. Only a refusal or a critical
             # verdict is worth giving before the call runs.
@@ -713,9 +719,9 @@ class SameResult(Detector):
         run.flagged = True
         cfg = self.config
         severity = verdict.severity  # (no dict built per flag: a long loop is flagged per result)
-        if severity == Severity.WARNING:
+        if severity == _WARNING:
             floor = cfg.no_progress_warn_at
-        elif severity == Severity.CRITICAL:
+        elif severity == _CRITICAL:
             floor = cfg.no_progress_critical_at
         else:
             floor = cfg.no_progress_break_at
@@ -745,8 +751,8 @@ class GenericRepeat(Detector):
         if state.novel:
             return OK  # the latest result is new (a poll that advances): progress, no hint
         sev = ladder(state.calls, cfg.warn_at, cfg.critical_at, cfg.break_at)
-        if state.progressed and sev > Severity.WARNING:
-            sev = Severity.WARNING  # results keep changing: progress, at most a hint
+        if state.progressed and sev > _WARNING:
+            sev = _WARNING  # results keep changing: progress, at most a hint
         return self.verdict(sev, state.calls, event.name)
 
 
@@ -801,12 +807,13 @@ class ResponseRepeat(Detector):
         if count < n:  # the usual case: no repeat (and the ladder starts at n)
             self._level = OK
             return OK
+        # (``verdict`` gives the OK object itself for an OK severity: compared by identity)
         repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
-        if repeat.ok:
+        if repeat is OK:
             self._level = OK
         elif repeat.severity < self._level.severity:
             repeat = self.verdict(self._level.severity, count, None)
-        if not repeat.ok:
+        if repeat is not OK:
             self._level = repeat
         return repeat
 

@@ -13,6 +13,8 @@ from ._detector import LoopDetector
 
 __all__ = ["Finding", "TranscriptScanner", "scan_transcript"]
 
+_OK = Severity.OK  # (looked up once: an enum member's lookup is slow, and feed runs per message)
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -93,31 +95,27 @@ class TranscriptScanner:
 
     def feed(self, message: Message) -> list[Finding]:
         """Judge the next message of the transcript; return new findings (possibly none)."""
+        # (the state in locals, written back once: this runs per message)
         index = self._index
-        self._index += 1
-        self._last = Severity.OK
-        self._last_detector = None
+        self._index = index + 1
+        reported = self._reported
+        last, last_detector = _OK, None
         found: list[Finding] = []
         for verdict in self._detector.observe(message):
             subject = verdict.tool
-            if verdict.detector is None:  # judged OK: progress, a new loop is reported afresh
-                self._reported.pop(subject, None)
+            detector = verdict.detector
+            if detector is None:  # judged OK: progress, a new loop is reported afresh
+                reported.pop(subject, None)
                 continue
-            if verdict.severity > self._last:
-                self._last = verdict.severity
-                self._last_detector = verdict.detector
-            if verdict.severity > self._reported.get(subject, Severity.OK):
-                self._reported[subject] = verdict.severity
+            severity = verdict.severity
+            if severity > last:
+                last, last_detector = severity, detector
+            if severity > reported.get(subject, _OK):
+                reported[subject] = severity
                 found.append(
-                    Finding(
-                        index=index,
-                        severity=verdict.severity,
-                        detector=verdict.detector,
-                        count=verdict.count,
-                        message=verdict.message,
-                        tool=verdict.tool,
-                    )
+                    Finding(index, severity, detector, verdict.count, verdict.message, subject)
                 )
+        self._last, self._last_detector = last, last_detector
         return found
 
 

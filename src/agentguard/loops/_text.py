@@ -88,11 +88,12 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
     there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
     codes = text.encode() if text.isascii() else text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
-    top = min(80, n // 8)
-    if top > _SMALL_PERIODS and not _blocks_recur(codes, top):
-        top = _SMALL_PERIODS  # no longer period can have a stretch
+    top = n // 8
+    if top > _SMALL_PERIODS:
+        top = min(top, _MAX_PERIOD)
+        if not _blocks_recur(codes, top):
+            top = _SMALL_PERIODS  # no longer period can have a stretch
     whole = int.from_bytes(codes, "big")
-    zeros = memoryview(bytes(7 * top))
     earliest = -1
     for period in range(1, top + 1):
         # byte k >= period of the XOR compares character k with character k - period; the
@@ -101,7 +102,7 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
         # matters, so the search ends where such a streak would have to begin.
         same = (whole ^ (whole >> (8 * period))).to_bytes(n, "big")
         end = n if earliest < 0 else earliest + 8 * period - 1
-        at = same.find(zeros[: 7 * period], period, end)
+        at = same.find(_STREAKS[period], period, end)
         if at >= 0:
             earliest = at - period
             if first_found or earliest == 0:
@@ -111,6 +112,11 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
 
 #: Periods up to this are always tested; a longer one only when :func:`_blocks_recur`.
 _SMALL_PERIODS = 4
+#: The longest period (the unit of :data:`_RUN` is at most 80 characters).
+_MAX_PERIOD = 80
+#: The zero streak of each period's stretch, made once (a text's few periods are tested per
+#: output: making and slicing them there cost about as much as the tests of a short text)
+_STREAKS = tuple(bytes(7 * period) for period in range(_MAX_PERIOD + 1))
 _BLOCK = 16
 
 
@@ -150,7 +156,7 @@ def repeats_below(text: str, limit: int) -> bool:
     # removed, that is the line lower-cased (whitespace is neither cased nor case-ignorable, so
     # collapsing it changes no final sigma).
     prose = "".join(_prose_lines(text)) if len(lines) > 1 else text.lower()
-    return not _periodic("".join(prose.split()))
+    return _first_periodic("".join(prose.split()), first_found=True) < 0  # (not _periodic)
 
 
 def degenerate_repeats(text: str) -> int:
