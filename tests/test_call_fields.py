@@ -303,3 +303,38 @@ def _served(options: dict[str, Any], answer: Any) -> tuple[Any, Any]:
         max_retries=0,
     )
     return server, caller
+
+
+# -- through serve: an error object in a 200 answer (see test_wrap_failures for the client) -------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("then", ["healthy", "error"])
+async def test_through_serve_an_error_object_in_a_200_answer_is_retried(then: str) -> None:
+    """A gateway's 200 answer whose body is ``{"error": {"code": 502, ...}}`` went to the caller
+    after one try (with tools offered, it was even re-asked as an empty answer). Now it is
+    retried as the 502 it reports; the next answer is the caller's, or, when every attempt
+    failed so, the last error answer exactly as it came (status 200, its body)."""
+    import httpx
+
+    error = json.dumps({"error": {"message": "Provider returned error", "code": 502}}).encode()
+    healthy = completion(message={"role": "assistant", "content": "Sunny."}, finish="stop")
+    bodies = [error, json.dumps(healthy).encode() if then == "healthy" else error]
+    sent: list[Any] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(request)
+        body = bodies[min(len(sent), len(bodies)) - 1]
+        return httpx.Response(200, headers={"content-type": JSON}, content=body)
+
+    server, caller = _served({}, answer)
+    try:
+        raw = await caller.chat.completions.with_raw_response.create(**ASK, tools=TOOLS)
+    finally:
+        await server.aclose()
+    assert len(sent) == 2 if then == "healthy" else len(sent) > 2  # retried as configured
+    assert raw.status_code == 200
+    if then == "healthy":
+        assert raw.parse().choices[0].message.content == "Sunny."
+    else:
+        assert raw.http_response.content == error

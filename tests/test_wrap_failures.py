@@ -709,3 +709,76 @@ def test_under_tool_choice_none_a_native_call_is_re_asked() -> None:
     assert answer.choices[0].message.content == "setup.cfg names the package demo."
     assert answer.choices[0].message.tool_calls is None
     assert "tool_choice is 'none'" in json.dumps(model.requests[1].messages)
+
+
+# -- an error object inside a 200 answer -----------------------------------------------------------
+
+
+def _error_body(code: Any) -> tuple[int, str, bytes]:
+    error = {"message": "Provider returned error", "code": code, "metadata": {"raw": "overloaded"}}
+    return 200, "application/json", json.dumps({"error": error}).encode()
+
+
+HEALTHY = (
+    200,
+    "application/json",
+    json.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "small",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Hello."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+    ).encode(),
+)
+
+
+def _create(client: Any, asynchronous: bool) -> Any:
+    ask = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+    if not asynchronous:
+        return client.chat.completions.create(**ask)
+
+    async def main() -> Any:
+        return await client.chat.completions.create(**ask)
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    ("code", "then", "requests"),
+    [
+        (502, "healthy", 2),  # retried: the next answer is the caller's
+        (502, "error", 2),  # retried, failed again: the last error object, as it came
+        ("rate_limit_exceeded", "error", 2),
+        (400, "error", 1),  # the request's own fault: not retried, handed back as it came
+    ],
+)
+def test_an_error_object_in_a_200_answer_is_retried_then_handed_back_as_it_came(
+    asynchronous: bool, code: Any, then: str, requests: int
+) -> None:
+    """Gateways (OpenRouter, LiteLLM's proxy) answer a provider's failure with HTTP 200 and a
+    body ``{"error": {...}}``. The raw client returns that object; the guard called it an
+    answer it could not read (a ``guard_internal_error``) and passed it on. Now it is retried as
+    the error it reports (its ``code``: 502 a transient failure, 400 the request's own), and
+    when it is the last answer the caller gets the same object as from the raw client."""
+    from _hostile import RawUpstream, guarded_client, raw_client
+
+    last = HEALTHY if then == "healthy" else _error_body(code)
+    raw_upstream = RawUpstream([last])
+    guarded_upstream = RawUpstream([_error_body(code), last])
+    expected = _create(raw_client(raw_upstream, asynchronous=asynchronous), asynchronous)
+    with capture_events() as events:
+        answer = _create(guarded_client(guarded_upstream, asynchronous=asynchronous), asynchronous)
+    assert answer.model_dump() == expected.model_dump()
+    assert len(guarded_upstream.requests) == requests
+    assert ag.report_of(answer) is not None
+    assert not events.of_type(ag.events.GuardInternalError)

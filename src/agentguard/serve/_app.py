@@ -372,7 +372,7 @@ def upstream_error(exc: UpstreamError | ModelTimeout) -> Response:
     report = exc.agentguard_report
     extra = headers_of(report) if report is not None else {}
     if isinstance(exc, UpstreamError) and exc.status_code is not None:
-        return _whole(exc.status_code, exc.content, exc.headers, extra)
+        return _whole(exc.answered or exc.status_code, exc.content, exc.headers, extra)
     status, kind = (
         (504, "upstream_timeout")
         if isinstance(exc, ModelTimeout)

@@ -179,6 +179,9 @@ class UpstreamError(ModelError):
         self.headers = httpx.Headers(headers or {})
         #: the stream event that reported it, when the upstream failed inside its stream
         self.event: Event | None = None
+        #: the status the upstream answered with, when it is not ``status_code``: an error
+        #: object in a 200 answer is passed on as that answer, status and all
+        self.answered: int | None = None
 
 
 def _responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -456,6 +459,19 @@ class HTTPUpstream:
         forward = request.extensions.get(FORWARD)
         if _is_responses(forward if isinstance(forward, Forward) else None):
             return _responses_answer(answer)
+        error = answer.get("error")
+        if isinstance(error, Mapping) and not isinstance(answer.get("choices"), list):
+            # a chat answer that is an error object (a gateway's way to report a provider's
+            # failure): retried as the error it reports, passed on as it came when the last
+            failure = UpstreamError(
+                "the upstream answered with an error object",
+                status_code=inband_status(error),
+                headers=response.headers,
+                content=content,
+                model=request.model,
+            )
+            failure.answered = response.status_code
+            raise failure
         return ModelResponse.from_body(answer, raw=answer)
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:

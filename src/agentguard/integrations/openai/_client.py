@@ -38,6 +38,7 @@ from ._transport import (
     CALLER,
     PARSE,
     RAW,
+    AnsweredWithError,
     AsyncOpenAITransport,
     OpenAITransport,
     RawCall,
@@ -45,6 +46,7 @@ from ._transport import (
     dump,
     finish_of,
     is_async_client,
+    reported_error,
     sdk_message,
 )
 
@@ -120,7 +122,11 @@ def _completion(
     choice = choice_of(raw)
     original = sdk_message(getattr(choice, "message", None))
     if original is None:
-        return _unread(raw, report, guard, request)
+        if reported_error(raw) is None:
+            return _unread(raw, report, guard, request)
+        if report is not None:  # the upstream's error object, as the raw client returns it
+            attach_report(raw, report)
+        return raw
     if _same_message(original, response.message, finish_of(choice), response.finish_reason):
         out = raw
     else:
@@ -206,15 +212,27 @@ def _same_message(a: Mapping[str, Any], b: Mapping[str, Any], fa: Any, fb: Any) 
 
 
 def _guarded(guard: Guard, request: ModelRequest) -> tuple[ModelResponse, GuardReport | None]:
-    response = guard.complete(request)
+    try:
+        response = guard.complete(request)
+    except AnsweredWithError as exc:  # the last answer was the upstream's error object
+        return _as_answered(exc)
     return response, report_of(response)
 
 
 async def _aguarded(
     guard: AsyncGuard, request: ModelRequest
 ) -> tuple[ModelResponse, GuardReport | None]:
-    response = await guard.acomplete(request)
+    try:
+        response = await guard.acomplete(request)
+    except AnsweredWithError as exc:  # as in _guarded
+        return _as_answered(exc)
     return response, report_of(response)
+
+
+def _as_answered(exc: AnsweredWithError) -> tuple[ModelResponse, GuardReport | None]:
+    """The upstream's error object, handed back as it answered (see ``_completion``)."""
+    response = ModelResponse(message={"role": "assistant", "content": None}, raw=exc.answer)
+    return response, exc.agentguard_report
 
 
 def _call(

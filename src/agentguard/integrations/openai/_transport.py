@@ -13,6 +13,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
+from agentguard.exceptions import ModelError
 from agentguard.integrations._lazy import require
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, reasoning_of
 from agentguard.types import Usage
@@ -243,6 +244,10 @@ def _response(request: ModelRequest, raw: Any) -> ModelResponse:
             return response_from_responses(dump(raw), raw=raw)
         return dataclasses.replace(response_from_responses({}), raw=raw)
     choice = choice_of(raw)
+    if choice is None:
+        error = reported_error(raw)
+        if error is not None:
+            raise AnsweredWithError(raw, error, request.model)
     message = sdk_message(getattr(choice, "message", None))
     return ModelResponse(
         # an answer the guard cannot read is judged as an empty one (the client hands it
@@ -270,6 +275,35 @@ def _text(value: Any) -> str | None:
 def finish_of(choice: Any) -> str | None:
     """A choice's ``finish_reason`` as the guard reads it (``None`` when it is not text)."""
     return _text(getattr(choice, "finish_reason", None))
+
+
+class AnsweredWithError(ModelError):
+    """A chat answer (HTTP 200) whose body is an error object, ``{"error": {...}}``, and no
+    choices: gateways (OpenRouter, LiteLLM's proxy) report a provider's failure so. It has no
+    status of its own: the guard classifies it by its error object (``body``, as an SDK error
+    raised from a stream's error event) and retries it as the upstream error it reports; when
+    it is the last answer, the caller gets :attr:`answer`, the SDK's object, as the raw client
+    returns it.
+
+    Attributes:
+        answer: the SDK's completion object, as the upstream answered.
+        body: the error object (read by the classifier, as an SDK error's ``body``).
+    """
+
+    def __init__(self, answer: Any, error: Mapping[str, Any], model: str) -> None:
+        super().__init__(
+            "the upstream answered with an error object", status_code=None, model=model
+        )
+        self.answer = answer
+        self.body = error
+
+
+def reported_error(raw: Any) -> Mapping[str, Any] | None:
+    """The error object of an SDK completion that has no choices, else ``None``."""
+    if choice_of(raw) is not None:
+        return None
+    error = getattr(raw, "error", None)
+    return error if isinstance(error, Mapping) else None
 
 
 def choice_of(raw: Any) -> Any:
