@@ -719,26 +719,10 @@ def _error_body(code: Any) -> tuple[int, str, bytes]:
     return 200, "application/json", json.dumps({"error": error}).encode()
 
 
-HEALTHY = (
-    200,
-    "application/json",
-    json.dumps(
-        {
-            "id": "c1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "small",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "Hello."},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-        }
-    ).encode(),
-)
+def _healthy() -> tuple[int, str, bytes]:
+    from _hostile import completion
+
+    return 200, "application/json", json.dumps(completion(content="Hello.")).encode()
 
 
 def _create(client: Any, asynchronous: bool) -> Any:
@@ -772,7 +756,7 @@ def test_an_error_object_in_a_200_answer_is_retried_then_handed_back_as_it_came(
     when it is the last answer the caller gets the same object as from the raw client."""
     from _hostile import RawUpstream, guarded_client, raw_client
 
-    last = HEALTHY if then == "healthy" else _error_body(code)
+    last = _healthy() if then == "healthy" else _error_body(code)
     raw_upstream = RawUpstream([last])
     guarded_upstream = RawUpstream([_error_body(code), last])
     expected = _create(raw_client(raw_upstream, asynchronous=asynchronous), asynchronous)
