@@ -165,6 +165,13 @@ class Tier:
         """A tier from its configuration section."""
         return cls(name, config.model, config.base_url, config.api_key_env, config.timeout)
 
+    @property
+    def endpoint(self) -> tuple[str | None, str | None]:
+        """Where its calls go, and as whom: ``base_url`` (``None``: the client's own) and the
+        variable of its key (``None``: the client's). Tiers with one endpoint share a client,
+        and a conversation kept upstream is at one endpoint only."""
+        return self.base_url, self.api_key_env
+
 
 class Choice(str, enum.Enum):
     """What the user may answer in confirm mode."""

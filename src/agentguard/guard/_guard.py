@@ -223,6 +223,12 @@ class _StreamTrace(_Trace):
         if chunk.comment is None:
             self.received.append(chunk)
 
+    def broke(self, exc: BaseException) -> None:
+        """The current attempt's upstream raised ``exc``: how it ended, should it be an error."""
+        self.error(exc)
+        if isinstance(exc, Exception):
+            self.broken = exc
+
     def rest(self) -> Any:
         """Where a fail-open reads on: the current attempt's upstream, or ``None`` when there
         was none. Raises the upstream's error when that is how it ended, or how the only
@@ -297,9 +303,7 @@ class _Upstream:
         except StopIteration:
             raise
         except BaseException as exc:
-            self._trace.error(exc)
-            if isinstance(exc, Exception):
-                self._trace.broken = exc
+            self._trace.broke(exc)
             raise
         self._trace.keep(chunk)
         return chunk
@@ -313,9 +317,7 @@ class _Upstream:
         except StopAsyncIteration:
             raise
         except BaseException as exc:
-            self._trace.error(exc)
-            if isinstance(exc, Exception):
-                self._trace.broken = exc
+            self._trace.broke(exc)
             raise
         self._trace.keep(chunk)
         return chunk

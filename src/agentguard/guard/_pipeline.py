@@ -276,16 +276,16 @@ class Pipeline:
         if thread is None:
             return home, named, None
         held = self._runs.held_by(realm, thread)
-        if held is not None and _endpoint(held) != _endpoint(home):
+        if held is not None and held.endpoint != home.endpoint:
             home, named = held, held.name
-        return home, named, _endpoint(home)
+        return home, named, home.endpoint
 
     def _closed(self, call: _Call) -> frozenset[str]:
         """Tiers ``call`` may not move to: degraded ones, and, for a conversation kept upstream,
         those at another endpoint than the one keeping it."""
         closed = self.degraded()
         if call.kept_at is not None:
-            closed |= {t.name for t in self.policy.chain if _endpoint(t) != call.kept_at}
+            closed |= {t.name for t in self.policy.chain if t.endpoint != call.kept_at}
         return closed
 
     # -- the plan ------------------------------------------------------------------------------
@@ -1533,9 +1533,3 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
         message["content"] = report.content
     finish = "tool_calls" if calls else response.finish_reason
     return dataclasses.replace(response, message=message, finish_reason=finish)
-
-
-def _endpoint(tier: Tier) -> tuple[str | None, str | None]:
-    """Where a tier's calls go, and as whom: its endpoint (``None``: the client's own) and the
-    variable of its key (``None``: the client's). A conversation kept upstream is there only."""
-    return tier.base_url, tier.api_key_env

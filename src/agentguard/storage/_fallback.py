@@ -221,8 +221,6 @@ class FallbackStore:
                     yield from perform(pending.sync, pending.async_, primary)
             result: T = yield from perform(op.sync, op.async_, primary)
         except StoreUnavailable as exc:
-            # re-read: a concurrent operation (another task, another thread) may have fallen
-            # back meanwhile, and its local state must be kept, not replaced by a second one
             return self._local(self._fall_back(exc, now), op, write)
         except BaseException:
             if op.places is not None:  # the component sees no reservation: neither does this
@@ -254,7 +252,7 @@ class FallbackStore:
     def _fall_back(self, exc: StoreUnavailable, now: float) -> _Outage:
         """The outage to serve ``now`` from: the current one (retried later), or a new one."""
         # Under the lock, so that each answer of the shared store is either in what the new
-        # stand-in starts from or applied to it afterwards (``_mirror``), never neither; and a
+        # stand-in starts from or applied to it afterwards (the ``_saw_*``), never neither; and a
         # concurrent operation (another task, another thread) that fell back meanwhile keeps
         # its local state rather than seeing it replaced by a second one.
         with self._known_lock:
@@ -330,12 +328,10 @@ class FallbackStore:
                 outage.local.release(spec, charge.reservation_id, now)
 
     def _saw_release(self, spec: BudgetSpec, reservation_id: str, now: float) -> None:
-        with self._known_lock:
-            for known in self._known.values():
-                known.holds.pop(reservation_id, None)
-            outage = self._outage
-            if outage is not None:
-                outage.local.release(spec, reservation_id, now)
+        self._forget(reservation_id)
+        outage = self._outage  # one that began since: its stand-in may hold it (seeded)
+        if outage is not None:
+            outage.local.release(spec, reservation_id, now)
 
     def _forget(self, reservation_id: str) -> None:
         with self._known_lock:

@@ -226,18 +226,13 @@ def specs_from(
         ToolSchemaError: naming the tool, when a definition or its schema is unusable, or a name
             is defined twice.
     """
-    # jsonschema is imported when a tool is defined: a process that never defines one (a scan
-    # of traces without tool lists) does not pay its import
-    from jsonschema import Draft202012Validator  # noqa: PLC0415
-    from jsonschema.exceptions import SchemaError  # noqa: PLC0415
-
     marked = frozenset(side_effecting)
     out: dict[str, ToolSpec] = {}
     for entry in tools:
         if _not_a_function(entry):
             continue
         try:
-            spec = _checked(_spec(entry), out, Draft202012Validator, SchemaError)
+            spec = _checked(_spec(entry), out)
         except ToolSchemaError as exc:
             if unusable is None:
                 raise
@@ -255,8 +250,13 @@ def specs_from(
     return out
 
 
-def _checked(spec: ToolSpec, out: Mapping[str, ToolSpec], validator: Any, error: Any) -> ToolSpec:
+def _checked(spec: ToolSpec, out: Mapping[str, ToolSpec]) -> ToolSpec:
     """``spec``, when its name is new and its schema a valid JSON Schema of an object."""
+    # jsonschema is imported when a tool is defined: a process that never defines one (a scan
+    # of traces without tool lists) does not pay its import
+    from jsonschema import Draft202012Validator  # noqa: PLC0415
+    from jsonschema.exceptions import SchemaError  # noqa: PLC0415
+
     if spec.name in out:
         raise ToolSchemaError(spec.name, "defined twice")
     schema_type = spec.parameters.get("type", "object")
@@ -265,8 +265,8 @@ def _checked(spec: ToolSpec, out: Mapping[str, ToolSpec], validator: Any, error:
             spec.name, f"parameters must be an object schema, not {schema_type!r}"
         )
     try:
-        validator.check_schema(spec.parameters)
-    except error as exc:
+        Draft202012Validator.check_schema(spec.parameters)
+    except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path) or "(root)"
         raise ToolSchemaError(spec.name, f"invalid JSON Schema at {where}: {exc.message}") from None
     return spec

@@ -438,7 +438,7 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
     clients: dict[tuple[str | None, str | None], Any] = {}
 
     def client_for(tier: Tier) -> Any:
-        key = (tier.base_url, tier.api_key_env)
+        key = tier.endpoint
         if key not in clients:
             overrides: dict[str, Any] = {}
             if tier.base_url:
