@@ -23,9 +23,11 @@ from agentguard import _clock
 from agentguard._fingerprint import safe_canonical_text
 from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.events import Emitter, Hook, LoopFlagged
-from agentguard.types import Message, Severity
+from agentguard.types import Message
 
 from ._detectors import (
+    _SEV_OK,
+    _WARNING,
     DETECTORS,
     ERROR_MARK,
     OK,
@@ -57,8 +59,6 @@ _RECENT_RESULTS = 4
 _MEMO_CHARS = 65_536
 #: Tool names whose OK verdict is kept for reuse.
 _OK_NAMES = 256
-#: (looked up once: an enum member's lookup is slow)
-_SEV_OK, _WARNING = Severity.OK, Severity.WARNING
 
 
 @functools.cache

@@ -10,10 +10,9 @@ from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.types import Message, Severity
 
 from ._detector import LoopDetector
+from ._detectors import _SEV_OK as _OK
 
 __all__ = ["Finding", "TranscriptScanner", "scan_transcript"]
-
-_OK = Severity.OK  # (looked up once: an enum member's lookup is slow, and feed runs per message)
 
 
 @dataclass(frozen=True, slots=True)
