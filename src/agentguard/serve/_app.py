@@ -643,6 +643,12 @@ def _comment(text: str) -> bytes:
     return f":{text}\n\n".encode()
 
 
+def _piece(replay: _ChatEvents | _Replay, chunk: StreamChunk) -> bytes:
+    """What goes out for ``chunk``: an upstream's keep-alive as it came (see :func:`_comment`),
+    the rest as the replay gives it."""
+    return _comment(chunk.comment) if chunk.comment is not None else replay.out(chunk)
+
+
 def _report_line(report: GuardReport) -> bytes:
     """A stream's report: a comment line, which clients skip and a person can read."""
     return f": agentguard {json.dumps(headers_of(report))}\n\n".encode()
@@ -753,15 +759,9 @@ async def _events(
     replay: _ChatEvents | _Replay = _ChatEvents(forward) if chat else _Replay(forward)
     try:
         try:
-            # an upstream's keep-alive goes out as it came (see _comment), the rest as replayed
-            if first is None:
-                yield b""
-            elif first.comment is not None:
-                yield _comment(first.comment)
-            else:
-                yield replay.out(first)
+            yield _piece(replay, first) if first is not None else b""
             async for chunk in stream:
-                yield replay.out(chunk) if chunk.comment is None else _comment(chunk.comment)
+                yield _piece(replay, chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
             yield _error_event(exc, None if chat else forward.events)
             report = getattr(exc, "agentguard_report", None)
