@@ -338,3 +338,50 @@ async def test_through_serve_an_error_object_in_a_200_answer_is_retried(then: st
         assert raw.parse().choices[0].message.content == "Sunny."
     else:
         assert raw.http_response.content == error
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("then", ["completed", "failed"])
+async def test_through_serve_a_failed_responses_answer_is_retried(then: str) -> None:
+    """A whole Responses answer with ``status: "failed"`` (HTTP 200, the provider's ``error``
+    inside) was handed on after one try. Now it is retried as the error its code names
+    (``server_error``: the upstream failed); the next answer is the caller's, or, when every
+    attempt failed so, the last one exactly as it came."""
+    import httpx
+
+    def body(status: str) -> bytes:
+        failed = status == "failed"
+        text = {"type": "output_text", "text": "Sunny.", "annotations": []}
+        item = {"type": "message", "id": "msg_1", "role": "assistant", "content": [text]}
+        return json.dumps(
+            {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 1764000000,
+                "status": status,
+                "error": {"code": "server_error", "message": "failed"} if failed else None,
+                "model": "small",
+                "output": [] if failed else [{**item, "status": "completed"}],
+                "usage": None if failed else {"input_tokens": 5, "output_tokens": 2},
+            }
+        ).encode()
+
+    bodies = [body("failed"), body(then)]
+    sent: list[Any] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(request)
+        content = bodies[min(len(sent), len(bodies)) - 1]
+        return httpx.Response(200, headers={"content-type": JSON}, content=content)
+
+    server, caller = _served({}, answer)
+    try:
+        raw = await caller.responses.with_raw_response.create(model="small", input="Oslo?")
+    finally:
+        await server.aclose()
+    assert len(sent) == 2 if then == "completed" else len(sent) > 2  # retried as configured
+    assert raw.status_code == 200
+    if then == "completed":
+        assert raw.parse().output_text == "Sunny."
+    else:
+        assert raw.http_response.content == bodies[-1]

@@ -766,3 +766,89 @@ def test_an_error_object_in_a_200_answer_is_retried_then_handed_back_as_it_came(
     assert len(guarded_upstream.requests) == requests
     assert ag.report_of(answer) is not None
     assert not events.of_type(ag.events.GuardInternalError)
+
+
+def _failed_response(code: str) -> tuple[int, str, bytes]:
+    body = {
+        "id": "resp_failed",
+        "object": "response",
+        "created_at": 1764000000,
+        "status": "failed",
+        "error": {"code": code, "message": "The model failed to generate a response."},
+        "incomplete_details": None,
+        "model": "small",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": None,
+    }
+    return 200, "application/json", json.dumps(body).encode()
+
+
+def _completed_response() -> tuple[int, str, bytes]:
+    body = {
+        "id": "resp_ok",
+        "object": "response",
+        "created_at": 1764000000,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": "small",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Hello.", "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+    }
+    return 200, "application/json", json.dumps(body).encode()
+
+
+def _respond(client: Any, asynchronous: bool) -> Any:
+    ask = {"model": "small", "input": "hi"}
+    if not asynchronous:
+        return client.responses.create(**ask)
+
+    async def main() -> Any:
+        return await client.responses.create(**ask)
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    ("code", "then", "requests"),
+    [
+        ("server_error", "completed", 2),  # retried: the next answer is the caller's
+        ("server_error", "failed", 2),  # retried, failed again: the last answer, as it came
+        ("vector_store_timeout", "failed", 2),
+        ("invalid_prompt", "failed", 1),  # no failure of the upstream's: not retried
+    ],
+)
+def test_a_failed_responses_answer_is_retried_then_handed_back_as_it_came(
+    asynchronous: bool, code: str, then: str, requests: int
+) -> None:
+    """A whole Responses API answer can be HTTP 200 with ``status: "failed"`` and an ``error``
+    object (google/adk-go#1359 met it). The guard read it as an empty answer and handed it
+    on after one try, while a stream's ``response.failed`` was retried. Now it is retried as
+    the error it reports, and the last one reaches the caller as from the raw client."""
+    from _hostile import RawUpstream, guarded_client, raw_client
+
+    last = _completed_response() if then == "completed" else _failed_response(code)
+    raw_upstream = RawUpstream([last])
+    guarded_upstream = RawUpstream([_failed_response(code), last])
+    expected = _respond(raw_client(raw_upstream, asynchronous=asynchronous), asynchronous)
+    with capture_events() as events:
+        answer = _respond(guarded_client(guarded_upstream, asynchronous=asynchronous), asynchronous)
+    assert answer.model_dump() == expected.model_dump()
+    assert len(guarded_upstream.requests) == requests
+    assert ag.report_of(answer) is not None
+    assert not events.of_type(ag.events.GuardInternalError)

@@ -117,6 +117,7 @@ _INBAND = {
     "rate_limit_exceeded": ErrorClass.RATE_LIMITED,
     "timeout": ErrorClass.TIMEOUT,
     "timeout_error": ErrorClass.TIMEOUT,
+    "vector_store_timeout": ErrorClass.TIMEOUT,  # a failed Responses answer's code
 }
 
 

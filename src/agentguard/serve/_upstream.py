@@ -457,12 +457,17 @@ class HTTPUpstream:
             data = None
         answer = Answer(data if isinstance(data, dict) else {}, content, response.headers)
         forward = request.extensions.get(FORWARD)
-        if _is_responses(forward if isinstance(forward, Forward) else None):
-            return _responses_answer(answer)
-        error = answer.get("error")
-        if isinstance(error, Mapping) and not isinstance(answer.get("choices"), list):
+        responses = _is_responses(forward if isinstance(forward, Forward) else None)
+        if responses:
+            error = _failed_answer(answer)
+        else:
+            error = answer.get("error")
+            if not isinstance(error, Mapping) or isinstance(answer.get("choices"), list):
+                error = None
+        if error is not None:
             # a chat answer that is an error object (a gateway's way to report a provider's
-            # failure): retried as the error it reports, passed on as it came when the last
+            # failure), a Responses answer whose status is "failed": retried as the error it
+            # reports, passed on as it came when the last
             failure = UpstreamError(
                 "the upstream answered with an error object",
                 status_code=inband_status(error),
@@ -472,6 +477,8 @@ class HTTPUpstream:
             )
             failure.answered = response.status_code
             raise failure
+        if responses:
+            return _responses_answer(answer)
         return ModelResponse.from_body(answer, raw=answer)
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
@@ -543,6 +550,12 @@ def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
 def _chat_chunk(event: Event) -> StreamChunk:
     event.chunk = StreamChunk.from_body(event, raw=event)
     return event.chunk
+
+
+def _failed_answer(answer: Answer) -> Mapping[str, Any] | None:
+    from agentguard.integrations.openai._responses import failed_error  # noqa: PLC0415
+
+    return failed_error(answer)
 
 
 def _responses_answer(answer: Answer) -> ModelResponse:

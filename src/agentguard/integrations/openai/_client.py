@@ -96,6 +96,10 @@ def _responses_result(response: ModelResponse, report: GuardReport | None) -> An
     raw = response.raw
     if raw is None or not hasattr(raw, "output"):
         return raw
+    if getattr(raw, "status", None) == "failed":  # the upstream's failure, as it answered
+        if report is not None:
+            attach_report(raw, report)
+        return raw
     original = response_from_responses(dump(raw))
     if _same_message(
         original.message, response.message, original.finish_reason, response.finish_reason

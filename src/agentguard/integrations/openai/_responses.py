@@ -289,6 +289,17 @@ def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, 
     return body
 
 
+def failed_error(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The error of a whole Responses API answer whose ``status`` is ``"failed"`` (HTTP 200,
+    the provider's failure in the body: its ``error`` object, ``{}`` when it has none), else
+    ``None``. The guard retries it as the upstream error it reports, as a stream's
+    ``response.failed`` event."""
+    if body.get("status") != "failed":
+        return None
+    error = body.get("error")
+    return dict(error) if isinstance(error, Mapping) else {}
+
+
 def response_from_responses(body: Mapping[str, Any], *, raw: Any = None) -> ModelResponse:
     """One Responses API ``response`` object as a neutral answer."""
     output = body.get("output")

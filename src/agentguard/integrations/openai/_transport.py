@@ -20,6 +20,7 @@ from agentguard.types import Usage
 
 from ._responses import (
     chunk_of_event,
+    failed_error,
     is_responses,
     read_usage,
     response_from_responses,
@@ -241,7 +242,11 @@ def _response(request: ModelRequest, raw: Any) -> ModelResponse:
     if is_responses(request):
         # a body that is no object (null, an array) has nothing to read: an empty answer
         if callable(getattr(raw, "model_dump", None)):
-            return response_from_responses(dump(raw), raw=raw)
+            body = dump(raw)
+            failed = failed_error(body)
+            if failed is not None:  # ``status: "failed"``: the upstream's error, in a 200
+                raise AnsweredWithError(raw, failed, request.model)
+            return response_from_responses(body, raw=raw)
         return dataclasses.replace(response_from_responses({}), raw=raw)
     choice = choice_of(raw)
     if choice is None:
@@ -279,7 +284,8 @@ def finish_of(choice: Any) -> str | None:
 
 class AnsweredWithError(ModelError):
     """A chat answer (HTTP 200) whose body is an error object, ``{"error": {...}}``, and no
-    choices: gateways (OpenRouter, LiteLLM's proxy) report a provider's failure so. It has no
+    choices: gateways (OpenRouter, LiteLLM's proxy) report a provider's failure so; or a
+    Responses API answer whose ``status`` is ``"failed"`` (its ``error``). It has no
     status of its own: the guard classifies it by its error object (``body``, as an SDK error
     raised from a stream's error event) and retries it as the upstream error it reports; when
     it is the last answer, the caller gets :attr:`answer`, the SDK's object, as the raw client
