@@ -315,18 +315,10 @@ async def test_through_serve_an_error_object_in_a_200_answer_is_retried(then: st
     after one try (with tools offered, it was even re-asked as an empty answer). Now it is
     retried as the 502 it reports; the next answer is the caller's, or, when every attempt
     failed so, the last error answer exactly as it came (status 200, its body)."""
-    import httpx
-
     error = json.dumps({"error": {"message": "Provider returned error", "code": 502}}).encode()
     healthy = completion(message={"role": "assistant", "content": "Sunny."}, finish="stop")
     bodies = [error, json.dumps(healthy).encode() if then == "healthy" else error]
-    sent: list[Any] = []
-
-    def answer(request: Any) -> Any:
-        sent.append(request)
-        body = bodies[min(len(sent), len(bodies)) - 1]
-        return httpx.Response(200, headers={"content-type": JSON}, content=body)
-
+    sent, answer = _answering_200(bodies)
     server, caller = _served({}, answer)
     try:
         raw = await caller.chat.completions.with_raw_response.create(**ASK, tools=TOOLS)
@@ -347,7 +339,6 @@ async def test_through_serve_a_failed_responses_answer_is_retried(then: str) -> 
     inside) was handed on after one try. Now it is retried as the error its code names
     (``server_error``: the upstream failed); the next answer is the caller's, or, when every
     attempt failed so, the last one exactly as it came."""
-    import httpx
 
     def body(status: str) -> bytes:
         failed = status == "failed"
@@ -367,13 +358,7 @@ async def test_through_serve_a_failed_responses_answer_is_retried(then: str) -> 
         ).encode()
 
     bodies = [body("failed"), body(then)]
-    sent: list[Any] = []
-
-    def answer(request: Any) -> Any:
-        sent.append(request)
-        content = bodies[min(len(sent), len(bodies)) - 1]
-        return httpx.Response(200, headers={"content-type": JSON}, content=content)
-
+    sent, answer = _answering_200(bodies)
     server, caller = _served({}, answer)
     try:
         raw = await caller.responses.with_raw_response.create(model="small", input="Oslo?")
@@ -385,3 +370,18 @@ async def test_through_serve_a_failed_responses_answer_is_retried(then: str) -> 
         assert raw.parse().output_text == "Sunny."
     else:
         assert raw.http_response.content == bodies[-1]
+
+
+def _answering_200(bodies: list[bytes]) -> tuple[list[Any], Any]:
+    """The requests an upstream got, and the upstream: 200 with each body in turn, the last
+    one again."""
+    import httpx
+
+    sent: list[Any] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(request)
+        content = bodies[min(len(sent), len(bodies)) - 1]
+        return httpx.Response(200, headers={"content-type": JSON}, content=content)
+
+    return sent, answer

@@ -725,15 +725,40 @@ def _healthy() -> tuple[int, str, bytes]:
     return 200, "application/json", json.dumps(completion(content="Hello.")).encode()
 
 
-def _create(client: Any, asynchronous: bool) -> Any:
-    ask = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+def _create(client: Any, asynchronous: bool, *, responses: bool = False) -> Any:
+    """One call, chat (or Responses), sync or async."""
+    if responses:
+        endpoint, ask = client.responses, {"model": "small", "input": "hi"}
+    else:
+        endpoint = client.chat.completions
+        ask = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
     if not asynchronous:
-        return client.chat.completions.create(**ask)
+        return endpoint.create(**ask)
 
     async def main() -> Any:
-        return await client.chat.completions.create(**ask)
+        return await endpoint.create(**ask)
 
     return anyio.run(main)
+
+
+def _assert_retried_then_as_it_came(
+    first: Any, last: Any, *, requests: int, asynchronous: bool, responses: bool = False
+) -> None:
+    """The guarded call, its upstream answering ``first`` then ``last``, gets what the raw
+    client gets from ``last``, after ``requests`` requests, its report attached."""
+    from _hostile import RawUpstream, guarded_client, raw_client
+
+    raw_upstream = RawUpstream([last])
+    guarded_upstream = RawUpstream([first, last])
+    raw = raw_client(raw_upstream, asynchronous=asynchronous)
+    expected = _create(raw, asynchronous, responses=responses)
+    guarded = guarded_client(guarded_upstream, asynchronous=asynchronous)
+    with capture_events() as events:
+        answer = _create(guarded, asynchronous, responses=responses)
+    assert answer.model_dump() == expected.model_dump()
+    assert len(guarded_upstream.requests) == requests
+    assert ag.report_of(answer) is not None
+    assert not events.of_type(ag.events.GuardInternalError)
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
@@ -754,18 +779,10 @@ def test_an_error_object_in_a_200_answer_is_retried_then_handed_back_as_it_came(
     answer it could not read (a ``guard_internal_error``) and passed it on. Now it is retried as
     the error it reports (its ``code``: 502 a transient failure, 400 the request's own), and
     when it is the last answer the caller gets the same object as from the raw client."""
-    from _hostile import RawUpstream, guarded_client, raw_client
-
     last = _healthy() if then == "healthy" else _error_body(code)
-    raw_upstream = RawUpstream([last])
-    guarded_upstream = RawUpstream([_error_body(code), last])
-    expected = _create(raw_client(raw_upstream, asynchronous=asynchronous), asynchronous)
-    with capture_events() as events:
-        answer = _create(guarded_client(guarded_upstream, asynchronous=asynchronous), asynchronous)
-    assert answer.model_dump() == expected.model_dump()
-    assert len(guarded_upstream.requests) == requests
-    assert ag.report_of(answer) is not None
-    assert not events.of_type(ag.events.GuardInternalError)
+    _assert_retried_then_as_it_came(
+        _error_body(code), last, requests=requests, asynchronous=asynchronous
+    )
 
 
 def _failed_response(code: str) -> tuple[int, str, bytes]:
@@ -812,17 +829,6 @@ def _completed_response() -> tuple[int, str, bytes]:
     return 200, "application/json", json.dumps(body).encode()
 
 
-def _respond(client: Any, asynchronous: bool) -> Any:
-    ask = {"model": "small", "input": "hi"}
-    if not asynchronous:
-        return client.responses.create(**ask)
-
-    async def main() -> Any:
-        return await client.responses.create(**ask)
-
-    return anyio.run(main)
-
-
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize(
     ("code", "then", "requests"),
@@ -840,15 +846,7 @@ def test_a_failed_responses_answer_is_retried_then_handed_back_as_it_came(
     object (google/adk-go#1359 met it). The guard read it as an empty answer and handed it
     on after one try, while a stream's ``response.failed`` was retried. Now it is retried as
     the error it reports, and the last one reaches the caller as from the raw client."""
-    from _hostile import RawUpstream, guarded_client, raw_client
-
     last = _completed_response() if then == "completed" else _failed_response(code)
-    raw_upstream = RawUpstream([last])
-    guarded_upstream = RawUpstream([_failed_response(code), last])
-    expected = _respond(raw_client(raw_upstream, asynchronous=asynchronous), asynchronous)
-    with capture_events() as events:
-        answer = _respond(guarded_client(guarded_upstream, asynchronous=asynchronous), asynchronous)
-    assert answer.model_dump() == expected.model_dump()
-    assert len(guarded_upstream.requests) == requests
-    assert ag.report_of(answer) is not None
-    assert not events.of_type(ag.events.GuardInternalError)
+    _assert_retried_then_as_it_came(
+        _failed_response(code), last, requests=requests, asynchronous=asynchronous, responses=True
+    )
