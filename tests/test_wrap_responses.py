@@ -698,3 +698,71 @@ def test_a_turn_kept_upstream_is_never_moved_to_another_endpoint(asynchronous: b
     # a turn that carries its whole history may still move
     moved = _ask(guard, asynchronous)
     assert moved.report.tier == "cloud"
+
+
+def _store(kind: str, tmp_path: Any, request: Any) -> Any:
+    from agentguard.storage import MemoryStore, SQLiteStore
+
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "fleet.db")
+    from agentguard.storage import RedisStore
+
+    server = request.getfixturevalue("redis_server")
+    return RedisStore(server.url, key_prefix=f"threads-{tmp_path.name}")
+
+
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+)
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fleet_sends_a_turn_to_the_tier_keeping_its_conversation(
+    kind: str, asynchronous: bool, tmp_path: Any, request: Any
+) -> None:
+    """Two processes on one store (a fleet of ``agentguard serve`` behind a load balancer).
+    Turn 1 escalated to the cloud tier through process A; turn 2, following it, reached
+    process B, which had not given that answer: it went to the local tier, which keeps no such
+    conversation. Now the tier that keeps it is shared through the store, and turn 2 goes
+    there through any process; turn 3, answered by B, is shared the same way."""
+    import anyio
+
+    from agentguard.transport import ModelRequest
+
+    store = _store(kind, tmp_path, request)
+
+    def guard(local: list[Any], cloud: list[Any]) -> Any:
+        made, models = _two_origins(local, cloud, asynchronous)
+        made.pipeline.session_store = store
+        return made, models
+
+    async def ask(guard: Any, **params: Any) -> Any:  # one event loop for the whole scenario
+        messages = [{"role": "user", "content": "next step"}]
+        asked = ModelRequest(model="small", messages=messages, params=params)
+        return await guard.acomplete(asked) if asynchronous else guard.complete(asked)
+
+    async def scenario() -> None:
+        a, _ = guard([Fault.server_error(), Fault.server_error()], [Reply.text("turn 1")])
+        b, b_models = guard([], [Reply.text("turn 2")])
+        c, c_models = guard([], [Reply.text("turn 3")])
+        first = await ask(a)
+        assert first.report.tier == "cloud"
+        second = await ask(b, previous_response_id=first.id)
+        assert second.report.tier == "cloud"
+        assert b_models["local"].requests == []
+        third = await ask(c, previous_response_id=second.id)
+        assert third.report.tier == "cloud"
+        assert c_models["local"].requests == []
+        # a conversation's first turn, or a turn following one the store never heard of,
+        # starts where its model says
+        assert (await ask(guard([Reply.text("new")], [])[0])).report.tier == "local"
+        unknown = await ask(guard([Reply.text("new")], [])[0], previous_response_id="resp_x")
+        assert unknown.report.tier == "local"
+        aclose = getattr(store, "aclose", None)
+        if aclose is not None:  # Redis: the asyncio client of this event loop
+            await aclose()
+
+    try:
+        anyio.run(scenario)
+    finally:
+        store.close()

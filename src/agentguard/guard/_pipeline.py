@@ -94,6 +94,8 @@ __all__ = ["Pipeline"]
 
 #: The store namespace of the sessions' shared ladder state (``Pipeline.session_store``).
 _SESSIONS = "guard:sessions"
+#: The store namespace of the tiers keeping conversations upstream (see ``Pipeline._home``).
+_THREADS = "guard:threads"
 # attempts whose model call answered (usably or not): their output sizes the next one's estimate
 _ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
 #: The roles of a conversation's standing instructions, kept in a compact conversation.
@@ -264,10 +266,12 @@ class Pipeline:
 
     def _home(
         self, state: Run, request: ModelRequest, realm: str
-    ) -> tuple[Tier, str, tuple[str | None, str | None] | None]:
+    ) -> Plan[tuple[Tier, str, tuple[str | None, str | None] | None]]:
         """Where a request starts (the tier, and the name the policy is given for it), and, for
         one following a conversation kept upstream, the endpoint every call of it goes to: the
-        one that gave the answer it follows (a tier elsewhere would not know it)."""
+        one that gave the answer it follows (a tier elsewhere would not know it). A process
+        that did not give that answer reads its tier from the shared store (see
+        :meth:`_thread_store`)."""
         if state.forced_tier is not None:
             home, named = state.forced_tier, state.forced_tier.name
         else:
@@ -276,9 +280,57 @@ class Pipeline:
         if thread is None:
             return home, named, None
         held = self._runs.held_by(realm, thread)
+        if held is None:
+            held = yield from self._held_elsewhere(request, thread)
         if held is not None and held.endpoint != home.endpoint:
             home, named = held, held.name
         return home, named, home.endpoint
+
+    def _thread_store(self) -> Store | None:
+        """The session store, where the tiers keeping conversations upstream are shared with
+        the other processes on it, when there is one and the tiers are at more than one
+        endpoint (else every conversation is kept where it starts anyway)."""
+        store = self.session_store
+        if store is None or len({t.endpoint for t in self.policy.chain}) < 2:
+            return None
+        return store
+
+    @staticmethod
+    def _thread_key(request: ModelRequest, thread: str) -> str:
+        return fingerprint(["thread", scope_of(request), thread])[:32]
+
+    def _held_elsewhere(self, request: ModelRequest, thread: str) -> Plan[Tier | None]:
+        """The tier another process recorded as keeping ``thread`` (see :meth:`_share_threads`),
+        or ``None``: none recorded, a tier this configuration does not have, a store fault."""
+        store = self._thread_store()
+        if store is None:
+            return None
+        key = self._thread_key(request, thread)
+        try:
+            name = yield from perform(store.get, store.aget, _THREADS, key, _clock.wall())
+        except Exception:  # fail open: the request starts where its model says
+            return None
+        return next((t for t in self.policy.chain if t.name == name), None)
+
+    def _share_threads(self, call: _Call) -> Plan[None]:
+        """Record, for the other processes on the store, the tier that answered the threads
+        ``call``'s answer continues (see :meth:`_check_response`); a store that fails is
+        ignored."""
+        store = self._thread_store()
+        if store is None:
+            return
+        for thread in call.kept:
+            with contextlib.suppress(Exception):  # fail open: this process still remembers
+                yield from perform(
+                    store.put,
+                    store.aput,
+                    _THREADS,
+                    self._thread_key(call.request, thread),
+                    call.tier.name,
+                    _clock.wall(),
+                    self.session_ttl,
+                )
+        call.kept = []
 
     def _closed(self, call: _Call) -> frozenset[str]:
         """Tiers ``call`` may not move to: degraded ones, and, for a conversation kept upstream,
@@ -392,7 +444,7 @@ class Pipeline:
         complex_request = self.policy.is_complex(
             has_tools=bool(tools), prompt_tokens=prompt_tokens, max_output_tokens=requested_output
         )
-        home, named, kept_at = self._home(state, request, realm)
+        home, named, kept_at = yield from self._home(state, request, realm)
         b.start = b.tier = home
         call = _Call(
             request=request,
@@ -1025,6 +1077,8 @@ class Pipeline:
     def _report(self, call: _Call) -> Plan[GuardReport]:
         if call.shared is not None:
             yield from self._share(call)
+        if call.kept:
+            yield from self._share_threads(call)
         b = call.b
         ledger = self.ledger
         if ledger is None:
@@ -1311,11 +1365,18 @@ class Pipeline:
         tokens += estimate_tokens([message]) - REPLY_PRIMING
         runs, run = self._runs, call.state
         runs.remember(run, message_key(message), index, tokens, answer=True)
+        threads = []
         if isinstance(response.id, str) and response.id:
-            runs.answered(run, call.realm, "response:" + response.id, call.tier)
+            threads.append("response:" + response.id)
         thread = thread_of(call.request.params)
         if thread is not None and thread.startswith("conversation:"):
+            threads.append(thread)
+        for thread in threads:
             runs.answered(run, call.realm, thread, call.tier)
+        # answered away from where the caller's model starts: shared, so that the next turn
+        # goes to this tier through any process (see _home); answered there, nothing to share
+        if threads and call.tier.endpoint != self.policy.tier_for(call.request.model).endpoint:
+            call.kept = threads if self._thread_store() is not None else []
         return _worst(run.detector.observe(message))
 
 
@@ -1348,6 +1409,7 @@ class _Call:
     rework: Rework = field(default_factory=Rework)  # re-asks and recovery turns on this tier
     shrunk: bool = False  # sent again without repeated tool results after a context-length 400
     shared: str | None = None  # the session's key in the pipeline's session store
+    kept: list[str] = field(default_factory=list)  # threads to share (see _share_threads)
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""
