@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import agentguard as ag
 from _hostile import RawUpstream, guarded_client, raw_client, sse
 from agentguard.integrations._replay import ChatReplay
 from agentguard.transport import StreamChunk
@@ -36,6 +37,10 @@ def _chunk(**fields: Any) -> dict[str, Any]:
 
 def _choice(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "finish_reason": finish, **extra}
+
+
+def _running(completion: int) -> dict[str, int]:
+    return {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion}
 
 
 SAFE = {"hate": {"filtered": False, "severity": "safe"}}
@@ -99,6 +104,28 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
         _chunk(choices=[_choice({"role": "assistant", "content": "Yes"})]),
         _chunk(choices=[_choice({}, "stop")]),
         _chunk(choices=[], usage=USAGE),
+    ],
+    # vLLM with stream_options {"include_usage": true, "continuous_usage_stats": true}: a
+    # running count on every chunk, the opening role chunk included (the guard held that one
+    # back as the usage chunk, and the caller got it after the text)
+    "vllm running usage": [
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})], usage=_running(0)),
+        _chunk(choices=[_choice({"content": "Hello"})], usage=_running(1)),
+        _chunk(choices=[_choice({"content": " there."})], usage=_running(2)),
+        _chunk(choices=[_choice({"content": ""}, "stop")], usage=_running(2)),
+        _chunk(choices=[], usage=_running(2)),
+    ],
+    # OpenRouter: the usage after the finish, on a chunk with the first answer's empty delta
+    # (speakeasy-api/gram#921 shows one)
+    "openrouter usage after the finish": [
+        _chunk(choices=[_choice({"role": "assistant", "content": "Yes"})]),
+        _chunk(choices=[_choice({"role": "assistant", "content": ""}, "stop")]),
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})], usage=USAGE),
+    ],
+    "usage on the opening chunk": [
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})], usage=USAGE),
+        _chunk(choices=[_choice({"content": "Yes"})]),
+        _chunk(choices=[_choice({}, "stop")]),
     ],
     "vllm reasoning": [
         _chunk(choices=[_choice({"role": "assistant", "reasoning_content": "think"})]),
@@ -242,6 +269,56 @@ def test_a_repaired_call_still_reaches_the_caller_as_the_guard_made_it() -> None
     assert [c.choices[0].finish_reason for c in got if c.choices][-1] == "tool_calls"
 
 
+def test_a_repaired_call_under_running_usage_opens_once_and_reports_the_final_count() -> None:
+    """Every chunk carries a running count (vLLM's ``continuous_usage_stats``) and the guard
+    changes the answer (a call written as text, handed over as a call): the answer opens once,
+    the upstream's usage chunk comes last, and the report counts the final usage, not the
+    opening chunk's zero."""
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    chunks = [
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})], usage=_running(0)),
+        _chunk(choices=[_choice({"content": text[:20]})], usage=_running(6)),
+        _chunk(choices=[_choice({"content": text[20:]})], usage=_running(19)),
+        _chunk(choices=[_choice({"content": ""}, "stop")], usage=_running(19)),
+        _chunk(choices=[], usage=_running(19)),
+    ]
+    upstream = RawUpstream([(200, "text/event-stream", sse(chunks))])
+    stream = guarded_client(upstream).chat.completions.create(
+        model="small",
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=TOOLS,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    got = list(stream)
+    deltas = [c.choices[0].delta for c in got if c.choices]
+    assert [d.role for d in deltas if d.role] == ["assistant"]
+    assert [tc.function.name for d in deltas for tc in d.tool_calls or ()] == ["get_weather"]
+    assert not got[-1].choices
+    assert got[-1].usage.completion_tokens == 19
+    report = ag.report_of(stream)
+    assert report is not None
+    assert report.usage.completion_tokens == 19
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["openrouter usage after the finish", "vllm running usage", "usage on the opening chunk"],
+)
+def test_the_report_counts_the_usage_the_stream_reported(shape: str) -> None:
+    """Wherever a server puts the count (after the finish on a chunk with an empty delta, on
+    every chunk, only on the opening one), the report has it, not an estimate."""
+    upstream = RawUpstream([(200, "text/event-stream", sse(SHAPES[shape]))])
+    stream = guarded_client(upstream).chat.completions.create(
+        model="small", messages=[{"role": "user", "content": "Oslo?"}], stream=True
+    )
+    list(stream)
+    report = ag.report_of(stream)
+    assert report is not None
+    assert (report.usage.prompt_tokens, report.usage.completion_tokens) == (5, 2)
+    assert not report.usage.estimated
+
+
 @pytest.mark.parametrize("filters", [False, True], ids=["openai", "azure"])
 def test_a_re_ask_after_live_text_does_not_open_the_answer_again(filters: bool) -> None:
     """Text went out live, then the call beside it was corrected: the re-ask's opening chunks
@@ -304,8 +381,9 @@ def _streams(draw: st.DrawFn) -> list[dict[str, Any]]:
             chunks.append(
                 _chunk(choices=[], prompt_filter_results=[{"prompt_index": 0, "x": piece}])
             )
-        elif kind == "role":
-            chunks.append(_chunk(choices=[_choice({"role": "assistant", "content": ""})]))
+        elif kind == "role":  # with a running usage count (vLLM's continuous_usage_stats) or not
+            usage = {"usage": _running(len(chunks))} if draw(st.booleans()) else {}
+            chunks.append(_chunk(choices=[_choice({"role": "assistant", "content": ""})], **usage))
         else:
             chunks.append(
                 _chunk(choices=[{"index": 1, "delta": {"content": piece}, "finish_reason": None}])

@@ -266,7 +266,11 @@ class StreamChunk:
         tool_calls: tool-call deltas, OpenAI format (``index``, and a partial ``id``,
             ``function.name``, ``function.arguments``).
         finish_reason: set on the chunk that ends the choice.
-        usage: set on the final usage chunk (the one with no choices).
+        usage: the usage count the chunk carries. The answer's is the one on its finish chunk
+            or after it (the usage chunk: ``choices == []``, or OpenRouter's with an empty
+            delta); a count before the finish is a running one (vLLM's
+            ``continuous_usage_stats`` puts one on every chunk, the opening ``role`` chunk
+            included): the latest is the answer's so far, and no chunk is held back for it.
         raw: the chunk object of the underlying client.
         reasoning: a reasoning delta, if any (``reasoning_content`` from llama.cpp, vLLM and
             DeepSeek, ``reasoning`` from OpenRouter and Ollama).

@@ -669,7 +669,12 @@ class Pipeline:
                 yield Emit(chunk)
                 continue
             acc.add(chunk)
-            if chunk.usage is not None and not chunk.content and not chunk.tool_calls:
+            if (
+                chunk.usage is not None
+                and acc.finish is not None  # before the finish: a running count
+                and not chunk.content
+                and not chunk.tool_calls
+            ):
                 call.usage_chunk = chunk  # passed on at the end, after the finish chunk
             if (chunk.content and live) or (chunk.reasoning and thinking):
                 content = chunk.content if live else None

@@ -36,15 +36,19 @@ __all__ = ["ChatReplay", "bare", "call_keys", "text_only"]
 Chunks = list[tuple[Any, StreamChunk]]
 
 
-def bare(chunk: StreamChunk) -> bool:
+def bare(chunk: StreamChunk, *, finished: bool = True) -> bool:
     """Whether an upstream chunk carries nothing the guard holds back or judges: no text, call,
-    reasoning, finish or usage of the first answer. Such a chunk goes out as it came."""
+    reasoning, finish or usage of the first answer. Such a chunk goes out as it came.
+
+    ``finished``: whether the answer's finish has come (with this chunk or before it). A usage
+    count before it is a running one (see :attr:`StreamChunk.usage`), which holds nothing back:
+    vLLM's ``continuous_usage_stats`` puts one on the opening ``role`` chunk too."""
     return not (
         chunk.content
         or chunk.tool_calls
         or chunk.reasoning
         or chunk.finish_reason
-        or chunk.usage is not None
+        or (chunk.usage is not None and finished)
     )
 
 
@@ -153,8 +157,9 @@ class ChatReplay:
         out = []
         for at in range(self._at, end):
             raw, neutral = chunks[at]
-            self._upstream_answer.add(neutral)
-            if bare(neutral):
+            answer = self._upstream_answer
+            answer.add(neutral)
+            if bare(neutral, finished=answer.finish is not None):
                 if self._quiet:
                     continue
                 if self._held:
