@@ -258,6 +258,10 @@ def realmodel(session: nox.Session) -> None:
     OpenAI-compatible server instead.
     """
     session.env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    # llama.cpp built for the host CPU (GGML_NATIVE) uses its AMX units where the CPU lists
+    # them; on virtual machines that list AMX without enabling it, the first prompt of a few
+    # dozen tokens crashes the server (SIGSEGV in decode). The portable build runs everywhere.
+    session.env.setdefault("CMAKE_ARGS", "-DGGML_NATIVE=OFF")
     session.install("-e", ".[openai]", "matplotlib", LLAMA_CPP, SMOLLM2)
     session.run(
         "python",
