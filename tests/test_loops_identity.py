@@ -185,7 +185,7 @@ _NOISY = st.lists(
         [
             "2026-11-20T09:01:00Z", "2026-11-20 09:01", "2026-11-20t09:01:00.5+02:00",
             "550e8400-E29B-41d4-a716-446655440000", "deadBEEF" * 4, "a" * 30, "face", "-", ":",
-            " ", "_", "x", "7", "+02:00", ".123", "z",
+            " ", "_", "x", "7", "+02:00", ".123", "z", "2026-11-20", "550e8400-e29b-", "1234",
         ]
     ),
     max_size=12,
@@ -207,8 +207,9 @@ def test_the_prefilter_never_hides_noise(text: str) -> None:
 
 @given(st.lists(_NOISY, min_size=2, max_size=30).map(" ".join))
 def test_noise_is_replaced_alike_wherever_it_may_start(text: str) -> None:
-    """A long ASCII text tries the pattern only where four hex digits start (a few places, then
-    the full scan): what it replaces is what the scan replaces."""
+    """A long ASCII text tries the pattern only where the shape of a timestamp, a UUID or a hex
+    id starts (a few places, then the full scan); a year, a number or a cut-off timestamp or
+    UUID is no such place: what it replaces is what the scan replaces."""
     assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)
 
 
