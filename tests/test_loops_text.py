@@ -411,3 +411,17 @@ def test_the_shortcuts_never_change_a_verdict_of_the_full_search(text: str, limi
     assert degenerate_repeats(text) == full
     if repeats_below(text, limit):
         assert full < limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_TEXTS, _texts_with_runs()), st.integers(min_value=1, max_value=12))
+def test_remembered_degeneration_is_the_analysis_of_the_text(text: str, limit: int) -> None:
+    """``degeneration`` gives the count of the analysis (-1 only when it is below the limit),
+    the first time and when the text comes back (remembered), whatever limit came before."""
+    from agentguard.loops._text import degeneration, forget_degeneration, repeats_below
+
+    forget_degeneration()
+    expected = -1 if repeats_below(text, limit) else degenerate_repeats(text)
+    assert degeneration(text, limit + 1, remember=True) in (-1, degenerate_repeats(text))
+    for remember in (True, True, False):
+        assert degeneration(text, limit, remember=remember) == expected

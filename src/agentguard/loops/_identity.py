@@ -24,6 +24,8 @@ from agentguard._fingerprint import (
     safe_canonical_text,
 )
 
+from ._text import forget_degeneration
+
 __all__ = [
     "DEFAULT_VOLATILE_FIELDS",
     "StandIns",
@@ -425,13 +427,15 @@ def text_call_key(name: str, arguments: str, policy: ToolLoopPolicy | None = Non
 
 
 def forget_texts() -> None:
-    """Empty the process-wide identity memos (a benchmark's replay starts cold with it)."""
+    """Empty the process-wide memos of texts, identities and degeneration alike (a benchmark's
+    replay starts cold with it)."""
     for memo in _RESULT_MEMOS:
         memo.clear()
     for calls in _CALL_MEMOS:
         calls.clear()
     for failures in _FAILURE_MEMOS:
         failures.clear()
+    forget_degeneration()
 
 
 #: Tools remembered with a text standing in for an identity (see :class:`StandIns`), and those

@@ -12,7 +12,14 @@ from rapidfuzz import fuzz, process
 
 from agentguard._fingerprint import fingerprint_bytes
 
-__all__ = ["ResponseWindow", "degenerate_repeats", "normalise_text", "repeats_below"]
+__all__ = [
+    "ResponseWindow",
+    "degenerate_repeats",
+    "degeneration",
+    "forget_degeneration",
+    "normalise_text",
+    "repeats_below",
+]
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE = re.compile(r"^\s*\|.*\|\s*$|^\s*[-:| ]{3,}\s*$")
@@ -157,6 +164,43 @@ def repeats_below(text: str, limit: int) -> bool:
     # collapsing it changes no final sigma).
     prose = "".join(_prose_lines(text)) if len(lines) > 1 else text.lower()
     return _first_periodic("".join(prose.split()), first_found=True) < 0  # (not _periodic)
+
+
+#: :func:`degeneration` of recent narrations, shared by every detector in the process: a loop
+#: says its narration again turn after turn ("Checking the build again."), and the sessions of
+#: one agent share their phrasing. Texts of up to ``_REMEMBERED_CHARS`` characters, at most
+#: ``_REMEMBERED`` of them; a full memo is emptied (atomic: threads need no lock).
+_REMEMBERED_CHARS, _REMEMBERED = 1_024, 1_024
+_DEGENERATION: dict[tuple[str, int], int] = {}
+
+
+def degeneration(text: str, limit: int, *, remember: bool = False) -> int:
+    """:func:`degenerate_repeats` of ``text``, or ``-1`` when :func:`repeats_below` tells that
+    it is below ``limit`` without the analysis.
+
+    Args:
+        text: the output.
+        limit: the count from which the caller cares.
+        remember: the text is likely to come back (narration): the answer is remembered per
+            text (a pure function of it). Other texts (answers) are mostly new: remembering
+            them would cost more than it saves.
+    """
+    if not remember:
+        return -1 if repeats_below(text, limit) else degenerate_repeats(text)
+    key = (text, limit)
+    found = _DEGENERATION.get(key)
+    if found is None:
+        found = -1 if repeats_below(text, limit) else degenerate_repeats(text)
+        if len(text) <= _REMEMBERED_CHARS:
+            if len(_DEGENERATION) >= _REMEMBERED:
+                _DEGENERATION.clear()
+            _DEGENERATION[key] = found
+    return found
+
+
+def forget_degeneration() -> None:
+    """Empty :func:`degeneration`'s memo (a benchmark's replay starts cold with it)."""
+    _DEGENERATION.clear()
 
 
 def degenerate_repeats(text: str) -> int:
