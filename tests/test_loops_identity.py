@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -20,11 +21,13 @@ from agentguard.loops._identity import (
     _SHORT_KEPT,
     _SHORT_TEXT,
     _TEXT_NOISE,
+    _UNKNOWN_TOOL,
     _denoise,
     _reports_failure,
     call_key,
     forget_texts,
     result_key,
+    says_unknown_tool,
     text_call_key,
     text_result_key,
 )
@@ -400,3 +403,28 @@ def test_the_shared_memos_keep_a_fixed_number_of_texts() -> None:
     assert not any(len(key) > _LONG_TEXT for key in _FAILURE_MEMOS[1])
     forget_texts()
     assert not any((*_RESULT_MEMOS, *_CALL_MEMOS, *_FAILURE_MEMOS))
+
+
+def test_no_other_character_matches_the_letters_of_tool_and_funct_ignoring_case() -> None:
+    """``says_unknown_tool`` skips texts whose lower-cased form names neither "tool" nor
+    "funct": sound only while no character besides these letters' ASCII cases matches them
+    under IGNORECASE (unlike "s", which the long s U+017F matches), checked over all of Unicode."""
+    letters = re.compile("[tolfunc]", re.IGNORECASE)
+    others = [c for c in map(chr, range(0x80, sys.maxunicode + 1)) if letters.fullmatch(c)]
+    assert others == []
+    assert re.fullmatch("[s]", "\u017f", re.IGNORECASE)  # (the check would see one)
+
+
+_UNKNOWN_PIECES = st.sampled_from(
+    [
+        "Unknown tool", "unknown TOOL", "Invalid  function", "no such tool", "Tool x is not "
+        "registered", "FUNCTION foo does not exist", "FunctionCallNotExists", "tool", "funct",
+        "Error: ", "İ", "ſ", "K", " ", "\n", "x", "seat taken", "no such file",
+    ]
+)  # fmt: skip
+
+
+@given(st.lists(_UNKNOWN_PIECES | st.text(max_size=8), max_size=8).map("".join))
+def test_unknown_tool_is_told_as_the_pattern_tells_it(text: str) -> None:
+    """The lower-case prefilter never hides a text the pattern finds."""
+    assert says_unknown_tool(text) is bool(_UNKNOWN_TOOL.search(text))

@@ -608,4 +608,12 @@ _UNKNOWN_TOOL = re.compile(
 def says_unknown_tool(content: Any) -> bool:
     """Does a tool result say the called name is no tool ("unknown tool", "Tool x is not
     registered")? A business error ("seat taken", "no such file") says the tool ran."""
-    return bool(_UNKNOWN_TOOL.search(content_text(content)))
+    text = content_text(content)
+    # Every phrase names a tool or a function: a text naming neither is not searched (one C
+    # pass where the pattern's scan tries its alternatives at every position). Lower-casing
+    # finds what the pattern's IGNORECASE finds: no character but these letters' two ASCII
+    # cases matches them (tested over all of Unicode).
+    lowered = text.lower()
+    if "tool" not in lowered and "funct" not in lowered:
+        return False
+    return bool(_UNKNOWN_TOOL.search(text))
