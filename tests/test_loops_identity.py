@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -20,11 +21,13 @@ from agentguard.loops._identity import (
     _SHORT_KEPT,
     _SHORT_TEXT,
     _TEXT_NOISE,
+    _UNKNOWN_TOOL,
     _denoise,
     _reports_failure,
     call_key,
     forget_texts,
     result_key,
+    says_unknown_tool,
     text_call_key,
     text_result_key,
 )
@@ -185,7 +188,7 @@ _NOISY = st.lists(
         [
             "2026-11-20T09:01:00Z", "2026-11-20 09:01", "2026-11-20t09:01:00.5+02:00",
             "550e8400-E29B-41d4-a716-446655440000", "deadBEEF" * 4, "a" * 30, "face", "-", ":",
-            " ", "_", "x", "7", "+02:00", ".123", "z",
+            " ", "_", "x", "7", "+02:00", ".123", "z", "2026-11-20", "550e8400-e29b-", "1234",
         ]
     ),
     max_size=12,
@@ -207,8 +210,9 @@ def test_the_prefilter_never_hides_noise(text: str) -> None:
 
 @given(st.lists(_NOISY, min_size=2, max_size=30).map(" ".join))
 def test_noise_is_replaced_alike_wherever_it_may_start(text: str) -> None:
-    """A long ASCII text tries the pattern only where four hex digits start (a few places, then
-    the full scan): what it replaces is what the scan replaces."""
+    """A long ASCII text tries the pattern only where the shape of a timestamp, a UUID or a hex
+    id starts (a few places, then the full scan); a year, a number or a cut-off timestamp or
+    UUID is no such place: what it replaces is what the scan replaces."""
     assert _denoise(text) == _ORIGINAL_NOISE.sub("<v>", text)
 
 
@@ -399,3 +403,28 @@ def test_the_shared_memos_keep_a_fixed_number_of_texts() -> None:
     assert not any(len(key) > _LONG_TEXT for key in _FAILURE_MEMOS[1])
     forget_texts()
     assert not any((*_RESULT_MEMOS, *_CALL_MEMOS, *_FAILURE_MEMOS))
+
+
+def test_no_other_character_matches_the_letters_of_tool_and_funct_ignoring_case() -> None:
+    """``says_unknown_tool`` skips texts whose lower-cased form names neither "tool" nor
+    "funct": sound only while no character besides these letters' ASCII cases matches them
+    under IGNORECASE (unlike "s", which the long s U+017F matches), checked over all of Unicode."""
+    letters = re.compile("[tolfunc]", re.IGNORECASE)
+    others = [c for c in map(chr, range(0x80, sys.maxunicode + 1)) if letters.fullmatch(c)]
+    assert others == []
+    assert re.fullmatch("[s]", "\u017f", re.IGNORECASE)  # (the check would see one)
+
+
+_UNKNOWN_PIECES = st.sampled_from(
+    [
+        "Unknown tool", "unknown TOOL", "Invalid  function", "no such tool", "Tool x is not "
+        "registered", "FUNCTION foo does not exist", "FunctionCallNotExists", "tool", "funct",
+        "Error: ", "İ", "ſ", "K", " ", "\n", "x", "seat taken", "no such file",
+    ]
+)  # fmt: skip
+
+
+@given(st.lists(_UNKNOWN_PIECES | st.text(max_size=8), max_size=8).map("".join))
+def test_unknown_tool_is_told_as_the_pattern_tells_it(text: str) -> None:
+    """The lower-case prefilter never hides a text the pattern finds."""
+    assert says_unknown_tool(text) is bool(_UNKNOWN_TOOL.search(text))

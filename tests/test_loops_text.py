@@ -294,8 +294,8 @@ def test_window_counts_as_comparing_each_recent_response(
         recent.append(norm)
 
 
-def _earliest_by_definition(text: str) -> int:
-    """Where the earliest stretch of the gate's rule starts, ``-1`` when none does."""
+def _stretch_starts(text: str) -> list[int]:
+    """Where every stretch of the gate's rule starts (each ``8 * p`` window of period ``p``)."""
     low = [ord(c) & 0xFF for c in text]
     starts = []
     for p in range(1, min(80, len(low) // 8) + 1):
@@ -304,8 +304,12 @@ def _earliest_by_definition(text: str) -> int:
             streak = streak + 1 if low[k] == low[k - p] else 0
             if streak >= 7 * p:
                 starts.append(k - 8 * p + 1)
-                break
-    return min(starts, default=-1)
+    return starts
+
+
+def _earliest_by_definition(text: str) -> int:
+    """Where the earliest stretch of the gate's rule starts, ``-1`` when none does."""
+    return min(_stretch_starts(text), default=-1)
 
 
 @given(
@@ -326,6 +330,24 @@ def test_the_earliest_periodic_stretch_is_its_definition(
     head, unit, copies, tail, late, late_copies = parts
     text = head + unit * copies + tail + late * late_copies
     assert _text_module._first_periodic(text) == _earliest_by_definition(text)
+    assert _text_module._last_periodic(text) == _latest_by_definition(text)
+
+
+def _latest_by_definition(text: str) -> int:
+    """Where the latest stretch of the gate's rule starts (the last ``8 * p`` characters of
+    period ``p`` in a longer stretch), ``-1`` when none does."""
+    return max(_stretch_starts(text), default=-1)
+
+
+def test_a_run_is_found_between_the_earliest_and_the_latest_stretch() -> None:
+    """The run regex is tried only from the earliest to the latest periodic stretch: a hex
+    constant (a stretch, no run) before prose costs a few places, not a scan of the rest; a
+    run after it, or two stretches far apart, are still found."""
+    hexed = "The mask is 0xffffffffffff. We will now connect to the server and read its banner."
+    filler = " ".join(f"step{i}" for i in range(60))  # (no stretch: every word differs)
+    assert degenerate_repeats(hexed) <= 1
+    assert degenerate_repeats(hexed + " retry" * 9) == 9
+    assert degenerate_repeats(f"{hexed} {filler} {'ok ' * 16}") == 16
 
 
 def _full_search(text: str) -> int:
@@ -411,3 +433,17 @@ def test_the_shortcuts_never_change_a_verdict_of_the_full_search(text: str, limi
     assert degenerate_repeats(text) == full
     if repeats_below(text, limit):
         assert full < limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_TEXTS, _texts_with_runs()), st.integers(min_value=1, max_value=12))
+def test_remembered_degeneration_is_the_analysis_of_the_text(text: str, limit: int) -> None:
+    """``degeneration`` gives the count of the analysis (-1 only when it is below the limit),
+    the first time and when the text comes back (remembered), whatever limit came before."""
+    from agentguard.loops._text import degeneration, forget_degeneration, repeats_below
+
+    forget_degeneration()
+    expected = -1 if repeats_below(text, limit) else degenerate_repeats(text)
+    assert degeneration(text, limit + 1, remember=True) in (-1, degenerate_repeats(text))
+    for remember in (True, True, False):
+        assert degeneration(text, limit, remember=remember) == expected

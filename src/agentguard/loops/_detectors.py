@@ -29,7 +29,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
-from ._text import ResponseWindow, degenerate_repeats, repeats_below
+from ._text import ResponseWindow, degeneration
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -828,9 +828,9 @@ class DegenerateText(Detector):
 
     def check(self, event: TextEvent) -> Verdict:
         m = self.config.degenerate_min_repeats
-        if repeats_below(event.text, m):
+        n = degeneration(event.text, m, remember=event.narration)
+        if n < 0:
             return OK  # a sentence or two: no unit can come back m times
-        n = degenerate_repeats(event.text)
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)
 
 

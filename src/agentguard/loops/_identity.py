@@ -24,6 +24,8 @@ from agentguard._fingerprint import (
     safe_canonical_text,
 )
 
+from ._text import forget_degeneration
+
 __all__ = [
     "DEFAULT_VOLATILE_FIELDS",
     "StandIns",
@@ -62,6 +64,10 @@ _TEXT_NOISE = re.compile(
 # Every byte of a hex digit to "h", any other byte to ".": a text whose image has no "hhhh"
 # holds no noise, found by two C passes where the regex would step through every position.
 _HEX_IMAGE = bytes(ord("h") if chr(b) in "0123456789abcdefABCDEF" else ord(".") for b in range(256))
+# In the image of an ASCII text (a byte per character), where a match of each alternative can
+# start: a timestamp's ``dddd-dd-dd``, a UUID's ``8-4-``, 24 hex digits. Line numbers, years,
+# prices and sizes have four digits but none of these shapes: they are not tried.
+_NOISE_START = re.compile(rb"hhhh(?:\.hh\.hh|hhhh\.hhhh\.|h{20})")
 _PREFILTER_CHARS = 32  # below this the regex is as quick as the prefilter
 
 
@@ -103,36 +109,39 @@ def _denoise(text: str) -> str:
         text = _unlabelled(text)  # a header is lines: one-line values skip the regex
     if len(text) > _PREFILTER_CHARS:
         image = text.encode("utf-8", "surrogatepass").translate(_HEX_IMAGE)
-        at = image.find(b"hhhh")
-        if at < 0:
-            return text  # every noise pattern starts with four hex digits
         if text.isascii():  # (a byte of the image per character)
-            return _denoised_from(text, image, at)
+            return _denoised_from(text, image)
+        if image.find(b"hhhh") < 0:
+            return text  # every noise pattern starts with four hex digits
     return _TEXT_NOISE.sub("<v>", text)
 
 
-#: Places where four hex digits start that :func:`_denoised_from` tries before it leaves the
-#: text to the regex's own scan.
+#: Places where noise may start that :func:`_denoised_from` tries before it leaves the text to
+#: the regex's own scan.
 _TRIED = 16
 
 
-def _denoised_from(text: str, image: bytes, at: int) -> str:
-    """``_TEXT_NOISE.sub("<v>", text)`` for an ASCII ``text`` whose hex image (one byte per
-    character) first has four hex digits at ``at``: the regex is tried only where four hex
-    digits start, the only places its look-ahead lets a match start, instead of stepping
-    through every character (a word boundary before a place is judged on the text before it,
-    as the scan judges it)."""
+def _denoised_from(text: str, image: bytes) -> str:
+    """``_TEXT_NOISE.sub("<v>", text)`` for an ASCII ``text`` whose hex image is ``image`` (one
+    byte per character): the regex is tried only where the image has the shape a match starts
+    with (:data:`_NOISE_START`, found by a C search), instead of stepping through every
+    character (a word boundary before a place is judged on the text before it, as the scan
+    judges it)."""
+    start = _NOISE_START.search(image)
+    if start is None:
+        return text  # the usual case: no place where noise can start
     parts: list[str] = []
     done = 0
     for _ in range(_TRIED):
+        at = start.start()
         match = _TEXT_NOISE.match(text, at)
         if match is None:
-            at = image.find(b"hhhh", at + 1)
+            start = _NOISE_START.search(image, at + 1)
         else:
             parts += (text[done:at], "<v>")
             done = match.end()
-            at = image.find(b"hhhh", done)
-        if at < 0:
+            start = _NOISE_START.search(image, done)
+        if start is None:
             return "".join((*parts, text[done:])) if parts else text
     return _TEXT_NOISE.sub("<v>", text)  # many places: the scan is as quick
 
@@ -418,13 +427,15 @@ def text_call_key(name: str, arguments: str, policy: ToolLoopPolicy | None = Non
 
 
 def forget_texts() -> None:
-    """Empty the process-wide identity memos (a benchmark's replay starts cold with it)."""
+    """Empty the process-wide memos of texts, identities and degeneration alike (a benchmark's
+    replay starts cold with it)."""
     for memo in _RESULT_MEMOS:
         memo.clear()
     for calls in _CALL_MEMOS:
         calls.clear()
     for failures in _FAILURE_MEMOS:
         failures.clear()
+    forget_degeneration()
 
 
 #: Tools remembered with a text standing in for an identity (see :class:`StandIns`), and those
@@ -597,4 +608,12 @@ _UNKNOWN_TOOL = re.compile(
 def says_unknown_tool(content: Any) -> bool:
     """Does a tool result say the called name is no tool ("unknown tool", "Tool x is not
     registered")? A business error ("seat taken", "no such file") says the tool ran."""
-    return bool(_UNKNOWN_TOOL.search(content_text(content)))
+    text = content_text(content)
+    # Every phrase names a tool or a function: a text naming neither is not searched (one C
+    # pass where the pattern's scan tries its alternatives at every position). Lower-casing
+    # finds what the pattern's IGNORECASE finds: no character but these letters' two ASCII
+    # cases matches them (tested over all of Unicode).
+    lowered = text.lower()
+    if "tool" not in lowered and "funct" not in lowered:
+        return False
+    return bool(_UNKNOWN_TOOL.search(text))

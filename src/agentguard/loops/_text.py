@@ -12,7 +12,14 @@ from rapidfuzz import fuzz, process
 
 from agentguard._fingerprint import fingerprint_bytes
 
-__all__ = ["ResponseWindow", "degenerate_repeats", "normalise_text", "repeats_below"]
+__all__ = [
+    "ResponseWindow",
+    "degenerate_repeats",
+    "degeneration",
+    "forget_degeneration",
+    "normalise_text",
+    "repeats_below",
+]
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE = re.compile(r"^\s*\|.*\|\s*$|^\s*[-:| ]{3,}\s*$")
@@ -83,9 +90,9 @@ def _periodic(text: str) -> bool:
     return _first_periodic(text, first_found=True) >= 0
 
 
-def _first_periodic(text: str, *, first_found: bool = False) -> int:
-    """Where the earliest stretch :func:`_periodic` looks for starts in ``text``, ``-1`` when
-    there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
+def _image(text: str) -> tuple[int, int, int]:
+    """``text`` as a big integer of a byte per character (the low byte of its code point), its
+    length, and the longest period a stretch of it may have."""
     codes = text.encode() if text.isascii() else text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
     top = n // 8
@@ -93,7 +100,13 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
         top = min(top, _MAX_PERIOD)
         if not _blocks_recur(codes, top):
             top = _SMALL_PERIODS  # no longer period can have a stretch
-    whole = int.from_bytes(codes, "big")
+    return int.from_bytes(codes, "big"), n, top
+
+
+def _first_periodic(text: str, *, first_found: bool = False) -> int:
+    """Where the earliest stretch :func:`_periodic` looks for starts in ``text``, ``-1`` when
+    there is none (with ``first_found``: where the first one found starts, for the yes/no)."""
+    whole, n, top = _image(text)
     earliest = -1
     for period in range(1, top + 1):
         # byte k >= period of the XOR compares character k with character k - period; the
@@ -108,6 +121,39 @@ def _first_periodic(text: str, *, first_found: bool = False) -> int:
             if first_found or earliest == 0:
                 break
     return earliest
+
+
+def _last_periodic(text: str) -> int:
+    """Where the latest stretch :func:`_periodic` looks for starts in ``text`` (a stretch being
+    ``8 * p`` characters of period ``p``: the last such window of a longer one), ``-1`` when
+    there is none."""
+    whole, n, top = _image(text)
+    latest = -1
+    for period in range(1, top + 1):
+        # (only a streak starting after the latest stretch found so far matters)
+        same = (whole ^ (whole >> (8 * period))).to_bytes(n, "big")
+        at = same.rfind(_STREAKS[period], max(period, latest + period + 1))
+        if at >= 0:
+            latest = at - period
+    return latest
+
+
+#: Where a run may start, :func:`_run` tries the regex place by place up to this many places;
+#: beyond, the regex's own scan (it tries them all in C).
+_RUN_PLACES = 64
+
+
+def _run(prose: str, first: int, last: int) -> re.Match[str] | None:
+    """``_RUN.search(prose, first)`` when no match can start after ``last``: a run's text is
+    met with its stretch, so the search stops where the latest stretch starts instead of
+    trying every later place (each an O(80) attempt) to the end of the text."""
+    if last - first > _RUN_PLACES:
+        return _RUN.search(prose, first)
+    for at in range(first, last + 1):
+        match = _RUN.match(prose, at)
+        if match is not None:
+            return match
+    return None
 
 
 #: Periods up to this are always tested; a longer one only when :func:`_blocks_recur`.
@@ -159,6 +205,43 @@ def repeats_below(text: str, limit: int) -> bool:
     return _first_periodic("".join(prose.split()), first_found=True) < 0  # (not _periodic)
 
 
+#: :func:`degeneration` of recent narrations, shared by every detector in the process: a loop
+#: says its narration again turn after turn ("Checking the build again."), and the sessions of
+#: one agent share their phrasing. Texts of up to ``_REMEMBERED_CHARS`` characters, at most
+#: ``_REMEMBERED`` of them; a full memo is emptied (atomic: threads need no lock).
+_REMEMBERED_CHARS, _REMEMBERED = 1_024, 1_024
+_DEGENERATION: dict[tuple[str, int], int] = {}
+
+
+def degeneration(text: str, limit: int, *, remember: bool = False) -> int:
+    """:func:`degenerate_repeats` of ``text``, or ``-1`` when :func:`repeats_below` tells that
+    it is below ``limit`` without the analysis.
+
+    Args:
+        text: the output.
+        limit: the count from which the caller cares.
+        remember: the text is likely to come back (narration): the answer is remembered per
+            text (a pure function of it). Other texts (answers) are mostly new: remembering
+            them would cost more than it saves.
+    """
+    if not remember:
+        return -1 if repeats_below(text, limit) else degenerate_repeats(text)
+    key = (text, limit)
+    found = _DEGENERATION.get(key)
+    if found is None:
+        found = -1 if repeats_below(text, limit) else degenerate_repeats(text)
+        if len(text) <= _REMEMBERED_CHARS:
+            if len(_DEGENERATION) >= _REMEMBERED:
+                _DEGENERATION.clear()
+            _DEGENERATION[key] = found
+    return found
+
+
+def forget_degeneration() -> None:
+    """Empty :func:`degeneration`'s memo (a benchmark's replay starts cold with it)."""
+    _DEGENERATION.clear()
+
+
 def degenerate_repeats(text: str) -> int:
     """How often the most repeated line, sentence or chunk occurs inside ``text``.
 
@@ -174,14 +257,19 @@ def degenerate_repeats(text: str) -> int:
     best = _looping(units)
     prose = "\n".join(lines)
     words = prose.split()
-    start = _first_periodic("".join(words))
+    bare = "".join(words)
+    start = _first_periodic(bare)
     if start < 0:
         return best
-    # A run, whitespace removed, is such a stretch: none starts before the earliest one, whose
-    # first character has at least one whitespace before it per word before it (the run may
-    # open with the whitespace just before it). The regex, O(len * 80), starts there.
-    before = bisect_right(list(accumulate(map(len, words))), start)
-    match = _RUN.search(prose, max(0, start + before - 1))
+    # A run, whitespace removed, is such a stretch: none starts before the earliest one or
+    # after the latest one. A character of the bare text has one whitespace before it in the
+    # prose per word before it (lines are normalised; the run may open with the whitespace
+    # just before it). The regex, O(len * 80) per place, is tried between the two.
+    ends = list(accumulate(map(len, words)))
+    last = _last_periodic(bare)
+    match = _run(
+        prose, max(0, start + bisect_right(ends, start) - 1), last + bisect_right(ends, last)
+    )
     if match is not None:
         unit = match.group(1)
         best = max(best, len(re.findall(re.escape(unit), match.group(0))))
