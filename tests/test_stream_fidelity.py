@@ -4,7 +4,8 @@ Each case is the byte stream of a real server's shape (Azure OpenAI's ``prompt_f
 chunk with no choices and its per-choice ``content_filter_results``, OpenAI's ``refusal`` deltas,
 ``logprobs`` and spoken answers (``delta.audio``), vLLM's ``reasoning_content`` and ``stop_reason``, Ollama's finish chunk with
 an empty ``content`` and a ``role``, a finish and usage in one chunk, ``n`` = 2 answers, a call
-streamed in fragments) served through the real openai client to an unwrapped client and to a
+streamed in fragments; vLLM's running usage count on every chunk, OpenRouter's usage after the
+finish, Groq's ``x_groq``, Ollama's whole call finished "stop", Gemini's call without an index) served through the real openai client to an unwrapped client and to a
 wrapped one: the wrapped client's chunks must equal the raw client's, field for field, with
 tools offered or not, sync and async.
 """
@@ -158,6 +159,60 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
             ]
         ),
     ],
+    # Groq: the usage in its own ``x_groq`` field on the finish chunk
+    "groq usage in x_groq": [
+        _chunk(choices=[_choice({"role": "assistant", "content": "Hi"})], x_groq={"id": "r1"}),
+        _chunk(choices=[_choice({}, "stop")], x_groq={"id": "r1", "usage": USAGE}),
+    ],
+    "empty deltas between the text": [
+        _chunk(choices=[_choice({"role": "assistant", "content": ""})]),
+        _chunk(choices=[_choice({})]),
+        _chunk(choices=[_choice({"content": "Hi"})]),
+        _chunk(choices=[_choice({})]),
+        _chunk(choices=[_choice({}, "stop")]),
+    ],
+    # Ollama: the whole call in one chunk, then a finish of "stop" with the usage
+    "a call whole, finish stop (Ollama)": [
+        _chunk(
+            choices=[
+                _choice(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_ab12cd34",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                            }
+                        ],
+                    }
+                )
+            ]
+        ),
+        _chunk(choices=[_choice({"role": "assistant", "content": ""}, "stop")], usage=USAGE),
+    ],
+    # Gemini's OpenAI-compatible endpoint: a call delta without an ``index``
+    "a call without an index (Gemini)": [
+        _chunk(
+            choices=[
+                _choice(
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "g1",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                            }
+                        ],
+                    }
+                )
+            ]
+        ),
+        _chunk(choices=[_choice({}, "tool_calls")]),
+    ],
     "a call in fragments": [
         _chunk(choices=[_choice({"role": "assistant", "content": None})]),
         _chunk(
@@ -213,7 +268,7 @@ def _read(client: Any, tools: bool, asynchronous: bool) -> list[dict[str, Any]]:
 def test_a_healthy_stream_reaches_the_caller_chunk_for_chunk(
     shape: str, tools: bool, asynchronous: bool
 ) -> None:
-    if shape == "a call in fragments" and not tools:
+    if shape.startswith("a call") and not tools:
         pytest.skip("a call answers a request with tools")
     body = sse(SHAPES[shape])
     raw_upstream = RawUpstream([(200, "text/event-stream", body)])
