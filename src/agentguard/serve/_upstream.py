@@ -24,7 +24,13 @@ from httpx import _decoders as httpx_decoders
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
-from agentguard.integrations.openai._responses import FAILURES, REASONING_DELTAS
+from agentguard.integrations.openai._responses import (
+    FAILURES,
+    REASONING_DELTAS,
+    failed_error,
+    response_from_responses,
+    responses_body,
+)
 from agentguard.resilience._classify import inband_status
 from agentguard.transport import ModelRequest, ModelResponse, StreamChunk
 
@@ -184,14 +190,6 @@ class UpstreamError(ModelError):
         self.answered: int | None = None
 
 
-def _responses_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-    # the Responses form of a request (its input items, tools as given), as the openai
-    # transport sends it
-    from agentguard.integrations.openai._responses import responses_body  # noqa: PLC0415
-
-    return responses_body(request, stream=stream)
-
-
 def _is_responses(forward: Forward | None) -> bool:
     return forward is not None and forward.path.endswith("/responses")
 
@@ -200,7 +198,8 @@ def request_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     """The wire body of ``request`` for its endpoint."""
     forward = request.extensions.get(FORWARD)
     if _is_responses(forward if isinstance(forward, Forward) else None):
-        return _responses_body(request, stream=stream)
+        # its input items, tools as given, as the openai transport sends it
+        return responses_body(request, stream=stream)
     return request.to_body(stream=stream)
 
 
@@ -459,7 +458,7 @@ class HTTPUpstream:
         forward = request.extensions.get(FORWARD)
         responses = _is_responses(forward if isinstance(forward, Forward) else None)
         if responses:
-            error = _failed_answer(answer)
+            error = failed_error(answer)
         else:
             error = answer.get("error")
             if not isinstance(error, Mapping) or isinstance(answer.get("choices"), list):
@@ -478,7 +477,7 @@ class HTTPUpstream:
             failure.answered = response.status_code
             raise failure
         if responses:
-            return _responses_answer(answer)
+            return response_from_responses(answer, raw=answer)
         return ModelResponse.from_body(answer, raw=answer)
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
@@ -552,20 +551,6 @@ def _chat_chunk(event: Event) -> StreamChunk:
     return event.chunk
 
 
-def _failed_answer(answer: Answer) -> Mapping[str, Any] | None:
-    from agentguard.integrations.openai._responses import failed_error  # noqa: PLC0415
-
-    return failed_error(answer)
-
-
-def _responses_answer(answer: Answer) -> ModelResponse:
-    from agentguard.integrations.openai._responses import (  # noqa: PLC0415
-        response_from_responses,
-    )
-
-    return response_from_responses(answer, raw=answer)
-
-
 def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
     """One Responses API stream event as a neutral chunk (``calls``: output index -> tool-call
     index), read from JSON as the openai transport reads the SDK's event objects."""
@@ -591,7 +576,7 @@ def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
         return StreamChunk(tool_calls=(delta,), raw=event)
     if kind in ("response.completed", "response.incomplete"):
         body = event.get("response")
-        answer = _responses_answer(Answer(body if isinstance(body, Mapping) else {}, b"", {}))
+        answer = response_from_responses(body if isinstance(body, Mapping) else {})
         return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
     return StreamChunk(raw=event)
 
