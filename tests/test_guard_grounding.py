@@ -80,6 +80,37 @@ def _run(
     return model, guard.complete(request)
 
 
+def _two_tiers(
+    small: ScriptedModel, strong: ScriptedModel, messages: list[dict[str, Any]]
+) -> ModelResponse:
+    """One guarded call of the task's history with the profile, the small model first and a
+    stronger tier behind it."""
+    clock = FakeClock()
+    config = GuardConfig.from_dict(
+        {
+            "tiers": {"small": {"model": "smollm2"}, "strong": {"model": "big"}},
+            "escalation": {"chain": ["small", "strong"]},
+            "memory_pressure": {"enabled": False},
+            "tool_validation": SMALL_MODEL_PROFILE,
+        },
+        env={},
+    )
+    tiers = {"small": small, "strong": strong}
+    guard = Guard(
+        config=config,
+        tier_transport=lambda tier: tiers[tier.name],
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(0),
+    )
+    request = ModelRequest(
+        model="smollm2",
+        messages=[*agenttasks.SEED_MESSAGES, *messages],
+        params={"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160},
+    )
+    return guard.complete(request)
+
+
 def _warnings(response: ModelResponse) -> tuple[str, ...]:
     report = report_of(response)
     assert report is not None
@@ -189,35 +220,50 @@ def test_an_answer_that_still_ignores_a_result_moves_up_a_tier_when_there_is_one
     line = CASES["ignored_result_kept"]
     small = ScriptedModel([_reply(a) for a in line["answers"]])
     strong = ScriptedModel([Reply.text("AF 1081 costs 88 EUR; Paris is 18 °C and cloudy.")])
-    clock = FakeClock()
-    config = GuardConfig.from_dict(
-        {
-            "tiers": {"small": {"model": "smollm2"}, "strong": {"model": "big"}},
-            "escalation": {"chain": ["small", "strong"]},
-            "memory_pressure": {"enabled": False},
-            "tool_validation": SMALL_MODEL_PROFILE,
-        },
-        env={},
-    )
-    tiers = {"small": small, "strong": strong}
-    guard = Guard(
-        config=config,
-        tier_transport=lambda tier: tiers[tier.name],
-        clock=clock,
-        sleep=clock.sleep,
-        rng=random.Random(0),
-    )
-    request = ModelRequest(
-        model="smollm2",
-        messages=[*agenttasks.SEED_MESSAGES, *line["messages"]],
-        params={"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160},
-    )
-    response = guard.complete(request)
+    response = _two_tiers(small, strong, line["messages"])
     assert len(strong.requests) == 1
     report = report_of(response)
     assert report is not None
     assert report.tier == "strong"
     assert "AF 1081" in response.message["content"]
+
+
+@pytest.mark.parametrize("case", ["invented_number", "invented_number_stock"])
+def test_an_answer_stating_numbers_no_result_holds_is_asked_again_from_the_results(
+    case: str,
+) -> None:
+    """Recorded: "Lindsfest 2018: 1234" after flight LH 1234 was found (the answer shares 1234
+    with the result, so it does not ignore it), and ACME "increasing its price to $234.67 since
+    2022" beside its 189.5. The recovery turn gets an answer stating the result's values."""
+    model, response = _run(case)
+    assert len(model.requests) == 2
+    assert model.requests[1].params["tool_choice"] == "none"
+    assert response.message["content"] == CASES[case]["answers"][-1]["content"]
+    assert any("states numbers no result holds" in w for w in _warnings(response))
+    # without the profile the first answer is the answer
+    model, response = _run(case, profile=False)
+    assert len(model.requests) == 1
+    assert response.message["content"] == CASES[case]["answers"][0]["content"]
+
+
+def test_an_answer_still_inventing_numbers_moves_up_a_tier_when_there_is_one() -> None:
+    """Two tiers: the recovery turn's answer inventing a number again hands the call to the
+    stronger tier; on one tier it is kept with a warning."""
+    line = CASES["invented_number"]
+    again = [line["answers"][0], line["answers"][0]]
+    model, response = _run("invented_number", answers=again)
+    assert len(model.requests) == 2
+    assert response.message["content"] == again[0]["content"]
+    assert any(w.startswith("kept an answer that states numbers") for w in _warnings(response))
+    small = ScriptedModel([_reply(a) for a in again])
+    strong = ScriptedModel([Reply.text("Flight LH 1234 from Berlin to Rome costs 129 EUR.")])
+    response = _two_tiers(small, strong, line["messages"])
+    assert len(small.requests) == 2
+    assert len(strong.requests) == 1
+    report = report_of(response)
+    assert report is not None
+    assert report.tier == "strong"
+    assert "LH 1234" in response.message["content"]
 
 
 def test_a_value_the_request_names_and_no_call_covered_gets_its_call() -> None:

@@ -13,6 +13,7 @@ from agentguard.validation import ToolCallValidator, specs_from
 from agentguard.validation._grounding import (
     current_request,
     ignored_results,
+    invented_numbers,
     salient_values,
     stated_numbers,
     uncovered_values,
@@ -149,6 +150,63 @@ def test_an_answer_that_ignores_a_result_is_found() -> None:
     # the call's own words are not the result's facts: naming the cities grounds nothing
     assert ignored_results("There are flights from Berlin to Rome.", request) == ["search_flights"]
     assert ignored_results("LH 1234 costs 129.00 EUR.", request) == []
+
+
+def test_numbers_no_result_states_are_found() -> None:
+    """Recorded: "Lindsfest 2018: 1234" for flight LH 1234 (shares 1234, invents 2018) and
+    "$234.67 ... since 2022" beside ACME's 189.5. A number the user, an argument or a result
+    states grounds itself in any spelling; small counts and list marks are any answer's."""
+    flights = current_request(
+        [
+            {"role": "user", "content": "Find me a flight from Berlin to Rome for 2 people."},
+            *_exchange(
+                "search_flights",
+                {"origin": "Berlin", "destination": "Rome", "max_price": 300},
+                {"flights": [{"flight": "LH 1234", "price_eur": 129.0}]},
+            ),
+        ]
+    )
+    assert invented_numbers("Lindsfest 2018: 1234\nFlight from Berlin to Rome.", flights) == [
+        "2018"
+    ]
+    assert invented_numbers("1. LH 1234, 129 EUR for 2 people, under 300.", flights) == []
+    assert invented_numbers("LH 1234 costs 1,290 EUR or 45.5 a day.", flights) == ["1,290", "45.5"]
+    stock = current_request(
+        [
+            {"role": "user", "content": "What is the stock price of ACME?"},
+            *_exchange("get_weather", {"city": "ACME"}, {"symbol": "ACME", "price_usd": 189.5}),
+        ]
+    )
+    assert invented_numbers(
+        "ACME is currently selling at $189.50 USD, and it has been increasing its price to "
+        "$234.67 USD since 2022.",
+        stock,
+    ) == ["234.67", "2022"]
+
+
+def test_no_number_is_invented_without_a_result_in_hand() -> None:
+    """No call answered, or only with errors: the answer had nothing to take numbers from."""
+    messages = [
+        {"role": "user", "content": "How far is the moon?"},
+        *_exchange("get_weather", {"city": "moon"}, {"error": "not found"}),
+    ]
+    assert invented_numbers("About 384,400 km.", current_request(messages)) == []
+    assert invented_numbers("About 384,400 km.", current_request(messages[:1])) == []
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9), st.text())
+def test_a_number_a_result_states_is_never_invented(value: float, prose: str) -> None:
+    """Whatever else an answer says, quoting a result's number (as the result spells it) is
+    never flagged; and every number flagged is one the answer states."""
+    messages = [
+        {"role": "user", "content": "What is it?"},
+        *_exchange("get_weather", {"city": "x"}, {"value": value}),
+    ]
+    request = current_request(messages)
+    answer = f"{prose} It is {value!r}."
+    found = invented_numbers(answer, request)
+    assert repr(value) not in found
+    assert all(number in answer for number in found)
 
 
 def test_error_and_contentless_results_ground_nothing_and_ask_nothing() -> None:

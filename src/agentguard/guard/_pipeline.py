@@ -74,6 +74,7 @@ from agentguard.validation import ToolCallValidator, ValidationReport
 from agentguard.validation._grounding import (
     current_request,
     ignored_results,
+    invented_numbers,
     uncovered_values,
     ungrounded_arguments,
 )
@@ -956,7 +957,8 @@ class Pipeline:
         the request names that no call covered get their call asked for, once, unless the
         answer was already asked for from the results in hand (``uncovered_values``); an
         answer that shares no value with a result is asked for once more from the results in
-        hand, then moved up a tier, else kept with a warning (``ungrounded_answers``).
+        hand, then moved up a tier, else kept with a warning (``ungrounded_answers``); so is
+        one that states numbers nothing in the request states (a flight ``Lindsfest 2018``).
         ``None``: ask again."""
         cfg, b = self.config.tool_validation, call.b
         content = response.message.get("content")
@@ -983,20 +985,26 @@ class Pipeline:
                 self._correction(call, "uncovered_value", len(missing))
                 call.messages = [*call.base_messages, *reask.messages]
                 return None
-        ignored = ignored_results(content, request) if cfg.ungrounded_answers else []
-        if not ignored:
+        if not cfg.ungrounded_answers:
             return response
-        names = ", ".join(ignored)
+        ignored = ignored_results(content, request)
+        invented = [] if ignored else invented_numbers(content, request)
+        if ignored:
+            fault = f"ignores the results of {', '.join(ignored)}"
+        elif invented:
+            fault = f"states numbers no result holds ({', '.join(invented[:4])})"
+        else:
+            return response
         _relabel(b, "tool_validation_failure", "ungrounded_answer")
         if not call.rework.recovered:
-            b.warnings.append(f"the answer ignores the results of {names}: asked from the results")
+            b.warnings.append(f"the answer {fault}: asked from the results")
             self._from_results(call, "ungrounded_answer")
             return None
         if self._above(call):
             error = ToolValidationFailed(ValidationReport(False, (), (), (), response.message))
             call.tier = b.tier = yield from self._trigger(call, "tool_validation_failure", error)
             return None
-        b.warnings.append(f"kept an answer that ignores the results of {names}: no tier left")
+        b.warnings.append(f"kept an answer that {fault}: no tier left")
         return response
 
     def _from_results(

@@ -11,13 +11,15 @@ compare the answer with **the current request**: the user's messages since the l
   when the request names values of its own (``ungrounded_argument`` errors);
 - :func:`ignored_results`: the calls whose results a final answer shares no value with — beyond
   what the call itself said (its arguments) and what the user wrote;
+- :func:`invented_numbers`: the numbers a final answer states that neither the user, a call's
+  arguments nor a result stated (``Lindsfest 2018: 1234`` for flight ``LH 1234``);
 - :func:`uncovered_values`: the values the request names that no call and no result covered.
 
-All three are opt-in (``tool_validation.ungrounded_arguments``, ``ungrounded_answers``,
-``uncovered_values``): on healthy traffic a model may rightly derive a value (a search query in
-its own words, ``LHR`` for Heathrow) or answer "Done." from ``{"status": "ok"}``. They suit a
-small local model, where a value from nowhere is almost always wrong (see
-``docs/local-models.md``, the small-model profile).
+All are opt-in (``tool_validation.ungrounded_arguments``, ``ungrounded_answers`` for the two
+answer checks, ``uncovered_values``): on healthy traffic a model may rightly derive a value (a
+search query in its own words, ``LHR`` for Heathrow, a sum) or answer "Done." from
+``{"status": "ok"}``. They suit a small local model, where a value from nowhere is almost
+always wrong (see ``docs/local-models.md``, the small-model profile).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "Request",
     "current_request",
     "ignored_results",
+    "invented_numbers",
     "salient_values",
     "uncovered_values",
     "ungrounded_arguments",
@@ -327,6 +330,38 @@ def ignored_results(answer: str, request: Request) -> list[str]:
         if facts and not facts & said and name not in ignored:
             ignored.append(name)
     return ignored
+
+
+#: numbers any answer may state unprompted: a list's marks, a small count ("2 flights")
+_SMALL_NUMBER = 10
+
+
+def invented_numbers(answer: str, request: Request) -> list[str]:
+    """The numbers ``answer`` (a final text) states, each once, that neither the user's text, a
+    call's arguments nor a result of the request states (in any spelling: ``92`` for ``92.0``),
+    past the small counts and list marks (0 to 10) any answer may hold. Empty when no call of
+    the request was answered with something other than an error: without results in hand
+    there is nothing the answer should have taken its numbers from.
+
+    A derived number (a sum, a conversion the model did itself) is one too: a strong model's
+    healthy answer can hold one, which is why the check is opt-in, with the small-model
+    profile's other grounding checks (``ungrounded_answers``)."""
+    if not any(result is not None and _facts(result) is not None for *_, result in request.calls):
+        return []
+    known = {_as_number(n) for n in request.numbers}
+    for _, args, result in request.calls:
+        known.update(_as_number(n) for n in stated_numbers(json.dumps(dict(args), default=str)))
+        if result is not None:
+            known.update(_as_number(n) for n in stated_numbers(result))
+    out: list[str] = []
+    for token in stated_numbers(answer):
+        key = _as_number(token)
+        if key is None or key in known:
+            continue
+        if abs(float(key)) <= _SMALL_NUMBER:
+            continue
+        out.append(token)
+    return out
 
 
 def uncovered_values(request: Request) -> list[str]:
