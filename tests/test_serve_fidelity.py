@@ -37,6 +37,16 @@ async def test_a_healthy_stream_reaches_the_caller_event_for_event(shape: str, t
     assert b"\n\n: agentguard {" in sent
 
 
+@pytest.mark.parametrize("done", [True, False], ids=["[DONE]", "no [DONE]"])
+async def test_the_stream_ends_as_the_upstream_ended_it(done: bool) -> None:
+    """Some servers end a chat stream without ``data: [DONE]``: the caller gets none either
+    (the raw client reads both alike); with one, exactly one."""
+    upstream = sse(SHAPES["usage chunk last"], done=done)
+    sent = _sent(await _call(_server(Body([upstream]))))
+    assert _data_lines(sent) == _data_lines(upstream)
+    assert sent.count(b"data: [DONE]") == int(done)
+
+
 async def test_a_repaired_call_goes_out_as_the_guard_made_it() -> None:
     """A call written as text: the caller gets the guard's call, not the upstream's text."""
     text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'

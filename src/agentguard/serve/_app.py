@@ -754,7 +754,8 @@ async def _events(
     server: GuardServer, stream: AsyncGuardedStream, first: StreamChunk | None, forward: Forward
 ) -> AsyncGenerator[bytes, None]:
     """The stream's events as they go out; the first piece is its head (the upstream's opening
-    event and the first chunk), the last the report and ``[DONE]``."""
+    event and the first chunk), the last the report and ``[DONE]`` (none when the upstream's
+    stream ended without one)."""
     chat = forward.path != "/responses"
     replay: _ChatEvents | _Replay = _ChatEvents(forward) if chat else _Replay(forward)
     try:
@@ -772,7 +773,7 @@ async def _events(
         report = stream.report
         if report is not None:
             yield _report_line(report)
-        if chat:
+        if chat and not forward.unterminated:  # as the upstream ended it
             yield b"data: [DONE]\n\n"
     finally:
         await _settle(server, stream)

@@ -155,6 +155,8 @@ class Forward:
             transport read from it (the server hands them on where the guard changed nothing).
         events: every event of the last attempt's Responses stream, in order (the guard
             passes on only their text; the server replays the others around it).
+        unterminated: the last attempt's chat stream ended without ``data: [DONE]`` (some
+            servers send none): the server then sends none either.
     """
 
     path: str
@@ -165,6 +167,7 @@ class Forward:
     last: Event | None = None
     chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    unterminated: bool = False
 
 
 class UpstreamError(ModelError):
@@ -490,8 +493,13 @@ class HTTPUpstream:
         if forward is not None:  # a new attempt: its own record
             forward.events = []
             forward.chat = []
+            forward.unterminated = False
+        done = False
         try:
             async for event in _events(response):
+                if event is _DONE:
+                    done = True
+                    continue
                 if isinstance(event, str):  # a keep-alive: no event of the answer's
                     yield StreamChunk(comment=event)
                     continue
@@ -504,6 +512,8 @@ class HTTPUpstream:
                     forward.last = event
                     forward.chat.append((event, chunk))
                 yield chunk
+            if forward is not None and not responses:
+                forward.unterminated = not done
         except httpx.HTTPError as exc:  # the connection dropped, or went silent, mid-stream
             # a connection error the guard retries while nothing of this attempt reached the
             # caller; once part of it did, the guard ends the stream on it (see the pipeline)
@@ -628,8 +638,9 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[Event | str]:
-    """The server-sent events of ``response`` whose data is a JSON object (``[DONE]`` ends it),
-    and its comments (the text after the ``:``) where they came: an upstream's keep-alives.
+    """The server-sent events of ``response`` whose data is a JSON object (:data:`_DONE` for
+    ``[DONE]``, the last: it ends the stream), and its comments (the text after the ``:``)
+    where they came: an upstream's keep-alives.
 
     Only the event framing of the SSE format (``event:`` / ``data:`` lines, a blank line ends
     an event); the HTTP underneath is httpx's. The comments of one piece read with no event
@@ -658,6 +669,7 @@ async def _events(response: httpx.Response) -> AsyncIterator[Event | str]:
             data, name = [], None
             if event is _DONE:
                 await _drain(batches)
+                yield _DONE
                 return
             if event is not None:
                 if comment is not None:  # it came before the event
