@@ -276,8 +276,10 @@ class StreamChunk:
             DeepSeek, ``reasoning`` from OpenRouter and Ollama).
         refusal: a refusal delta, if any (OpenAI's ``refusal``: the model declined, an answer
             of its own, never an empty one).
-        audio: the delta carries spoken output (``delta.audio`` of an audio model: its
-            transcript or data), an answer though it has no text.
+        other_output: the chunk carries output that is neither text, reasoning, a refusal
+            nor a function call: an audio model's speech (``delta.audio``: its transcript or
+            data), a Responses API output item of another kind (a hosted tool's call, a
+            generated image, a custom tool's input). An answer, though it has no text.
         comment: a keep-alive the upstream sent while the answer was on its way (the text of
             a server-sent events comment, after its ``:``, e.g. ``" OPENROUTER PROCESSING"``).
             A chunk with a comment carries nothing else: it is no part of the answer, and the
@@ -291,7 +293,7 @@ class StreamChunk:
     raw: Any = None
     reasoning: str | None = None
     refusal: str | None = None
-    audio: bool = False
+    other_output: bool = False
     comment: str | None = None
 
     @classmethod
@@ -317,7 +319,7 @@ class StreamChunk:
             raw=body if raw is None else raw,
             reasoning=reasoning_of(delta),
             refusal=refusal if isinstance(refusal := delta.get("refusal"), str) else None,
-            audio=bool(delta.get("audio")),
+            other_output=bool(delta.get("audio")),
         )
 
 
@@ -336,7 +338,7 @@ class Accumulator:
         self.reasoning: list[str] = []
         self.reasoning_chars = 0
         self.refusal: list[str] = []
-        self.audio = False
+        self.other_output = False
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: Usage | None = None
@@ -353,8 +355,8 @@ class Accumulator:
             self.reasoning_chars += len(reasoning)
         if chunk.refusal:
             self.refusal.append(_streamed_text(chunk.refusal))
-        if chunk.audio:
-            self.audio = True
+        if chunk.other_output:
+            self.other_output = True
         deltas = chunk.tool_calls
         for delta in deltas if isinstance(deltas, (list, tuple)) else ():
             if not isinstance(delta, Mapping):
@@ -398,10 +400,10 @@ class Accumulator:
         """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
         # no text and no call is an empty text, as a whole answer has it (judged so: an empty
         # answer where tools were offered is a failed call); beside calls, a refusal (the
-        # model declined: an answer, never an empty one) or speech (an audio model's answer),
-        # no text is None, as a whole answer has it
+        # model declined: an answer, never an empty one) or output of another kind (speech, a
+        # hosted tool's call, an image), no text is None, as a whole answer has it
         content = "".join(self.content) or (
-            None if self.calls or self.refusal or self.audio else ""
+            None if self.calls or self.refusal or self.other_output else ""
         )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if self.refusal:

@@ -47,7 +47,12 @@ from agentguard.hooks._http import hook_endpoint
 from agentguard.integrations._http import error_answer, headers_of
 from agentguard.integrations._replay import ChatReplay, bare, call_keys, text_only
 from agentguard.integrations._tiers import origin, tier_api_key
-from agentguard.integrations.openai._responses import OPENINGS, cut_response, is_text_event
+from agentguard.integrations.openai._responses import (
+    OPENINGS,
+    cut_response,
+    is_text_event,
+    unchanged_text,
+)
 from agentguard.pressure import MemoryPressureProbe, PressureReading
 from agentguard.resilience import CircuitBreaker
 from agentguard.storage import Store, store_from_config
@@ -861,7 +866,7 @@ class _Replay:
             return self._flush(len(received)) + b"".join(_sse(e.data, e.name) for e in self._held)
         upstream = message_from_items(body.get("output"))
         text = "".join(self._text)
-        same_text = text == (upstream.get("content") or "")
+        same_text = unchanged_text(text, upstream.get("content"), received)
         rest = self._flush(len(received), text=same_text)
         theirs = call_keys(upstream.get("tool_calls") or ())
         if same_text and call_keys(self._calls) == theirs and not cut:

@@ -26,7 +26,9 @@ from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
 from agentguard.integrations.openai._responses import (
     FAILURES,
+    READ_ITEMS,
     REASONING_DELTAS,
+    REFUSAL_DELTA,
     failed_error,
     response_from_responses,
     responses_body,
@@ -569,8 +571,16 @@ def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
         return StreamChunk(content=event["delta"], raw=event)
     if kind in REASONING_DELTAS and isinstance(event.get("delta"), str):
         return StreamChunk(reasoning=event["delta"], raw=event)
+    if kind == REFUSAL_DELTA and isinstance(event.get("delta"), str):
+        return StreamChunk(refusal=event["delta"], raw=event)
     item = event.get("item")
     at = event.get("output_index")
+    if (
+        kind == "response.output_item.added"
+        and isinstance(item, Mapping)
+        and item.get("type") not in READ_ITEMS
+    ):
+        return StreamChunk(other_output=True, raw=event)
     if (
         kind == "response.output_item.added"
         and isinstance(item, Mapping)

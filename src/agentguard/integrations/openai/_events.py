@@ -32,6 +32,7 @@ from ._responses import (
     is_text_event,
     response_from_responses,
     responses_output,
+    unchanged_text,
 )
 from ._stream import AsyncIterating, Iterating, _Response
 from ._transport import RawCall, dump
@@ -127,7 +128,7 @@ class _Events:
         same_text = True
         if end is not None:
             upstream = response_from_responses(dump(end.response)).message
-            same_text = text == (upstream.get("content") or "")
+            same_text = unchanged_text(text, upstream.get("content"), self._raw.events)
             if same_text and call_keys(self._calls) == call_keys(upstream.get("tool_calls") or ()):
                 return [self._emit(e) for e in self._pending()]
         return self._rebuilt(end, text, same_text=same_text)

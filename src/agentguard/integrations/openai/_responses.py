@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,12 @@ OPENINGS = ("response.created", "response.in_progress", "response.queued")
 #: servers stream): read as the answer's reasoning, which streams live and is watched for
 #: degeneration like chat's ``reasoning_content``.
 REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
+#: The output items the guard reads into its answer (text, calls, reasoning); an item of
+#: another kind (a hosted tool's call, a generated image, a custom tool's input) is output
+#: it passes on as it came, and an answer though it holds no text.
+READ_ITEMS = ("message", "function_call", "reasoning")
+#: The event of a refusal's delta (the model declined: an answer, never an empty one).
+REFUSAL_DELTA = "response.refusal.delta"
 #: The events by which the upstream reports its own failure inside a 200 stream.
 FAILURES = ("error", "response.failed")
 #: The role of a message standing for an item the pipeline has no chat form for (reasoning ...).
@@ -435,6 +441,23 @@ class ReportedError(ModelError):
         self.body = {"code": code, "message": message}
 
 
+def unchanged_text(text: str, final: str | None, events: Iterable[Any]) -> bool:
+    """Whether ``text`` (what the guard passed on of a Responses stream) is the upstream's: its
+    final response's text (``final``), or the text of its ``response.output_text.delta``
+    events (JSON mappings or SDK objects), when a server's final text is not exactly what its
+    deltas added up to (whitespace trimmed ...). The answer is then handed on as it came."""
+    if text == (final or ""):
+        return True
+    deltas = []
+    for event in events:
+        data = event if isinstance(event, Mapping) else None
+        kind = data.get("type") if data is not None else getattr(event, "type", None)
+        if kind == "response.output_text.delta":
+            delta = data.get("delta") if data is not None else getattr(event, "delta", None)
+            deltas.append(delta if isinstance(delta, str) else "")
+    return text == "".join(deltas)
+
+
 def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
     """One upstream event as a neutral chunk (``calls``: output index -> tool-call index).
 
@@ -448,6 +471,10 @@ def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
         return StreamChunk(content=event.delta, raw=event)
     if kind in REASONING_DELTAS and isinstance(getattr(event, "delta", None), str):
         return StreamChunk(reasoning=event.delta, raw=event)
+    if kind == REFUSAL_DELTA and isinstance(getattr(event, "delta", None), str):
+        return StreamChunk(refusal=event.delta, raw=event)
+    if kind == "response.output_item.added" and getattr(event.item, "type", None) not in READ_ITEMS:
+        return StreamChunk(other_output=True, raw=event)
     if (
         kind == "response.output_item.added"
         and getattr(event.item, "type", None) == "function_call"

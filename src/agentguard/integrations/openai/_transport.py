@@ -412,7 +412,7 @@ def _chunk(raw: Any) -> StreamChunk:
         raw=raw,
         reasoning=reasoning_of(delta),
         refusal=_text(getattr(delta, "refusal", None)),
-        audio=bool(getattr(delta, "audio", None)),
+        other_output=bool(getattr(delta, "audio", None)),
     )
 
 
