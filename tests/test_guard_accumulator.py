@@ -34,6 +34,10 @@ fragments = st.one_of(
             "function": st.one_of(
                 st.fixed_dictionaries({}, optional={"name": values, "arguments": values}), values
             ),
+            "type": st.one_of(st.sampled_from(["function", "custom", "id"]), scalars),
+            "custom": st.one_of(
+                st.fixed_dictionaries({}, optional={"name": values, "input": values}), values
+            ),
         },
     ),
     values,
@@ -51,16 +55,38 @@ chunks = st.builds(
 @settings(max_examples=400, deadline=None)
 @given(stream=st.lists(chunks, max_size=8))
 def test_any_chunks_assemble_into_a_message(stream: list[Any]) -> None:
-    """Every call slot has text fields; the content is text."""
+    """Every function call slot has text fields, a call of another kind (a custom tool's) its
+    own object; the content is text."""
     acc = Accumulator()
     for chunk in stream:
         acc.add(chunk)
     message = acc.response().message
     assert message["content"] is None or isinstance(message["content"], str)
     for call in message.get("tool_calls") or ():
+        assert call["id"] is None or isinstance(call["id"], str)
+        if call["type"] != "function":
+            assert "function" not in call
+            assert isinstance(call.get(call["type"], {}), dict)
+            continue
         assert isinstance(call["function"]["name"], str)
         assert isinstance(call["function"]["arguments"], str)
-        assert call["id"] is None or isinstance(call["id"], str)
+
+
+def test_a_custom_tools_call_assembles_as_one_with_its_input_joined() -> None:
+    """GPT-5's custom tools stream a call of another kind: kept so (it was a function call
+    named '', re-asked as a hallucinated tool), its ``input`` joined as streamed."""
+    acc = Accumulator()
+    for fragment in (
+        {"index": 0, "id": "c1", "type": "custom", "custom": {"name": "run", "input": ""}},
+        {"index": 0, "custom": {"input": "print("}},
+        {"index": 0, "custom": {"input": "'hi')"}},
+        {"index": 1, "id": "f1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    ):
+        acc.add(StreamChunk(tool_calls=[fragment]))
+    assert acc.response().message["tool_calls"] == [
+        {"id": "c1", "type": "custom", "custom": {"name": "run", "input": "print('hi')"}},
+        {"id": "f1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    ]
 
 
 def _delta(index: Any = ..., call_id: Any = None, name: Any = None, args: Any = None) -> Any:

@@ -55,6 +55,14 @@ FILTERS = {
     "choices": [],
     "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": SAFE}],
 }
+
+
+def _custom(*, index: int, id: str | None = None, **fields: str) -> dict[str, Any]:
+    """A fragment of a custom tool's call (``name`` first, ``input`` in pieces)."""
+    head: dict[str, Any] = {"id": id, "type": "custom"} if id else {}
+    return {"index": index, **head, "custom": {"input": "", **fields} if id else fields}
+
+
 SHAPES: dict[str, list[dict[str, Any]]] = {
     "azure content filters": [
         FILTERS,
@@ -237,6 +245,38 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
         _chunk(
             choices=[
                 _choice({"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Oslo"}'}}]})
+            ]
+        ),
+        _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+    ],
+    # GPT-5's custom (freeform) tools: a call of another kind, its input in pieces; it was
+    # assembled as a function call named '' and re-asked as a hallucinated tool
+    "a call of a custom tool in pieces": [
+        _chunk(choices=[_choice({"role": "assistant", "content": None})]),
+        _chunk(choices=[_choice({"tool_calls": [_custom(index=0, id="call_c", name="run")]})]),
+        _chunk(choices=[_choice({"tool_calls": [_custom(index=0, input="print(")]})]),
+        _chunk(choices=[_choice({"tool_calls": [_custom(index=0, input="'hi')")]})]),
+        _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+    ],
+    "a call of a custom tool beside a function call": [
+        _chunk(choices=[_choice({"role": "assistant", "content": None})]),
+        _chunk(
+            choices=[_choice({"tool_calls": [_custom(index=0, id="c", name="run", input="1")]})]
+        ),
+        _chunk(
+            choices=[
+                _choice(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 1,
+                                "id": "f",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                            }
+                        ]
+                    }
+                )
             ]
         ),
         _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),

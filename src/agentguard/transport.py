@@ -368,9 +368,28 @@ class Accumulator:
             )
             if call_id:
                 slot["id"] = _streamed_text(call_id)
+            # a call of another kind (OpenAI's custom tools: {"type": "custom", "custom":
+            # {"name", "input"}}): its object's texts joined as streamed, as a function's
+            kind = delta.get("type")
+            if (
+                isinstance(kind, str)
+                and kind not in CALL_FIELDS
+                and "function" not in delta
+                and slot["type"] == "function"
+                and not slot["function"]["name"]
+            ):
+                slot["type"] = kind
+                del slot["function"]
+            other = slot["type"] if slot["type"] != "function" else None
             for key, value in delta.items():  # a provider's own, kept as first sent
-                if key not in CALL_FIELDS:
+                if key == other and isinstance(value, Mapping):
+                    if not isinstance(slot.get(key), dict):
+                        slot[key] = {}
+                    _join_fields(slot[key], value)
+                elif key not in CALL_FIELDS:
                     slot.setdefault(key, value)
+            if other is not None:
+                continue
             fn = delta.get("function")
             fn = fn if isinstance(fn, Mapping) else {}
             if fn.get("name"):
@@ -414,6 +433,16 @@ class Accumulator:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         finish = "length" if cut else self.finish
         return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+def _join_fields(into: dict[str, Any], fragment: Mapping[str, Any]) -> None:
+    """A streamed fragment of a call object's fields added to ``into``: texts joined in order
+    (the ``input`` of a custom tool's call comes in pieces), anything else kept as first sent."""
+    for key, value in fragment.items():
+        if isinstance(value, str) and isinstance(into.get(key, ""), str):
+            into[key] = into.get(key, "") + value
+        else:
+            into.setdefault(key, value)
 
 
 def _answer_id(raw: Any) -> str | None:

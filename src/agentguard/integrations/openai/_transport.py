@@ -429,6 +429,9 @@ def _call_delta(call: Any) -> dict[str, Any]:
     call_id = getattr(call, "id", None)
     if call_id:
         out["id"] = call_id
+    kind = getattr(call, "type", None)
+    if isinstance(kind, str):  # "custom": a call of another kind than a function
+        out["type"] = kind
     fn = getattr(call, "function", None)
     if fn is not None:
         out["function"] = {
