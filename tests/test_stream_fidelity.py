@@ -13,6 +13,7 @@ tools offered or not, sync and async.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -529,3 +530,49 @@ def test_the_replay_keeps_only_what_it_may_still_hand_on() -> None:
     assert replay.of(StreamChunk(finish_reason="stop")) == []
     assert replay.end() == [finish.raw]
     assert longest <= 2 * ChatReplay._COMPACT + 1
+
+
+@pytest.mark.parametrize("arguments", ["null", ""], ids=["null (Groq)", "empty"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_call_without_arguments_reaches_the_caller_as_sent(arguments: str, stream: bool) -> None:
+    """Groq answers a call of a tool without parameters with ``arguments: "null"``: a healthy
+    call, passed on as the raw client reads it (it was re-asked as "not a JSON object", then
+    raised ``ToolValidationFailed``)."""
+    tools = [{"type": "function", "function": {"name": "now", "description": "The time."}}]
+    call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": arguments}}
+    if stream:
+        body = sse(
+            [
+                _chunk(
+                    choices=[_choice({"role": "assistant", "tool_calls": [{"index": 0, **call}]})]
+                ),
+                _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+            ]
+        )
+        answer = (200, "text/event-stream", body)
+    else:
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        whole = _chunk(
+            object="chat.completion",
+            choices=[{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            usage=USAGE,
+        )
+        answer = (200, "application/json", json.dumps(whole).encode())
+    kw: dict[str, Any] = {
+        "model": "small",
+        "messages": [{"role": "user", "content": "What time is it?"}],
+        "tools": tools,
+        "stream": stream,
+    }
+
+    def read(client: Any) -> list[dict[str, Any]]:
+        answer = client.chat.completions.create(**kw)
+        return [c.model_dump() for c in answer] if stream else [answer.model_dump()]
+
+    raw = read(raw_client(RawUpstream([answer])))
+    upstream = RawUpstream([answer])
+    guarded = read(guarded_client(upstream))
+    for item in guarded:
+        item.pop("agentguard_report", None)
+    assert guarded == raw
+    assert len(upstream.requests) == 1

@@ -180,6 +180,19 @@ def test_non_object_arguments_are_invalid() -> None:
         assert _kinds(_v().validate(Reply.call("search", raw).message())) == ["invalid_json"]
 
 
+@pytest.mark.parametrize("raw", ["null", " null ", "", "{}"])
+def test_null_or_empty_arguments_are_no_arguments(raw: str) -> None:
+    """Groq sends ``"null"`` for a call of a tool without parameters (langchain-ai/langchain
+    #33896), others ``""``: no arguments, valid for such a tool, and passed on as sent; for a
+    tool that requires some, the error names what is missing (not "not a JSON object")."""
+    tools = [*TOOLS, {"type": "function", "function": {"name": "now", "parameters": {}}}]
+    report = ToolCallValidator(tools).validate(Reply.call("now", raw, id="c1").message())
+    assert report.ok
+    assert report.repairs == ()
+    assert report.tool_calls[0].arguments == raw
+    assert _kinds(_v().validate(Reply.call("search", raw).message())) == ["missing_required"]
+
+
 def test_repair_is_skipped_above_the_size_limit() -> None:
     """Above max_repair_bytes broken JSON is an error: repair cost stays bounded."""
     raw = "{'query': '" + "x" * 200 + "'}"

@@ -344,6 +344,8 @@ class ToolCallValidator:
                 return self._repaired(str(arguments), finish_reason, exc)
             except ValueError as exc:  # UndecodableArguments: too deep, a number too long
                 return None, str(exc), None
+        if value is None:  # JSON null: no arguments (Groq's for a tool without parameters)
+            value = {}
         how = None
         if isinstance(value, str) and value and cfg.repair:
             # double-encoded: a JSON string holding JSON
