@@ -10,7 +10,6 @@ arguments that are not a JSON object, calls written as text, and names no tool a
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -57,7 +56,7 @@ class CallChecks:
         self.working: set[str] = set()
         self.last_calls = -1  # index of the latest assistant message with tool calls
         self._validator: ToolCallValidator | None = None
-        self._pending: OrderedDict[str, str] = OrderedDict()  # tool_call_id -> tool name
+        self._pending: dict[str, str] = {}  # tool_call_id -> tool name, oldest first
         self._answered: set[str] = set()  # names some result answered (an error included)
         self._refuted: set[str] = set()  # names a result said are no tool
         self._unconfirmed: dict[str, tuple[int, int]] = {}  # undeclared names: first index, step
@@ -139,7 +138,7 @@ class CallChecks:
             if call_id is not None:
                 pending[str(call_id)] = name
                 if len(pending) > 256:
-                    pending.popitem(last=False)
+                    del pending[next(iter(pending))]
         return size
 
     def _check_call(self, index: int, step: int, name: str, arguments: Any) -> None:

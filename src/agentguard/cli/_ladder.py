@@ -33,10 +33,12 @@ class Ladder:
 
     def __init__(self, config: GuardConfig) -> None:
         self.config = config
-        #: every rung the guard would have taken: ``(step, rung)``
-        self.taken: list[tuple[int, str]] = []
         #: what each rung does, escalation resolved: ``(step, action, detector)``
         self.acts: list[tuple[int, str, str | None]] = []
+        #: the places in :attr:`acts` of the ``escalate`` rungs that stopped instead (the rest
+        #: of :attr:`taken` is :attr:`acts`: a loop climbs at every message it goes on, and
+        #: one list of them is enough)
+        self._stopped: list[int] = []
         #: whether the request being gathered has messages the guard had not seen
         self.new = False
         self._recovery = config.loop_detection.recovery
@@ -51,6 +53,14 @@ class Ladder:
             _CLIMBS.clear()
         self._climbs = _CLIMBS.setdefault(rungs, {})
         self._escalation: dict[str | None, str] = {}  # model -> what ``escalate`` does
+
+    @property
+    def taken(self) -> list[tuple[int, str]]:
+        """Every rung the guard would have taken: ``(step, rung)``."""
+        taken = [(step, action) for step, action, _ in self.acts]
+        for at in self._stopped:
+            taken[at] = (taken[at][0], "escalate")
+        return taken
 
     def message(self, severity: Severity, detector: str | None) -> None:
         """A message of the next request (a tool result, a user turn), judged at ``severity``."""
@@ -90,11 +100,11 @@ class Ladder:
             rung_at = climb(before, severity, self._recovery, tool_loop=tool_loop)
             taken: str = "stop" if reask and rung_at <= before else self._rungs[rung_at]
             climbed = self._climbs[key] = (rung_at, taken)
-        self._rung, rung = climbed
-        self.taken.append((step, rung))
-        action: str = rung
-        if rung == "escalate":
+        self._rung, action = climbed
+        if action == "escalate":
             action = self._escalation.get(model) or self._escalate(model)
+            if action != "escalate":
+                self._stopped.append(len(self.acts))
         self.acts.append((step, action, detector))
         return action
 

@@ -365,7 +365,9 @@ class LoopDetector:
             found = d.check(event)
             if found is not OK:  # (a verdict not OK is worse than OK: the first one is taken)
                 verdict = found if verdict is OK else worse(verdict, found)
-        return verdict if verdict is OK else self._emit(verdict)
+        if verdict is OK or (not self._hooks and not self._process_hooks):  # (a scan: no call)
+            return verdict
+        return self._emit(verdict)
 
     # -- whole messages --------------------------------------------------------------------
 
@@ -520,11 +522,19 @@ class LoopDetector:
             seq.append(fp)
             return None
         found: tuple[int, int] | None = None
+        # a period needs two distinct calls (A-A is no cycle): when every call remembered is
+        # this one (a call repeated back to back, the common loop), none is looked for
+        mixed = seq.count(fp) < len(seq)
         for p in self._periods:
             if len(seq) >= p and seq[-p] == fp:
                 runs[p] += 1
-                # the shortest period wins; a period needs two distinct calls (A-A is no cycle)
-                if found is None and runs[p] >= p and len({*list(seq)[-(p - 1) :], fp}) >= 2:
+                # the shortest period wins
+                if (
+                    found is None
+                    and mixed
+                    and runs[p] >= p
+                    and len({*list(seq)[-(p - 1) :], fp}) >= 2
+                ):
                     found = (p, (runs[p] + p) // p)
             else:
                 runs[p] = 0

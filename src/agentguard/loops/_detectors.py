@@ -807,6 +807,8 @@ class ResponseRepeat(Detector):
         if count < n:  # the usual case: no repeat (and the ladder starts at n)
             self._level = OK
             return OK
+        if count == self._level.count:  # a loop going on at a full window: the same verdict
+            return self._level
         # (``verdict`` gives the OK object itself for an OK severity: compared by identity)
         repeat = self.verdict(ladder(count, n, n + 2, n + 4), count, None)
         if repeat is OK:
