@@ -135,3 +135,17 @@ def test_new_loop_after_progress_is_reported_again() -> None:
         messages += [call(i, "get_build", {"build_id": 8812}), result(i, {"status": "passed"})]
     warnings = [f for f in scan_transcript(messages) if f.severity is Severity.WARNING]
     assert len(warnings) == 2
+
+
+def test_last_failed_is_the_detectors_judgement_of_a_result() -> None:
+    """``last_failed`` after a tool result: whether it reports a failure, by the rule the
+    detectors judged it by; ``None`` for a result naming no tool (not judged)."""
+    scanner = TranscriptScanner()
+    scanner.feed(call(0, "get_build", {"build_id": 1}))
+    scanner.feed(result(0, "Error: build 1 not found"))
+    assert scanner.last_failed is True
+    scanner.feed(call(1, "get_build", {"build_id": 2}))
+    scanner.feed(result(1, {"status": "passed"}))
+    assert scanner.last_failed is False
+    scanner.feed({"role": "tool", "tool_call_id": "nowhere", "content": "Error: lost"})
+    assert scanner.last_failed is None

@@ -296,3 +296,34 @@ def test_a_run_fed_at_once_is_audited_as_message_by_message(declared: bool) -> N
     assert run.to_dict() == one.to_dict()
     assert run.issues == one.issues  # their context included
     assert run.timeline == one.timeline
+
+
+def test_a_result_the_loop_detectors_judged_is_not_judged_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether a tool result failed is decided once, by the loop detectors; the tool-call
+    checks take their verdict (and judge only a result the detectors could not: no tool name
+    of theirs)."""
+    from agentguard.cli import _calls
+
+    judged: list[Any] = []
+
+    def counted(content: Any) -> bool:
+        judged.append(content)
+        return content.startswith("Error")
+
+    monkeypatch.setattr(_calls, "is_error_result", counted)
+    audit = SessionAudit("s", CONFIG)
+    audit.feed(call(0, "reserve", {"seat": "1A"}))
+    audit.feed(result(0, "Error: seat 1A is taken"))
+    audit.feed(call(1, "reserve", {"seat": "2A"}))
+    audit.feed(result(1, "reserved"))
+    assert judged == []
+    # detection off: the detectors judge no result, the checks do
+    off = GuardConfig.from_dict({"loop_detection": {"enabled": False}}, env={})
+    audit = SessionAudit("s", off)
+    audit.feed(call(0, "reserve", {"seat": "1A"}))
+    audit.feed(result(0, "Error: seat 1A is taken"))
+    assert judged == ["Error: seat 1A is taken"]
+    audit.finish()
+    assert audit.tools["reserve"].errors == 1

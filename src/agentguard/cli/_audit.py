@@ -199,7 +199,8 @@ class SessionAudit:
                         ladder.new = True
                     if role == "tool":
                         code = ROLE_TOOL
-                        result(message, content)
+                        # (whether it failed, as the loop detectors judged it: judged once)
+                        result(message, content, scanner.last_failed)
                     else:
                         code = ROLE_OTHER
                         if usage:

@@ -27,6 +27,7 @@ __all__ = ["OTHER_TOOLS", "CallChecks", "Problem"]
 #: distinct tool names tallied per session (a hostile trace may name millions)
 _MAX_NAMES = 4096
 OTHER_TOOLS = "(other tools)"
+_WARNING, _CRITICAL = Severity.WARNING, Severity.CRITICAL  # (looked up once: enum lookups are slow)
 
 
 class Problem(NamedTuple):
@@ -60,7 +61,6 @@ class CallChecks:
         self._answered: set[str] = set()  # names some result answered (an error included)
         self._refuted: set[str] = set()  # names a result said are no tool
         self._unconfirmed: dict[str, tuple[int, int]] = {}  # undeclared names: first index, step
-        self._found: list[Problem] = []
 
     def declare(self, tools: Sequence[Any]) -> None:
         """The tools the trace declares for this session (chat, Responses or Anthropic form)."""
@@ -78,8 +78,9 @@ class CallChecks:
                 self._validator = None
         self.declared = frozenset(names)
 
-    def check(self, index: int, step: int, message: Mapping[str, Any], calls: Any,
-              content: Any) -> tuple[int, Sequence[Problem]]:  # fmt: skip
+    def check(  # noqa: PLR0915 - one step per answer, kept flat: it runs per assistant message
+        self, index: int, step: int, message: Mapping[str, Any], calls: Any, content: Any
+    ) -> tuple[int, Sequence[Problem]]:
         """Check an answer's tool calls (``calls``, its ``tool_calls``) or its text
         (``content``) for calls: the calls' size in characters, and the problems found."""
         if not calls:
@@ -93,31 +94,16 @@ class CallChecks:
                         f"{names}"
                     )
                     tool = str(extracted.calls[0][0])
-                    return 0, [Problem(index, Severity.WARNING, "text_tool_call", tool, text,
-                                       step, action)]  # fmt: skip
+                    return 0, [Problem(index, _WARNING, "text_tool_call", tool, text, step, action)]
             return 0, ()
         self.last_calls = index
-        self._found = []
-        size = self._check_calls(index, step, message, calls)
-        return size, self._found
-
-    def _check_calls(self, index: int, step: int, message: Mapping[str, Any], calls: Any) -> int:
-        size = 0
+        listed = calls if isinstance(calls, list) else ()
         validator = self._validator
-        if validator is not None and isinstance(calls, list):
-            report = validator.validate(message)
-            for error in report.errors:
-                severity = Severity.CRITICAL if error.kind == "unknown_tool" else Severity.WARNING
-                self._issue(index, severity, error.kind, error.tool_name, str(error), step=step)
-            for repair in report.repairs:  # a model mistake the guard fixes at no token cost
-                kind = _REPAIRED.get(repair.kind)
-                if kind is not None:
-                    text = f"{repair} (the guard repairs this locally)"
-                    self._issue(index, Severity.WARNING, kind, _name(calls, repair.tool_call_id),
-                                text, step=step, action="repair")  # fmt: skip
+        found = [] if validator is None else _validated(validator, index, step, message, listed)
+        size = 0
         tools = self.tools
         pending = self._pending
-        for call in calls if isinstance(calls, list) else ():
+        for call in listed:
             if not isinstance(call, dict):
                 continue
             fn = call.get("function")
@@ -133,46 +119,45 @@ class CallChecks:
             if isinstance(arguments, str):
                 size += len(arguments) + len(name)
             if validator is None:
-                self._check_call(index, step, name, arguments)
+                # without a validator: the call's arguments, and its name against the declared
+                # names (or, with none declared, whether it ever works)
+                if isinstance(arguments, str):
+                    try:
+                        arguments = _arguments(arguments)
+                    except ValueError:
+                        text = f"arguments of {name} are not valid JSON"
+                        found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
+                        arguments = {}
+                if not isinstance(arguments, dict):
+                    text = f"arguments of {name} are not a JSON object"
+                    found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
+                if self.declared is not None:
+                    if name not in self.declared:
+                        text = f"there is no tool named '{name}' in the trace's tools"
+                        found.append(Problem(index, _CRITICAL, "unknown_tool", name, text, step))
+                elif (
+                    name not in self.working
+                    and name not in self._unconfirmed
+                    and len(self._unconfirmed) < _MAX_NAMES  # bounded: odd input cannot grow it
+                ):
+                    self._unconfirmed[name] = (index, step)
             call_id = call.get("id")
             if call_id is not None:
                 pending[str(call_id)] = name
                 if len(pending) > 256:
                     del pending[next(iter(pending))]
-        return size
+        return size, found
 
-    def _check_call(self, index: int, step: int, name: str, arguments: Any) -> None:
-        """One call, without a validator: its arguments, and its name against the declared
-        names (or, with none declared, whether it ever works)."""
-        if isinstance(arguments, str):
-            try:
-                arguments = _arguments(arguments)
-            except ValueError:
-                self._issue(index, Severity.WARNING, "invalid_json", name,
-                            f"arguments of {name} are not valid JSON", step=step)  # fmt: skip
-                arguments = {}
-        if not isinstance(arguments, dict):
-            self._issue(index, Severity.WARNING, "invalid_json", name,
-                        f"arguments of {name} are not a JSON object", step=step)  # fmt: skip
-        if self.declared is not None:
-            if name not in self.declared:
-                self._issue(index, Severity.CRITICAL, "unknown_tool", name,
-                            f"there is no tool named '{name}' in the trace's tools",
-                            step=step)  # fmt: skip
-        elif (
-            name not in self.working
-            and name not in self._unconfirmed
-            and len(self._unconfirmed) < _MAX_NAMES  # bounded: odd input cannot grow it
-        ):
-            self._unconfirmed[name] = (index, step)
-
-    def result(self, message: Mapping[str, Any], content: Any) -> None:
+    def result(self, message: Mapping[str, Any], content: Any, failed: bool | None = None) -> None:
         """A tool result (``content``, its content): the name it answers worked, or failed
-        (and maybe is no tool)."""
+        (and maybe is no tool). ``failed``: whether it reports a failure
+        (:func:`~agentguard.loops.is_error_result`), when the caller knows already."""
         name = self._pending.pop(str(message.get("tool_call_id")), None) or message.get("name")
         if not (isinstance(name, str) and name):
             return
-        if not is_error_result(content):
+        if failed is None:
+            failed = is_error_result(content)
+        if not failed:
             if len(self.working) < _MAX_NAMES:
                 self.working.add(name)
         else:
@@ -213,10 +198,6 @@ class CallChecks:
         self._unconfirmed.clear()
         return found
 
-    def _issue(self, index: int, severity: Severity, kind: str, tool: str, text: str, *,
-               step: int, action: str = "recovery") -> None:  # fmt: skip
-        self._found.append(Problem(index, severity, kind, tool, text, step, action))
-
 
 #: repairs that mend a model's mistake (a coercion such as "5" -> 5 is no mistake worth a line)
 _REPAIRED = {
@@ -224,6 +205,27 @@ _REPAIRED = {
     "double_encoded": "invalid_json",
     "tool_name": "unknown_tool",
 }
+
+
+def _validated(
+    validator: ToolCallValidator, index: int, step: int, message: Mapping[str, Any], calls: Any
+) -> list[Problem]:
+    """The problems the validator finds in an answer's ``calls`` (none when not a list)."""
+    found: list[Problem] = []
+    if not calls:
+        return found
+    report = validator.validate(message)
+    for error in report.errors:
+        severity = _CRITICAL if error.kind == "unknown_tool" else _WARNING
+        text = str(error)
+        found.append(Problem(index, severity, error.kind, error.tool_name, text, step))
+    for repair in report.repairs:  # a model mistake the guard fixes at no token cost
+        kind = _REPAIRED.get(repair.kind)
+        if kind is not None:
+            name = _name(calls, repair.tool_call_id)
+            text = f"{repair} (the guard repairs this locally)"
+            found.append(Problem(index, _WARNING, kind, name, text, step, "repair"))
+    return found
 
 
 def _name(calls: list[Any], call_id: str | None) -> str:

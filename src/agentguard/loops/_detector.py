@@ -117,6 +117,42 @@ class LoopDetector:
         session: the session id put on events.
     """
 
+    # (slots: the instance keeps about thirty attributes, the most an instance dict shares its
+    # keys for in CPython; past it every attribute lookup of the detector takes the slow path)
+    __slots__ = (
+        "__weakref__",
+        "_call_ids",
+        "_checked",
+        "_clock",
+        "_detectors",
+        "_failed",
+        "_fp_last",
+        "_fp_memo",
+        "_hooks",
+        "_keys",
+        "_known",
+        "_no_runs",
+        "_oks",
+        "_on_call",
+        "_on_flag",
+        "_on_result",
+        "_on_text",
+        "_outcomes",
+        "_pending_calls",
+        "_periods",
+        "_policies",
+        "_process_hooks",
+        "_result_ids",
+        "_result_memo",
+        "_runs",
+        "_seq",
+        "_stalled",
+        "_tooled",
+        "_window",
+        "config",
+        "session",
+    )
+
     # made by ``_start_tools`` on the first tool event
     _on_call: tuple[tuple[Detector, ...], tuple[Detector, ...]]  # (sticky, loose)
     _on_result: tuple[tuple[Detector, ...], tuple[Detector, ...]]
@@ -166,6 +202,9 @@ class LoopDetector:
         self._result_memo: dict[tuple[str, str], str] = {}
         self._fp_last: tuple[object, str, str] | None = None  # (arguments object, name, fp)
         self._oks: dict[str, Verdict] = {}
+        #: whether the latest tool result :meth:`observe` judged reports a failure, ``None``
+        #: when it judged none (see :attr:`TranscriptScanner.last_failed`)
+        self._failed: bool | None = None
 
     def _start_tools(self) -> None:
         """Build the tool detectors and the bookkeeping they share (once, on the first tool
@@ -371,7 +410,9 @@ class LoopDetector:
 
     # -- whole messages --------------------------------------------------------------------
 
-    def observe(self, message: Message) -> list[Verdict]:
+    def observe(  # noqa: PLR0915 - one pass per message, kept flat: it runs per message
+        self, message: Message
+    ) -> list[Verdict]:
         """Judge one OpenAI-format message: assistant text and ``tool_calls``, ``tool`` results.
 
         An assistant's ``reasoning_content`` (or ``reasoning``) is judged as text too, before its
@@ -435,9 +476,11 @@ class LoopDetector:
             if pending is None:
                 name = _text_of(message.get("name", ""))
                 pending = (name, None, None) if name else None
-            if pending is not None:
+            if pending is None:
+                self._failed = None
+            else:
                 result = message.get("content")
-                failed = is_error_result(result)
+                failed = self._failed = is_error_result(result)
                 verdict = self._record(pending[0], pending[1], result, failed, pending[2])
                 out.append(verdict if verdict.detector else self._ok_about(pending[0]))
         return out

@@ -92,6 +92,14 @@ class TranscriptScanner:
         """The detector behind :attr:`last_severity` (the first of equals), ``None`` when OK."""
         return self._last_detector
 
+    @property
+    def last_failed(self) -> bool | None:
+        """Whether the last message fed, a tool result, reports a failure (by
+        :func:`~agentguard.loops.is_error_result`, the rule the detectors judge it by); ``None``
+        when they did not judge it (a result naming no tool). Unspecified after other messages.
+        """
+        return self._detector._failed
+
     def feed(self, message: Message) -> list[Finding]:
         """Judge the next message of the transcript; return new findings (possibly none)."""
         # (the state in locals, written back once: this runs per message)
