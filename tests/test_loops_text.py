@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rapidfuzz import fuzz
@@ -447,3 +449,53 @@ def test_remembered_degeneration_is_the_analysis_of_the_text(text: str, limit: i
     assert degeneration(text, limit + 1, remember=True) in (-1, degenerate_repeats(text))
     for remember in (True, True, False):
         assert degeneration(text, limit, remember=remember) == expected
+
+
+#: one-line texts where lower-casing depends on context (a final sigma, case-ignorable marks)
+_CASED = st.text(
+    st.sampled_from(
+        ["\u03a3", "A", "a", " ", "\u2003", "\xa0", "\t", "\u0301", "'", ".", "\u0130"]
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_TEXTS, _texts_with_runs(), _CASED), st.integers(min_value=1, max_value=12))
+def test_a_normalised_text_handed_over_changes_no_count(text: str, limit: int) -> None:
+    """The degeneration check given the response window's normalised text counts what it
+    counts from the text alone (one line's prose, whitespace removed, is either)."""
+    from agentguard.loops._text import degeneration, repeats_below
+
+    norm = normalise_text(text)
+    assert repeats_below(text, limit, norm) == repeats_below(text, limit)
+    assert degeneration(text, limit, normalised=norm) == degeneration(text, limit)
+
+
+def test_the_text_detectors_share_one_normalised_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer is normalised once for both text detectors: the response window compares it,
+    the degeneration check is handed it; a narration (not compared) is not normalised."""
+    from agentguard.loops import _detectors
+
+    made: list[str] = []
+    handed: list[str | None] = []
+    degeneration = _detectors.degeneration
+
+    def normalise(text: str) -> str:
+        made.append(text)
+        return normalise_text(text)
+
+    def spy(text: str, limit: int, **options: Any) -> int:
+        handed.append(options.get("normalised"))
+        return degeneration(text, limit, **options)
+
+    monkeypatch.setattr(_detectors, "normalise_text", normalise)
+    monkeypatch.setattr(_text_module, "normalise_text", normalise)
+    monkeypatch.setattr(_detectors, "degeneration", spy)
+    detector = LoopDetector()
+    detector.check_text("Run 5 fails  in Test 3.")
+    assert made == ["Run 5 fails  in Test 3."]
+    assert handed == ["run 5 fails in test 3."]
+    detector.check_text("Checking the build.", narration=True)
+    assert made == ["Run 5 fails  in Test 3."]
+    assert handed[1:] == [None]

@@ -29,7 +29,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
-from ._text import ResponseWindow, degeneration
+from ._text import ResponseWindow, degeneration, normalise_text
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -195,11 +195,20 @@ class TextEvent:
     """
 
     kind: ClassVar[Kind] = "text"
-    __slots__ = ("narration", "text")
+    __slots__ = ("_normalised", "narration", "text")
 
     def __init__(self, text: str, narration: bool = False) -> None:
         self.text = text
         self.narration = narration
+        self._normalised: str | None = None
+
+    @property
+    def normalised(self) -> str:
+        """The text lower-cased, its whitespace collapsed (:func:`normalise_text`): made once,
+        on demand, for every detector that compares it."""
+        if self._normalised is None:
+            self._normalised = normalise_text(self.text)
+        return self._normalised
 
 
 def arguments_text(arguments: Any) -> str:
@@ -803,7 +812,7 @@ class ResponseRepeat(Detector):
         if event.narration:
             return OK  # a short narration repeated while the calls progress is normal
         n = self.config.duplicate_threshold
-        count = self._window.add(event.text)
+        count = self._window.add(event.text, event.normalised)
         if count < n:  # the usual case: no repeat (and the ladder starts at n)
             self._level = OK
             return OK
@@ -830,7 +839,10 @@ class DegenerateText(Detector):
 
     def check(self, event: TextEvent) -> Verdict:
         m = self.config.degenerate_min_repeats
-        n = degeneration(event.text, m, remember=event.narration)
+        # an answer's normalised text is the response detector's (made before: it is earlier
+        # in the registry); a narration's is not made (its count is mostly remembered)
+        normalised = None if event.narration else event.normalised
+        n = degeneration(event.text, m, remember=event.narration, normalised=normalised)
         if n < 0:
             return OK  # a sentence or two: no unit can come back m times
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)

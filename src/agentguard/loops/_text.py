@@ -181,7 +181,7 @@ def _blocks_recur(codes: bytes, top: int) -> bool:
     return False
 
 
-def repeats_below(text: str, limit: int) -> bool:
+def repeats_below(text: str, limit: int, normalised: str | None = None) -> bool:
     """True when :func:`degenerate_repeats` of ``text`` is surely below ``limit``, told by a few
     C passes instead of the line and sentence analysis (most outputs, narration above all, are
     a sentence or two).
@@ -192,6 +192,8 @@ def repeats_below(text: str, limit: int) -> bool:
     removed, has a periodic stretch (:func:`_periodic`), which it cannot when the text's one
     line has none (a text of several lines is cut to its prose first: a fence or a table row
     between two halves of a run must not hide it).
+
+    ``normalised``: :func:`normalise_text` of ``text``, when the caller made it already.
     """
     if len(text) > _SCAN_CHARS:
         return False
@@ -200,9 +202,15 @@ def repeats_below(text: str, limit: int) -> bool:
         return False
     # One line's prose is the line normalised (or nothing: a fence, a table row); whitespace
     # removed, that is the line lower-cased (whitespace is neither cased nor case-ignorable, so
-    # collapsing it changes no final sigma).
-    prose = "".join(_prose_lines(text)) if len(lines) > 1 else text.lower()
-    return _first_periodic("".join(prose.split()), first_found=True) < 0  # (not _periodic)
+    # collapsing it changes no final sigma), or the line normalised with its spaces removed (no
+    # other whitespace is left in it: lower-casing makes none).
+    if len(lines) > 1:
+        bare = "".join("".join(_prose_lines(text)).split())
+    elif normalised is not None:
+        bare = normalised.replace(" ", "")
+    else:
+        bare = "".join(text.lower().split())
+    return _first_periodic(bare, first_found=True) < 0  # (not _periodic)
 
 
 #: :func:`degeneration` of recent narrations, shared by every detector in the process: a loop
@@ -213,7 +221,9 @@ _REMEMBERED_CHARS, _REMEMBERED = 1_024, 1_024
 _DEGENERATION: dict[tuple[str, int], int] = {}
 
 
-def degeneration(text: str, limit: int, *, remember: bool = False) -> int:
+def degeneration(
+    text: str, limit: int, *, remember: bool = False, normalised: str | None = None
+) -> int:
     """:func:`degenerate_repeats` of ``text``, or ``-1`` when :func:`repeats_below` tells that
     it is below ``limit`` without the analysis.
 
@@ -223,13 +233,14 @@ def degeneration(text: str, limit: int, *, remember: bool = False) -> int:
         remember: the text is likely to come back (narration): the answer is remembered per
             text (a pure function of it). Other texts (answers) are mostly new: remembering
             them would cost more than it saves.
+        normalised: :func:`normalise_text` of ``text``, when the caller made it already.
     """
     if not remember:
-        return -1 if repeats_below(text, limit) else degenerate_repeats(text)
+        return -1 if repeats_below(text, limit, normalised) else degenerate_repeats(text)
     key = (text, limit)
     found = _DEGENERATION.get(key)
     if found is None:
-        found = -1 if repeats_below(text, limit) else degenerate_repeats(text)
+        found = -1 if repeats_below(text, limit, normalised) else degenerate_repeats(text)
         if len(text) <= _REMEMBERED_CHARS:
             if len(_DEGENERATION) >= _REMEMBERED:
                 _DEGENERATION.clear()
@@ -294,9 +305,10 @@ class ResponseWindow:
         self._keep = max(0, size - 1)  # the responses kept besides the newest
         self._similarity = similarity * 100.0
 
-    def add(self, text: str) -> int:
-        """Remember ``text``; return how many responses in the window (itself included) match it."""
-        norm = normalise_text(text)
+    def add(self, text: str, normalised: str | None = None) -> int:
+        """Remember ``text``; return how many responses in the window (itself included) match it.
+        ``normalised``: :func:`normalise_text` of ``text``, when the caller made it already."""
+        norm = normalise_text(text) if normalised is None else normalised
         items = self._items
         if self._similarity < 100.0:
             # Near-duplicates: an equal response scores 100, so the heads alone tell every match
