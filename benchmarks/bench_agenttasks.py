@@ -508,7 +508,8 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
                 "not such failures: those runs stay on the small model. The profile's checks "
                 "make them failures: a value the request does not state (re-asked with the "
                 "request's values as the choices), a final answer sharing no value with a "
-                "result (asked again from the results, then handed up), a value the request "
+                "result or stating a number no result holds (asked again from the results, "
+                "then handed up), a value the request "
                 "names that no call covered (its call asked for), a text cut off at the cap "
                 "with no call (re-asked).",
             ],
