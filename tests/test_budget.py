@@ -416,6 +416,23 @@ def test_sigkill_mid_commit_loses_nothing_committed(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_call_settled_after_its_lease_counts_and_is_the_only_overshoot() -> None:
+    """Found by the state machine below: a reservation whose lease ran out has its hold back
+    (a crashed caller's hold must return), other calls take the room, and when the late call
+    settles its usage still counts: the limit is passed by that call's usage, and only by it."""
+    clock = FakeClock()
+    ledger = _ledger(clock, per_session=1_000, per_hour=None, policy="hard_stop", lease_seconds=30)
+    slow = ledger.reserve("s", 90)
+    clock.advance(30)
+    assert ledger.usage("s").session_reserved == 0  # its hold returned with the lease
+    fast = ledger.reserve("s", 1_000)
+    ledger.commit(fast, 1_000)
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("s", 1)
+    assert ledger.commit(slow, 90).counted
+    assert ledger.usage("s").session_tokens == 1_090
+
+
 class LedgerMachine(RuleBasedStateMachine):
     """Random reserves, commits (with duplicate ids), releases and time: invariants hold."""
 
@@ -427,31 +444,34 @@ class LedgerMachine(RuleBasedStateMachine):
         self.ledger = _ledger(
             self.clock, per_session=self.LIMIT, per_hour=None, policy="hard_stop", lease_seconds=30
         )
-        self.open: list[object] = []
+        self.open: list[tuple[object, float]] = []  # (reservation, when it was made)
         self.counted: dict[str, int] = {}
+        self.late = 0  # tokens settled after their reservation's lease ran out
 
     @rule(tokens=st.integers(min_value=1, max_value=400))
     def reserve(self, tokens: int) -> None:
         before = self.ledger.usage("s")
         try:
-            self.open.append(self.ledger.reserve("s", tokens))
+            self.open.append((self.ledger.reserve("s", tokens), self.clock()))
         except BudgetExceeded:
             assert before.session_tokens + before.session_reserved + tokens > self.LIMIT
 
     @precondition(lambda self: self.open)
     @rule(used=st.integers(min_value=0, max_value=400), event=st.integers(min_value=0, max_value=5))
     def commit(self, used: int, event: int) -> None:
-        res = self.open.pop()
+        res, made = self.open.pop()
         used = min(used, res.tokens)  # type: ignore[attr-defined]
         settlement = self.ledger.commit(res, used, event_id=f"e{event}")  # type: ignore[arg-type]
         if settlement.counted:
             assert f"e{event}" not in self.counted
             self.counted[f"e{event}"] = used
+            if self.clock() - made >= 30:  # its hold had returned: others may have taken it
+                self.late += used
 
     @precondition(lambda self: self.open)
     @rule()
     def release(self) -> None:
-        self.ledger.release(self.open.pop())  # type: ignore[arg-type]
+        self.ledger.release(self.open.pop()[0])  # type: ignore[arg-type]
 
     @rule(seconds=st.floats(min_value=0, max_value=40))
     def wait(self, seconds: float) -> None:
@@ -459,9 +479,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def within_the_limit_and_exact(self) -> None:
+        """Exact, and within the limit — past it only by usage settled after its reservation's
+        lease ran out: a call that outlasts its lease had its hold returned (the lease is what
+        frees a crashed caller's hold), and what it used still counts when it settles."""
         snap = self.ledger.usage("s")
         assert snap.session_tokens == sum(self.counted.values())
-        assert snap.session_tokens + snap.session_reserved <= self.LIMIT
+        assert snap.session_tokens + snap.session_reserved <= self.LIMIT + self.late
 
 
 TestLedgerMachine = LedgerMachine.TestCase
