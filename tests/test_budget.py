@@ -437,12 +437,17 @@ class LedgerMachine(RuleBasedStateMachine):
     """Random reserves, commits (with duplicate ids), releases and time: invariants hold."""
 
     LIMIT = 1_000
+    LEASE = 30
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.ledger = _ledger(
-            self.clock, per_session=self.LIMIT, per_hour=None, policy="hard_stop", lease_seconds=30
+            self.clock,
+            per_session=self.LIMIT,
+            per_hour=None,
+            policy="hard_stop",
+            lease_seconds=self.LEASE,
         )
         self.open: list[tuple[object, float]] = []  # (reservation, when it was made)
         self.counted: dict[str, int] = {}
@@ -465,7 +470,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if settlement.counted:
             assert f"e{event}" not in self.counted
             self.counted[f"e{event}"] = used
-            if self.clock() - made >= 30:  # its hold had returned: others may have taken it
+            if self.clock() - made >= self.LEASE:  # its hold had returned: others may have taken it
                 self.late += used
 
     @precondition(lambda self: self.open)
