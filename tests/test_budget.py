@@ -419,9 +419,17 @@ def test_sigkill_mid_commit_loses_nothing_committed(tmp_path: Path) -> None:
 def test_a_call_settled_after_its_lease_counts_and_is_the_only_overshoot() -> None:
     """Found by the state machine below: a reservation whose lease ran out has its hold back
     (a crashed caller's hold must return), other calls take the room, and when the late call
-    settles its usage still counts: the limit is passed by that call's usage, and only by it."""
+    settles its usage still counts: the limit is passed by that call's usage, and only by it.
+    (Here nothing renews the lease: ``max_call_seconds: 0``; see the test after.)"""
     clock = FakeClock()
-    ledger = _ledger(clock, per_session=1_000, per_hour=None, policy="hard_stop", lease_seconds=30)
+    ledger = _ledger(
+        clock,
+        per_session=1_000,
+        per_hour=None,
+        policy="hard_stop",
+        lease_seconds=30,
+        max_call_seconds=0,
+    )
     slow = ledger.reserve("s", 90)
     clock.advance(30)
     assert ledger.usage("s").session_reserved == 0  # its hold returned with the lease
@@ -433,11 +441,81 @@ def test_a_call_settled_after_its_lease_counts_and_is_the_only_overshoot() -> No
     assert ledger.usage("s").session_tokens == 1_090
 
 
+def test_a_call_in_flight_keeps_its_hold_past_its_lease() -> None:
+    """The same slow call, its lease renewed while it runs (what the process's renewer thread
+    does for a ledger on the wall clock): its hold stays, the fast call is refused, and no
+    usage passes the limit."""
+    clock = FakeClock()
+    ledger = _ledger(clock, per_session=1_000, per_hour=None, policy="hard_stop", lease_seconds=30)
+    slow = ledger.reserve("s", 90)
+    clock.advance(14)
+    assert ledger.renew_due() == 0  # not due before half a lease
+    clock.advance(1)
+    assert ledger.renew_due() == 1
+    clock.advance(25)  # 40 s: past the first lease's end
+    assert ledger.usage("s").session_reserved == 90
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("s", 1_000)
+    ledger.commit(slow, 90)
+    assert ledger.renew_due() == 0  # settled: nothing left in flight
+    assert ledger.usage("s").session_tokens == 90
+    assert ledger.reserve("s", 910).tokens == 910
+
+
+def test_renewal_stops_at_max_call_seconds_and_when_not_held() -> None:
+    """A call still unsettled ``max_call_seconds`` after its reservation is taken for abandoned
+    (its hold lapses with the lease, as a crashed caller's); a hold gone from the store (settled
+    by another worker) is forgotten; ``max_call_seconds: 0`` renews nothing."""
+    clock = FakeClock()
+    ledger = _ledger(clock, per_session=1_000, lease_seconds=30, max_call_seconds=60)
+    ledger.reserve("s", 100)
+    for _ in range(3):
+        clock.advance(15)
+        assert ledger.renew_due() == 1
+    clock.advance(15)  # 60 s after the reservation
+    assert ledger.renew_due() == 0
+    assert ledger.usage("s").session_reserved == 100  # the last renewal's lease still runs
+    clock.advance(30)
+    assert ledger.usage("s").session_reserved == 0
+    gone = ledger.reserve("s", 5)
+    ledger.store.release(ledger.spec, gone.id, clock())  # settled elsewhere
+    clock.advance(15)
+    assert ledger.renew_due() == 0
+    assert not ledger.renew(gone)
+    off = _ledger(clock, per_session=1_000, lease_seconds=30, max_call_seconds=0)
+    kept = off.reserve("s", 5)
+    clock.advance(15)
+    assert off.renew_due() == 0
+    assert off.renew(kept)  # by hand, still possible: until 45 s
+    clock.advance(25)
+    assert off.usage("s").session_reserved == 5
+
+
+@pytest.mark.anyio
+async def test_async_renew_keeps_a_hold() -> None:
+    """The async twin renews as the sync one does."""
+    clock = FakeClock()
+    ledger = _ledger(clock, per_session=100, lease_seconds=30)
+    held = await ledger.areserve("s", 60)
+    clock.advance(20)
+    assert await ledger.arenew(held)
+    clock.advance(20)
+    assert (await ledger.ausage("s")).session_reserved == 60
+    await ledger.arelease(held)
+    assert not await ledger.arenew(held)
+
+
 class LedgerMachine(RuleBasedStateMachine):
-    """Random reserves, commits (with duplicate ids), releases and time: invariants hold."""
+    """Random reserves, commits (with duplicate ids), releases and time: invariants hold.
+
+    Time passes with the renewer at work (every quarter lease, as its thread runs for a ledger
+    on the wall clock): no call outlives its hold, so nothing ever passes the limit. The
+    subclass below runs without renewals.
+    """
 
     LIMIT = 1_000
     LEASE = 30
+    RENEW = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -448,6 +526,7 @@ class LedgerMachine(RuleBasedStateMachine):
             per_hour=None,
             policy="hard_stop",
             lease_seconds=self.LEASE,
+            max_call_seconds=3_600 if self.RENEW else 0,
         )
         self.open: list[tuple[object, float]] = []  # (reservation, when it was made)
         self.counted: dict[str, int] = {}
@@ -470,8 +549,8 @@ class LedgerMachine(RuleBasedStateMachine):
         if settlement.counted:
             assert f"e{event}" not in self.counted
             self.counted[f"e{event}"] = used
-            if self.clock() - made >= self.LEASE:  # its hold had returned: others may have taken it
-                self.late += used
+            if not self.RENEW and self.clock() - made >= self.LEASE:
+                self.late += used  # its hold had returned: others may have taken the room
 
     @precondition(lambda self: self.open)
     @rule()
@@ -480,7 +559,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.floats(min_value=0, max_value=40))
     def wait(self, seconds: float) -> None:
-        self.clock.advance(seconds)
+        while seconds > 0:
+            step = min(seconds, self.LEASE / 4)
+            self.clock.advance(step)
+            seconds -= step
+            if self.RENEW:
+                self.ledger.renew_due()
 
     @invariant()
     def within_the_limit_and_exact(self) -> None:
@@ -490,7 +574,19 @@ class LedgerMachine(RuleBasedStateMachine):
         snap = self.ledger.usage("s")
         assert snap.session_tokens == sum(self.counted.values())
         assert snap.session_tokens + snap.session_reserved <= self.LIMIT + self.late
+        if self.RENEW:  # every call in flight still holds all it reserved
+            assert self.late == 0
+            assert snap.session_reserved == sum(r.tokens for r, _ in self.open)  # type: ignore[attr-defined]
+
+
+class LedgerMachineWithoutRenewal(LedgerMachine):
+    """The same without renewals (``max_call_seconds: 0``): a call that outlives its lease
+    may pass the limit by its own usage, and only by it."""
+
+    RENEW = False
 
 
 TestLedgerMachine = LedgerMachine.TestCase
 TestLedgerMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestLedgerMachineWithoutRenewal = LedgerMachineWithoutRenewal.TestCase
+TestLedgerMachineWithoutRenewal.settings = TestLedgerMachine.settings

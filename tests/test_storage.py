@@ -152,6 +152,27 @@ def test_expired_lease_returns_its_tokens(store: Store, clock: FakeClock) -> Non
     assert not store.release(SPEC, "r1", clock())
 
 
+def test_renew_moves_a_lease_end_later_never_earlier(store: Store, clock: FakeClock) -> None:
+    """A renewed hold lasts until its new end; a renewal asking for an earlier end changes
+    nothing; a hold no longer held (ended, settled) is not renewed."""
+    start = clock()
+    store.reserve(SPEC, Hold("a", "r1", 40, start + 30), start)
+    clock.advance(20)
+    assert store.renew(SPEC, "r1", start + 80, clock())
+    clock.advance(20)  # 40 s: past the first end
+    assert store.snapshot(SPEC, "a", clock()).session_held == 40
+    assert store.renew(SPEC, "r1", start + 50, clock())  # earlier: the end stays at 80
+    clock.advance(39)
+    assert store.snapshot(SPEC, "a", clock()).session_held == 40
+    clock.advance(1)
+    assert store.snapshot(SPEC, "a", clock()).session_held == 0
+    assert not store.renew(SPEC, "r1", clock() + 60, clock())
+    store.reserve(SPEC, Hold("a", "r2", 10, clock() + 30), clock())
+    store.commit(SPEC, Charge("a", "r2", "e2", 10, 0), clock())
+    assert not store.renew(SPEC, "r2", clock() + 60, clock())
+    assert store.snapshot(SPEC, "a", clock()).session_used == 10
+
+
 def test_usage_leaves_the_window_when_its_bucket_expires(store: Store) -> None:
     """Tokens committed in bucket b count while b is one of the last 60 buckets, then not."""
     clock = FakeClock(1_699_999_980.0 + 30)  # 30 s into a 60 s bucket (1_699_999_980 = 60 * n)
@@ -209,14 +230,19 @@ def test_placing_the_same_reservation_id_again_replaces_it(store: Store, clock: 
 async def test_async_twins_share_state_with_the_sync_methods(
     store: Store, clock: FakeClock
 ) -> None:
-    """areserve/acommit/arelease/asnapshot act on the same state as their sync twins."""
+    """areserve/acommit/arelease/asnapshot/arenew act on the same state as their sync twins."""
     await store.areserve(SPEC, Hold("a", "r1", 30, clock() + 60), clock())
     store.reserve(SPEC, Hold("a", "r2", 30, clock() + 60), clock())
+    assert await store.arenew(SPEC, "r2", clock() + 90, clock())
+    clock.advance(70)  # past r1's lease and r2's first one
+    assert (await store.asnapshot(SPEC, "a", clock())).session_held == 30
+    await store.areserve(SPEC, Hold("a", "r1", 30, clock() + 60), clock())
     await store.acommit(SPEC, Charge("a", "r1", "e", 20, 3), clock())
     assert await store.arelease(SPEC, "r2", clock())
     snap = await store.asnapshot(SPEC, "a", clock())
     assert (snap.session_tokens, snap.session_cost, snap.session_held) == (20, 3, 0)
     assert store.snapshot(SPEC, "a", clock()) == snap
+    assert not await store.arenew(SPEC, "r2", clock() + 90, clock())
     aclose = getattr(store, "aclose", None)
     if aclose is not None:  # asyncio clients belong to this test's event loop
         await aclose()

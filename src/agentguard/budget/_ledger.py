@@ -33,6 +33,7 @@ from agentguard.types import Clock, Usage
 
 from ._learned import OutputEstimate
 from ._pricing import PriceTable
+from ._renewer import RENEWER, LeaseRenewer
 from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
 __all__ = ["InvalidTokenCount", "TokenLedger", "clamp_output_tokens"]
@@ -174,6 +175,16 @@ class TokenLedger:
             None if spec.hour_limit is None else ratio * spec.hour_limit,
         )
         self._lease = budget.lease_seconds
+        # Calls in flight: reservation id -> (next renewal, last renewal), while renewals apply.
+        renew_for = budget.max_call_seconds if budget.enabled else 0.0
+        self._renew_for = renew_for
+        self._flights: dict[str, tuple[float, float]] | None = (
+            {} if renew_for > budget.lease_seconds else None
+        )
+        self._renewer: LeaseRenewer | None = None
+        if self._flights is not None and clock is _clock.wall:
+            self._renewer = RENEWER
+            RENEWER.add(self, budget.lease_seconds)
         # Reservation ids: a random per-ledger prefix and a counter — unique across processes
         # and hosts, and far cheaper than a uuid4 per call.
         self._ids = itertools.count(1)
@@ -237,7 +248,10 @@ class TokenLedger:
         """
         hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = self._store.reserve(self._spec, hold, now)
-        return self._admit(hold, estimated_tokens, model, now, state)
+        reservation = self._admit(hold, estimated_tokens, model, now, state)
+        if self._flights is not None:
+            self._fly(reservation.id, now)
+        return reservation
 
     async def areserve(
         self,
@@ -251,7 +265,10 @@ class TokenLedger:
         """Async twin of :meth:`reserve`."""
         hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = await self._store.areserve(self._spec, hold, now)
-        return self._admit(hold, estimated_tokens, model, now, state)
+        reservation = self._admit(hold, estimated_tokens, model, now, state)
+        if self._flights is not None:
+            self._fly(reservation.id, now)
+        return reservation
 
     def commit(
         self, reservation: Reservation, usage: int | Usage, event_id: str | None = None
@@ -275,6 +292,8 @@ class TokenLedger:
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
         charge, used, now = self._charge(reservation, usage, event_id)
+        if self._flights is not None:
+            self._flights.pop(reservation.id, None)
         state = self._store.commit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
@@ -283,18 +302,87 @@ class TokenLedger:
     ) -> Settlement:
         """Async twin of :meth:`commit`."""
         charge, used, now = self._charge(reservation, usage, event_id)
+        if self._flights is not None:
+            self._flights.pop(reservation.id, None)
         state = await self._store.acommit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
     def release(self, reservation: Reservation) -> bool:
         """Give back a reservation whose call failed; ``False`` if it was no longer held."""
         now = self._clock()
+        if self._flights is not None:
+            self._flights.pop(reservation.id, None)
         return self._store.release(self._spec, reservation.id, now)
 
     async def arelease(self, reservation: Reservation) -> bool:
         """Async twin of :meth:`release`."""
         now = self._clock()
+        if self._flights is not None:
+            self._flights.pop(reservation.id, None)
         return await self._store.arelease(self._spec, reservation.id, now)
+
+    def renew(self, reservation: Reservation) -> bool:
+        """Keep the hold of a call still running for another ``lease_seconds`` from now.
+
+        The ledger does this by itself for its calls in flight (see ``max_call_seconds``);
+        call it for a reservation you settle elsewhere. ``False`` when the reservation is no
+        longer held (settled, released, or its lease already ended: its usage, when it
+        settles, still counts). ``reservation.expires_at`` keeps the lease's first end.
+
+        Raises:
+            StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
+        """
+        now = self._clock()
+        return self._store.renew(self._spec, reservation.id, now + self._lease, now)
+
+    async def arenew(self, reservation: Reservation) -> bool:
+        """Async twin of :meth:`renew`."""
+        now = self._clock()
+        return await self._store.arenew(self._spec, reservation.id, now + self._lease, now)
+
+    def renew_due(self) -> int:
+        """Renew the leases of this ledger's calls in flight that have run half a lease since
+        they were placed or last renewed; how many were renewed.
+
+        A ledger on the wall clock has a thread call this (see
+        :mod:`agentguard.budget._renewer`); on an injected clock, call it yourself. A call is
+        renewed until it settles or ``max_call_seconds`` after it was reserved; one whose
+        reservation is no longer held is forgotten.
+
+        Raises:
+            StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
+        """
+        flights = self._flights
+        if not flights:
+            return 0
+        now = self._clock()
+        half = self._lease / 2
+        spec, store, expires_at = self._spec, self._store, now + self._lease
+        renewed = 0
+        for rid, (due, until) in list(flights.items()):
+            if now < due:
+                continue
+            if now >= until:  # a call this long is taken for abandoned: its hold lapses
+                flights.pop(rid, None)
+                continue
+            if store.renew(spec, rid, expires_at, now):
+                renewed += 1
+                if rid in flights:  # not settled meanwhile
+                    flights[rid] = (now + half, until)
+            else:
+                flights.pop(rid, None)
+        return renewed
+
+    def _fly(self, rid: str, now: float) -> None:
+        """A call in flight: its lease is due for renewal after half of it."""
+        self._flights[rid] = (now + self._lease / 2, now + self._renew_for)  # type: ignore[index]
+        renewer = self._renewer
+        if renewer is not None and renewer.idle:  # a forked child's first call
+            renewer.start()
+
+    def _forget_flights(self) -> None:
+        if self._flights is not None:
+            self._flights.clear()
 
     def usage(self, session: str | None = None) -> UsageSnapshot:
         """Tokens and cost of ``session`` (if given) and of the rolling hour."""

@@ -439,6 +439,12 @@ class TokenBudgetConfig(Section):
         gt=0.0,
         description="Lifetime of a reservation: a caller that crashes frees its tokens after it.",
     )
+    max_call_seconds: float = Field(
+        3600.0,
+        ge=0.0,
+        description="How long a call still in flight keeps its reservation: its lease is renewed "
+        "(every half lease) until it settles or this long has passed; 0: never renewed.",
+    )
     window_bucket_seconds: int = Field(
         60,
         ge=1,

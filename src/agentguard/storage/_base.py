@@ -282,6 +282,13 @@ class Store(Protocol):
         """Drop a reservation without counting anything; ``False`` when it was not held."""
         ...
 
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """Move a held reservation's lease end to ``expires_at`` (never earlier).
+
+        ``False`` when it is not held (settled, released, or its lease already ended).
+        """
+        ...
+
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """The current state (session fields are zero when ``session`` is ``None``)."""
         ...
@@ -300,6 +307,12 @@ class Store(Protocol):
 
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
+        ...
+
+    async def arenew(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float
+    ) -> bool:
+        """Async twin of :meth:`renew`."""
         ...
 
     def breaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
@@ -403,6 +416,10 @@ class SyncBackedStore(abc.ABC):
         """See :meth:`Store.release`."""
 
     @abc.abstractmethod
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """See :meth:`Store.renew`."""
+
+    @abc.abstractmethod
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`Store.snapshot`."""
 
@@ -463,6 +480,12 @@ class SyncBackedStore(abc.ABC):
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
         return await self._offload(self.snapshot, spec, session, now)
+
+    async def arenew(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float
+    ) -> bool:
+        """Async twin of :meth:`renew`."""
+        return await self._offload(self.renew, spec, reservation_id, expires_at, now)
 
     async def abreaker_allow(self, spec: BreakerSpec, now: float) -> BreakerView:
         """Async twin of :meth:`breaker_allow`."""

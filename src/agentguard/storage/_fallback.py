@@ -333,6 +333,21 @@ class FallbackStore:
         if outage is not None:
             outage.local.release(spec, reservation_id, now)
 
+    def _saw_renew(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, held: bool
+    ) -> None:
+        """A renewal's answer: what an outage would start from holds the reservation as long
+        (or no longer, when it was not held)."""
+        with self._known_lock:
+            holds = self._scope(spec).holds
+            hold = holds.get(reservation_id)
+            if hold is None:
+                return
+            if not held:
+                del holds[reservation_id]
+            elif expires_at > hold.expires_at:
+                holds[reservation_id] = dataclasses.replace(hold, expires_at=expires_at)
+
     def _forget(self, reservation_id: str) -> None:
         with self._known_lock:
             for known in self._known.values():
@@ -369,6 +384,12 @@ class FallbackStore:
         """See :meth:`agentguard.storage.Store.release`."""
         return self._run(now, _release(spec, reservation_id, now))
 
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.renew` (served locally during an outage)."""
+        held = self._run(now, _renew(spec, reservation_id, expires_at, now))
+        self._saw_renew(spec, reservation_id, expires_at, held)
+        return held
+
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`agentguard.storage.Store.snapshot`."""
         return self._run(now, _snapshot(spec, session, now))
@@ -388,6 +409,14 @@ class FallbackStore:
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
         return await self._arun(now, _snapshot(spec, session, now))
+
+    async def arenew(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float
+    ) -> bool:
+        """Async twin of :meth:`renew`."""
+        held = await self._arun(now, _renew(spec, reservation_id, expires_at, now))
+        self._saw_renew(spec, reservation_id, expires_at, held)
+        return held
 
     # -- breakers ---------------------------------------------------------------------------
 
@@ -496,6 +525,14 @@ def _release(spec: BudgetSpec, rid: str, now: float) -> _Op[bool]:
         lambda s: s.arelease(spec, rid, now),
         lambda f, _: f._saw_release(spec, rid, now),
         rid,
+    )
+
+
+def _renew(spec: BudgetSpec, rid: str, expires_at: float, now: float) -> _Op[bool]:
+    # An outage's stand-in renews its own copy; nothing to replay (a lease is not usage).
+    return _Op(
+        lambda s: s.renew(spec, rid, expires_at, now),
+        lambda s: s.arenew(spec, rid, expires_at, now),
     )
 
 

@@ -137,6 +137,15 @@ class _Scope:
         self._drop(rid, held)
         return True
 
+    def renew(self, rid: str, expires_at: float) -> bool:
+        held = self.reservations.get(rid)
+        if held is None:
+            return False
+        if expires_at > held[2]:  # the old heap entry is skipped when it surfaces
+            self.reservations[rid] = (held[0], held[1], expires_at)
+            heapq.heappush(self.lease_heap, (expires_at, rid))
+        return True
+
     def state(
         self,
         session: _Session | None,
@@ -250,6 +259,11 @@ class MemoryStore(SyncBackedStore):
         """See :meth:`agentguard.storage.Store.release`."""
         with self._lock:
             return self._scope(spec, now).release(reservation_id)
+
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.renew`."""
+        with self._lock:
+            return self._scope(spec, now).renew(reservation_id, expires_at)
 
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`agentguard.storage.Store.snapshot`."""

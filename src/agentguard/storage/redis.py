@@ -159,6 +159,23 @@ return 0
 """
 )
 
+# ARGV: now, id, expires_at, lease_ms
+_RENEW = (
+    _PRELUDE
+    + """
+local id, at = ARGV[2], tonumber(ARGV[3])
+purge()
+if redis.call('HEXISTS', R, id) == 0 then return 0 end
+local score = redis.call('ZSCORE', Z, id)
+if (not score) or at > tonumber(score) then redis.call('ZADD', Z, ARGV[3], id) end
+local lease = tonumber(ARGV[4])
+extend(R, lease)
+extend(Z, lease)
+extend(H, lease)
+return 1
+"""
+)
+
 # ARGV: now, session, first
 _SNAPSHOT = (
     _PRELUDE
@@ -456,6 +473,13 @@ class RedisStore:
     ) -> tuple[str, list[str], list[Any]]:
         return _RELEASE, self._keys(spec, None), [repr(now), reservation_id]
 
+    def _renew_call(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float
+    ) -> tuple[str, list[str], list[Any]]:
+        lease_ms = _ms(expires_at - now + spec.bucket_seconds)
+        args = [repr(now), reservation_id, repr(expires_at), lease_ms]
+        return _RENEW, self._keys(spec, None), args
+
     def _snapshot_call(
         self, spec: BudgetSpec, session: str | None, now: float
     ) -> tuple[str, list[str], list[Any]]:
@@ -563,6 +587,10 @@ class RedisStore:
         """See :meth:`agentguard.storage.Store.release`."""
         return bool(self._run(self._release_call(spec, reservation_id, now)))
 
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.renew`."""
+        return bool(self._run(self._renew_call(spec, reservation_id, expires_at, now)))
+
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`agentguard.storage.Store.snapshot`."""
         return _state(self._run(self._snapshot_call(spec, session, now)))
@@ -582,6 +610,12 @@ class RedisStore:
     async def asnapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """Async twin of :meth:`snapshot`."""
         return _state(await self._arun(self._snapshot_call(spec, session, now)))
+
+    async def arenew(
+        self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float
+    ) -> bool:
+        """Async twin of :meth:`renew`."""
+        return bool(await self._arun(self._renew_call(spec, reservation_id, expires_at, now)))
 
     # -- breakers and records ---------------------------------------------------------------
 

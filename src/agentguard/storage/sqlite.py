@@ -295,6 +295,17 @@ class SQLiteStore(SyncBackedStore):
             ).rowcount
             return bool(gone)
 
+    def renew(self, spec: BudgetSpec, reservation_id: str, expires_at: float, now: float) -> bool:
+        """See :meth:`agentguard.storage.Store.renew`."""
+        with self._transaction() as db:
+            self._expire(db, spec, now)
+            held = db.execute(
+                "UPDATE reservations SET expires_at = MAX(expires_at, ?) "
+                "WHERE scope = ? AND id = ?",
+                (expires_at, spec.scope, reservation_id),
+            ).rowcount
+            return bool(held)
+
     def snapshot(self, spec: BudgetSpec, session: str | None, now: float) -> BudgetState:
         """See :meth:`agentguard.storage.Store.snapshot`."""
         with self._transaction() as db:
