@@ -567,6 +567,42 @@ def test_a_stream_that_breaks_off_after_its_first_words_ends_on_the_error() -> N
     assert (usage.session_reserved, usage.session_tokens > 0) == (0, True)
 
 
+@pytest.mark.anyio
+async def test_a_call_cancelled_while_upstream_thinks_gives_its_hold_back() -> None:
+    """A non-streaming call whose task is cancelled (a timeout around it, a client gone) while
+    the upstream has not answered: its hold returns at once, and the ledger keeps no call in
+    flight to renew (before lease renewal it lapsed after ``lease_seconds``; kept in flight, it
+    would have been renewed for ``max_call_seconds``)."""
+    entered = anyio.Event()
+
+    async def upstream(request: Any) -> Any:
+        entered.set()
+        await anyio.sleep_forever()
+
+    config = ag.GuardConfig.from_dict(
+        {"memory_pressure": {"enabled": False}, "token_budget": {"per_session": 100_000}}, env={}
+    )
+    clock = FakeClock()
+    ledger = ag.TokenLedger(config, clock=clock)
+    client = openai.AsyncOpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.AsyncClient(transport=http.MockTransport(upstream)),
+        max_retries=0,
+    )
+    guarded = ag.wrap(client, config, ledger=ledger, clock=clock, sleep=clock.sleep)
+    ask = {"model": "m", "messages": [{"role": "user", "content": "think"}]}
+    ask["extra_headers"] = {"x-agentguard-session": "gone"}
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: guarded.chat.completions.create(**ask))
+        await entered.wait()
+        assert ledger.usage("gone").session_reserved > 0
+        tasks.cancel_scope.cancel()
+    assert ledger.usage("gone").session_reserved == 0
+    clock.advance(config.token_budget.lease_seconds)
+    assert ledger.renew_due() == 0
+
+
 @pytest.mark.parametrize(
     "error",
     [

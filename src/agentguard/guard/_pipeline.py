@@ -530,6 +530,24 @@ class Pipeline:
                 cheaper = yield from self._trigger(call, "budget", None)
                 call.state.forced_tier = cheaper
                 return None
+        try:
+            return (yield from self._send(call, stream, reservation, max_output_tokens))
+        except BaseException:
+            # Escaped the attempt (cancelled, a stream broken off, a fault of the guard's): a
+            # hold the attempt did not settle is given back now, not kept (and renewed) as a
+            # call in flight. One blocking store operation, as for an abandoned stream.
+            self._abandon(reservation)
+            raise
+
+    def _send(
+        self,
+        call: _Call,
+        stream: bool,
+        reservation: Reservation | None,
+        max_output_tokens: Any,
+    ) -> Plan[ModelResponse | None]:
+        """The attempt once its tokens are held: send, then settle the hold."""
+        b, tier, ledger = call.b, call.tier, self.ledger
         request = dataclasses.replace(
             call.rework.request(call.request, _token_count(max_output_tokens)),
             model=tier.model,
@@ -612,6 +630,19 @@ class Pipeline:
             ledger.commit(reservation, _delivered_usage(call))
         except Exception:  # see the docstring: the lease frees the hold
             logger.debug("could not settle an abandoned stream", exc_info=True)
+
+    def _abandon(self, reservation: Reservation | None) -> None:
+        """Give back a hold its attempt did not settle (one it settled stays settled).
+
+        Never raises: the attempt's own exception goes on; a store that cannot release leaves
+        the hold to its lease."""
+        ledger = self.ledger
+        if ledger is None or reservation is None:
+            return
+        try:
+            ledger.release(reservation)
+        except Exception:  # see the docstring
+            logger.debug("could not release an abandoned reservation", exc_info=True)
 
     def _free(self, call: _Call, reservation: Reservation | None, *, delivered: bool) -> Plan[None]:
         """The hold of a failed attempt given back; when it ``delivered`` part of a stream to
