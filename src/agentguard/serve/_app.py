@@ -58,6 +58,7 @@ from agentguard.resilience import CircuitBreaker
 from agentguard.storage import Store, store_from_config
 from agentguard.transport import (
     SCOPE,
+    SESSION_HEADER,
     TRACE_PARENT,
     ModelRequest,
     ModelResponse,
@@ -68,6 +69,7 @@ from agentguard.transport import (
 )
 from agentguard.types import Tier
 
+from ._meter import Metered, meter
 from ._upstream import (
     FORWARD,
     HOP_BY_HOP,
@@ -90,6 +92,8 @@ __all__ = ["ROUTES", "Endpoint", "GuardApp", "GuardServer", "add_route", "create
 Endpoint = Callable[["GuardServer", Request], Awaitable[Response]]
 
 _KEY_HEADERS = ("authorization", "api-key", "x-api-key")
+# What a forwarded model call's metering reads of its headers: the caller's key, the session.
+_METER_HEADERS = frozenset(h.encode() for h in (*_KEY_HEADERS, SESSION_HEADER))
 
 
 class GuardServer:
@@ -956,6 +960,13 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
         (k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP or k == b"content-encoding"
     ]
     method = scope["method"]
+    metered: Metered | None = None
+    if method == "POST" and server.config.token_budget.enabled:
+        # a model call on a route the guard does not read still counts against the budgets
+        try:
+            metered = await _meter(server, scope, body)
+        except AgentGuardError as exc:
+            return guard_error(exc)
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
         decoded = readable(answer.headers)
@@ -963,26 +974,59 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
             # read whole and sent as one: no stream to drive (Starlette's runs a task beside
             # it, listening for the caller to leave) and no chunked framing (a write less)
             content = await read_whole(answer)
+            if metered is not None:
+                metered.reader.feed(content)
+                await metered.done(answer.status_code)
             return _whole(answer.status_code, content, answer.headers, head=method == "HEAD")
     except (UpstreamError, ModelTimeout) as exc:
+        if metered is not None:
+            await metered.fail()
         return upstream_error(exc)
+    except BaseException:
+        if metered is not None:
+            metered.abandon()
+        raise
 
     async def body_of() -> AsyncIterator[bytes]:
         # a coding the server cannot undo goes on as it came, for the caller that asked for it
         # (an answer read already, as a mock transport's are, holds the bytes as they came)
         raw = not decoded and not answer.is_stream_consumed
         pieces = answer.aiter_raw() if raw else answer.aiter_bytes()
+        read = metered.reader.feed if metered is not None and decoded else None
         try:
             async for piece in pieces:
+                if read is not None:
+                    read(piece)
                 yield piece
+        except BaseException:
+            if metered is not None:
+                metered.abandon()
+            raise
         finally:
             await answer.aclose()
+        if metered is not None:
+            await metered.done(answer.status_code)
 
     headers_out = _upstream_headers(answer.headers)
     if not decoded:
         headers_out["content-encoding"] = ", ".join(answer.headers.get_list("content-encoding"))
     out = StreamingResponse(body_of(), status_code=answer.status_code, headers=headers_out)
     return _repeated(out, answer.headers)
+
+
+async def _meter(server: GuardServer, scope: Scope, body: bytes) -> Metered | None:
+    """The hold of a forwarded model call on its caller's budgets (``None``: no model call).
+
+    Raises:
+        BudgetExceeded: under ``hard_stop``, the call does not fit.
+    """
+    headers = {
+        k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _METER_HEADERS
+    }
+    ledger = server.guard_for(_caller(headers)).pipeline.ledger
+    if ledger is None:
+        return None
+    return await meter(ledger, scope["path"], headers, body)
 
 
 #: Answers of at most this many bytes (by their ``Content-Length``) are forwarded whole.
