@@ -34,9 +34,12 @@ from bench_agenttasks import SMALL_MODEL_PROFILE
 DATA = Path(__file__).parent / "data" / "smollm2_grounding.jsonl"
 #: single-turn prompts of the benchmark, recorded the same way (issue 17: the owed choices)
 OWED = Path(__file__).parent / "data" / "smollm2_owed_choices.jsonl"
+#: the same in llama.cpp's grammar function-calling mode (sent with tool_choice "auto"): markup
+#: debris written as an argument's value
+DEBRIS = Path(__file__).parent / "data" / "smollm2_fc_debris.jsonl"
 CASES = {
     line["case"]: line
-    for path in (DATA, OWED)
+    for path in (DATA, OWED, DEBRIS)
     for line in (json.loads(text) for text in path.read_text(encoding="utf-8").splitlines())
 }
 ONE_TIER = {
@@ -75,7 +78,12 @@ def _run(
     request = ModelRequest(
         model="smollm2",
         messages=[*agenttasks.SEED_MESSAGES, *line["messages"]],
-        params={"tools": agenttasks.TOOLS, "temperature": 0, "max_tokens": 160},
+        params={
+            "tools": agenttasks.TOOLS,
+            "temperature": 0,
+            "max_tokens": 160,
+            **({"tool_choice": line["tool_choice"]} if "tool_choice" in line else {}),
+        },
     )
     return model, guard.complete(request)
 
@@ -400,3 +408,33 @@ def test_without_the_profile_nothing_is_owed(case: str) -> None:
     """Default configuration: no grounding, so the pinned call is the answer (four requests)."""
     model, _ = _run(case, profile=False)
     assert len(model.requests) <= 4
+
+
+@pytest.mark.parametrize(
+    ("case", "tool", "right"),
+    [
+        ("fc_debris_weather", "get_weather", {"city": "Madrid"}),
+        ("fc_debris_time", "get_time", {"city": "Sydney"}),
+    ],
+)
+def test_markup_debris_as_a_value_is_asked_again_with_the_request_values(
+    case: str, tool: str, right: dict[str, str]
+) -> None:
+    """Recorded (SmolLM2-135M, llama.cpp's grammar function-calling mode): empty answers, then
+    the pinned tool's call with debris of the wire as its city (``./data.jsonp?key=1&#34;name
+    &#34;: ...``: too long to be checked as a looked-up value, but its HTML character
+    references are in no text of the request). It is re-asked with the request's values as the
+    choices, and the model writes the right call."""
+    model, response = _run(case)
+    assert len(model.requests) == len(CASES[case]["answers"])
+    debris = [
+        c["function"]["arguments"]
+        for a in CASES[case]["answers"]
+        for c in a["tool_calls"] or ()
+        if "&#34;" in c["function"]["arguments"]
+    ]
+    assert debris  # the recording holds the debris
+    assert _calls(response) == [(tool, right)]
+    assert any(
+        "re-asked with the request's values as the choices" in w for w in _warnings(response)
+    )

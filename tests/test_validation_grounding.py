@@ -126,6 +126,45 @@ def test_grounded_enum_and_long_values_are_not_flagged() -> None:
     assert ungrounded_arguments(calls, request, SPECS) == []
 
 
+# Recorded from SmolLM2-135M in llama.cpp's grammar function-calling mode, pinned to get_weather
+# for "Weather in Madrid please." (the arguments after the guard's JSON repair).
+DEBRIS = (
+    "./data.jsonp?key=1&#34;name&#34;: &#34;Cairo&#34;, &#34;temperature_c&#34;: 16, "
+    "&#34;condition&#34;: &#34;mist&#34;}\n{ "
+)
+
+
+def test_long_markup_debris_in_a_value_is_ungrounded() -> None:
+    """A long value is text the model wrote and is not checked, unless it holds HTML character
+    references the request does not: then it is debris of the wire, not a value."""
+    request = current_request([{"role": "user", "content": "Weather in Madrid please."}])
+    (error,) = ungrounded_arguments(
+        [ToolCall("get_weather", json.dumps({"city": DEBRIS}), "c1")], request, SPECS
+    )
+    assert (error.kind, error.path, error.suggestions) == (
+        "ungrounded_argument",
+        "$.city",
+        ("Madrid",),
+    )
+    plain = DEBRIS.replace("&#34;", '"')
+    assert (
+        ungrounded_arguments(
+            [ToolCall("get_weather", json.dumps({"city": plain}), "c1")], request, SPECS
+        )
+        == []
+    )
+    quoting = current_request(
+        [{"role": "user", "content": 'Weather in "Madrid" — the page says &#34;Madrid&#34;.'}]
+    )
+    long_quote = "the page says &#34;Madrid&#34; and more words here"
+    assert (
+        ungrounded_arguments(
+            [ToolCall("get_weather", json.dumps({"city": long_quote}), "c1")], quoting, SPECS
+        )
+        == []
+    )
+
+
 def test_a_request_that_names_nothing_flags_nothing() -> None:
     """No values in the request: no list to choose from, so no error."""
     request = current_request([{"role": "user", "content": "what is the weather like?"}])

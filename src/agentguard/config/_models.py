@@ -347,12 +347,13 @@ class ToolValidationConfig(Section):
     # (docs/local-models.md).
     ungrounded_arguments: bool = Field(
         False,
-        description="A short string argument whose value neither the user's request nor a tool "
-        "result states, when the request names values (a city, a file name), is an error "
-        "(ungrounded_argument); so is a number argument, when the request states numbers. The "
-        "re-ask pins the tool and narrows the argument to the request's values (an enum), owed "
-        "once per argument even past max_retries. Kept, with a warning, when nothing better "
-        "comes back.",
+        description="A short string argument (or a longer one holding HTML character "
+        "references no text of the request holds: markup debris) whose value neither the user's "
+        "request nor a tool result states, when the request names values (a city, a file name), "
+        "is an error (ungrounded_argument); so is a number argument, when the request states "
+        "numbers. The re-ask pins the tool and narrows the argument to the request's values "
+        "(an enum), owed once per argument even past max_retries. Kept, with a warning, when "
+        "nothing better comes back.",
     )
     ungrounded_answers: bool = Field(
         False,
