@@ -29,17 +29,18 @@ from agentguard.types import Usage
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import agenttasks
+from agentguard.validation._reask import CHOOSE_TOOL
 from bench_agenttasks import SMALL_MODEL_PROFILE
 
 DATA = Path(__file__).parent / "data" / "smollm2_grounding.jsonl"
 #: single-turn prompts of the benchmark, recorded the same way (issue 17: the owed choices)
 OWED = Path(__file__).parent / "data" / "smollm2_owed_choices.jsonl"
 #: the same in llama.cpp's grammar function-calling mode (sent with tool_choice "auto"): markup
-#: debris written as an argument's value
-DEBRIS = Path(__file__).parent / "data" / "smollm2_fc_debris.jsonl"
+#: debris written as an argument's value; empty answers naming no tool (the asked rung)
+FC_MODE = Path(__file__).parent / "data" / "smollm2_fc_mode.jsonl"
 CASES = {
     line["case"]: line
-    for path in (DATA, OWED, DEBRIS)
+    for path in (DATA, OWED, FC_MODE)
     for line in (json.loads(text) for text in path.read_text(encoding="utf-8").splitlines())
 }
 ONE_TIER = {
@@ -438,3 +439,34 @@ def test_markup_debris_as_a_value_is_asked_again_with_the_request_values(
     assert any(
         "re-asked with the request's values as the choices" in w for w in _warnings(response)
     )
+
+
+def test_an_empty_answer_naming_no_tool_asks_the_model_which_tool_on_one_tier() -> None:
+    """Recorded (SmolLM2-135M, llama.cpp's grammar function-calling mode): "Is it raining in
+    Tokyo?" shares no word with any tool, and the model answers with nothing twice. On one tier
+    the guard asks which tool the request needs through its chooser (pinned, the tool names an
+    enum), pins the tool chosen, and the model writes the call (after the choices re-ask for a
+    made-up city)."""
+    model, response = _run("fc_asked_rain")
+    assert len(model.requests) == len(CASES["fc_asked_rain"]["answers"]) == 5
+    asked = model.requests[2]
+    assert asked.params["tool_choice"] == {"type": "function", "function": {"name": CHOOSE_TOOL}}
+    (chooser,) = asked.tools
+    names = [t["function"]["name"] for t in agenttasks.TOOLS]
+    assert chooser["function"]["parameters"]["properties"]["tool"]["enum"] == names
+    assert model.requests[3].params["tool_choice"]["function"]["name"] == "get_weather"
+    assert _calls(response) == [("get_weather", {"city": "Tokyo"})]
+    assert "asked which tool the request needs: get_weather" in _warnings(response)
+
+
+def test_with_a_tier_above_the_model_is_not_asked_which_tool() -> None:
+    """The same empty answers with a stronger tier behind: it answers, rather than the small
+    model's guess."""
+    answers = CASES["fc_asked_rain"]["answers"]
+    small = ScriptedModel([_reply(a) for a in answers[:2]])
+    strong = ScriptedModel([Reply.call("get_weather", {"city": "Tokyo"})])
+    response = _two_tiers(small, strong, CASES["fc_asked_rain"]["messages"])
+    assert len(small.requests) == 2
+    assert all(CHOOSE_TOOL not in json.dumps(r.tools) for r in small.requests)
+    assert len(strong.requests) == 1
+    assert _calls(response) == [("get_weather", {"city": "Tokyo"})]

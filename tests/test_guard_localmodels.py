@@ -427,14 +427,16 @@ def test_the_same_empty_answer_pins_the_tool_the_question_asks_for() -> None:
 
 
 def test_a_question_naming_no_tool_leaves_the_tools_alone() -> None:
-    """No tool shares a word with the question: nothing to narrow to; the ladder gives up
-    rather than send the same request again."""
-    model = ScriptedModel([Reply.text("")] * 3)
+    """No tool shares a word with the question: nothing to narrow to; the model is asked which
+    tool through the chooser, once, and when its answer names none the ladder gives up rather
+    than send a request again."""
+    model = ScriptedModel([Reply.text("")] * 4)
     with pytest.raises(ToolValidationFailed):
         _guard(model, escalation={"enabled": False}).complete(
             _req([{"role": "user", "content": "Hello there."}])
         )
-    assert len(model.requests) == 2
+    assert len(model.requests) == 3
+    assert [t["function"]["name"] for t in model.requests[2].tools] == ["agentguard_choose_tool"]
 
 
 def test_an_answer_that_copies_the_correction_back_is_no_answer() -> None:

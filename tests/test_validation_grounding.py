@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from agentguard.validation._grounding import (
     uncovered_values,
     ungrounded_arguments,
 )
-from agentguard.validation._reask import CorrectionLadder
+from agentguard.validation._reask import CHOOSE_TOOL, CorrectionLadder
 
 WEATHER = {
     "type": "function",
@@ -418,3 +419,77 @@ def test_the_choices_are_owed_until_each_doubted_argument_was_offered_them() -> 
     right = _failed(question, "search_flights", {"origin": "London", "destination": "Paris"})
     assert right.ok
     assert not ladder.owes(right)
+
+
+def _empty(question: str) -> tuple[CorrectionLadder, Any]:
+    validator = ToolCallValidator([WEATHER, FLIGHTS, CONVERT])
+    report = validator.validate({"role": "assistant", "content": ""}, "stop")
+    assert not report.ok
+    return CorrectionLadder([WEATHER, FLIGHTS, CONVERT], question), report
+
+
+def test_an_empty_answer_naming_no_tool_is_asked_which_tool_once() -> None:
+    """Empty answers to a question sharing no word with any tool: the correction, then (the
+    answer the same, nothing to narrow or pin) the chooser, once; its answer names the tool to
+    pin, and with none named no rung is left."""
+    ladder, empty = _empty("Is it raining in Tokyo?")
+    assert ladder.picked({"role": "assistant", "content": "get_weather"}) is None  # not asked
+    first = ladder.next(empty)
+    assert first is not None
+    assert first.rung == "correction"
+    asked = ladder.next(empty)
+    assert asked is not None
+    assert asked.rung == "asked"
+    assert asked.tool_choice == {"type": "function", "function": {"name": CHOOSE_TOOL}}
+    (chooser,) = asked.tools or []
+    choice = chooser["function"]["parameters"]["properties"]["tool"]
+    assert choice["enum"] == ["get_weather", "search_flights", "convert_currency"]
+    assert "get_weather: Current weather in a city." in choice["description"]
+    chose = {"name": CHOOSE_TOOL, "arguments": '{"tool": "get_weather"}'}
+    picked = ladder.picked({"role": "assistant", "tool_calls": [{"id": "c", "function": chose}]})
+    assert picked == (empty, "get_weather")
+    pinned = ladder.next(empty)
+    assert pinned is not None
+    assert (pinned.rung, pinned.tool_choice["function"]["name"]) == ("pinned", "get_weather")
+    again, report = _empty("Is it raining in Tokyo?")
+    again.next(report)
+    assert again.next(report) is not None  # asked
+    assert again.picked({"role": "assistant", "content": "get_weather or convert_currency"}) == (
+        report,
+        None,
+    )
+    assert again.next(report) is None  # nothing named: no rung left, never asked twice
+
+
+def test_the_chooser_is_not_asked_when_the_question_names_a_tool() -> None:
+    """A question sharing words with a tool has its narrowed and pinned rungs instead."""
+    ladder, empty = _empty("What is the weather in Paris?")
+    rungs = []
+    while (reask := ladder.next(empty)) is not None:
+        rungs.append(reask.rung)
+    assert rungs == ["correction", "narrowed"]  # narrowed to one tool: pinned already
+
+
+@pytest.mark.parametrize(
+    ("message", "named"),
+    [
+        ({"content": "get_weather"}, "get_weather"),
+        ({"content": "The tool: Get Weather."}, "get_weather"),
+        ({"content": "search_flights, then get_weather"}, None),
+        ({"content": "a library called Aeropex"}, None),
+        (
+            {"tool_calls": [{"function": {"name": "search_flights", "arguments": "{}"}}]},
+            "search_flights",
+        ),
+        (
+            {"tool_calls": [{"function": {"name": CHOOSE_TOOL, "arguments": '{"tool": "nope"}'}}]},
+            None,
+        ),
+    ],
+)
+def test_what_an_answer_to_the_chooser_names(message: dict[str, Any], named: str | None) -> None:
+    """The chooser's argument, a call of a tool itself, or the one tool name a text holds."""
+    ladder, empty = _empty("Is it raining in Tokyo?")
+    ladder.next(empty)
+    ladder.next(empty)
+    assert ladder.picked({"role": "assistant", **message}) == (empty, named)

@@ -776,6 +776,14 @@ class Pipeline:
             if report.repairs:
                 b.repairs.extend(str(r) for r in report.repairs)
                 response = _with_tool_calls(response, report)
+            # the answer to "which tool does the request need" (tools off) is no answer: the
+            # answer it was asked for is re-asked, pinned to the tool it names
+            asked = call.rework.picked(response.message)
+            if asked is not None:
+                report, named = asked
+                b.warnings.append(
+                    f"asked which tool the request needs: {named or 'the answer named none'}"
+                )
             # a text answer that copies the correction back failed as the answer corrected
             report = call.rework.echoed(response.message) or report
             cfg = self.config.tool_validation
@@ -937,6 +945,8 @@ class Pipeline:
         owed = _soft(report) and call.rework.owes(report)
         if cfg.retry_with_correction and (call.corrections < cfg.max_retries or owed):
             reask = call.rework.reask(report, call.request)
+            if reask is not None and reask.rung == "asked" and self._above(call):
+                reask = None  # a stronger tier answers rather than the model's own guess
         if reask is None and report.tool_calls and _soft(report) and not self._above(call):
             # a value the request does not state may still be right: with nothing better back
             # and no tier above, the call is the model's answer
@@ -951,6 +961,10 @@ class Pipeline:
                 b.warnings.append(
                     f"values the request does not state ({_paths(report)}): re-asked with the "
                     "request's values as the choices"
+                )
+            elif reask.rung == "asked":
+                b.warnings.append(
+                    "the correction changed nothing and no tool is named: asked which one"
                 )
             elif reask.rung != "correction":
                 b.warnings.append(f"the correction changed nothing: re-asked {reask.rung}")

@@ -11,6 +11,15 @@ guarded call:
 2. ``narrowed``: when the answer repeats the one it corrects, only the tools the correction
    points to are offered (the closest names of an unknown tool, or the tool the call named);
 3. ``pinned``: then ``tool_choice`` names the one most likely tool;
+4. ``asked``: when neither the errors nor the question point to any tool (an empty answer to
+   "Is it raining in Tokyo?" shares no word with ``get_weather``), the model is asked which of
+   the tools the request needs, through the one tool :data:`CHOOSE_TOOL`, pinned, whose
+   argument is an ``enum`` of the tool names; the tool it chooses is then pinned, as in rung 3.
+   The guard's pipeline takes this rung only when no tier above could answer instead
+   (measured on SmolLM2-135M in llama.cpp's grammar function-calling mode, which answered such
+   prompts with nothing twice: asked in words it wrote prose naming no tool; asked through the
+   chooser it chose ``get_weather`` each time, right for the rain in Tokyo, wrong for "50 EUR
+   in JPY" and "Open notes.txt");
 
 and, for a call whose arguments hold values the request never states (``ungrounded_argument``,
 opt-in), ``choices``: the tool pinned and each such argument narrowed to the request's values (a
@@ -37,9 +46,9 @@ from agentguard.transport import ModelRequest
 
 from ._report import ValidationReport, json_text
 
-__all__ = ["CorrectionLadder", "Reask", "Rework", "Rung"]
+__all__ = ["CHOOSE_TOOL", "CorrectionLadder", "Reask", "Rework", "Rung"]
 
-Rung = Literal["correction", "narrowed", "pinned", "choices", "covering"]
+Rung = Literal["correction", "narrowed", "pinned", "choices", "covering", "asked"]
 _RUNGS: tuple[Rung, ...] = ("correction", "narrowed", "pinned")
 
 
@@ -87,6 +96,10 @@ class CorrectionLadder:
     _choices: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: the failed answer's report the last re-ask corrected
     last: ValidationReport | None = None
+    #: the ``asked`` rung: sent (once), its answer awaited, and the tool that answer named
+    _asked: bool = False
+    _asking: bool = False
+    _picked: str | None = None
 
     def echoed(self, message: Mapping[str, Any]) -> bool:
         """Whether ``message`` (a text answer to a correction) copies the correction back: a
@@ -117,7 +130,42 @@ class CorrectionLadder:
             if reask is not None and self._fresh(reask, report):
                 return reask
             self._rung += 1
-        return None
+        return self._ask(report)
+
+    def _ask(self, report: ValidationReport) -> Reask | None:
+        """The ``asked`` rung: which tool the request needs, tools off; once, and only when no
+        rung could name one (``None`` otherwise)."""
+        names = [n for n in (_name_of(t) for t in self.tools) if n is not None]
+        if self._asked or len(names) < 2 or _candidates(report, self.tools):
+            return None
+        if _asked_for(self.question, self.tools):
+            return None
+        self._asked = True
+        question = (
+            "[agentguard] Which one of these tools does the request above need: "
+            f"{', '.join(names)}? Choose it with {CHOOSE_TOOL}."
+        )
+        ask = [{"role": "user", "content": question}]
+        reask = Reask("asked", ask, [_chooser(self.tools, names)], _choice(CHOOSE_TOOL))
+        if not self._fresh(reask, report):
+            return None
+        self._asking = True
+        return reask
+
+    def picked(self, message: Mapping[str, Any]) -> tuple[ValidationReport, str | None] | None:
+        """The answer to the ``asked`` question (``None`` when none was awaited): the failed
+        answer the question was asked for, to be re-asked, and the tool ``message`` names
+        (``None`` when it names none, or more than one: then no rung is left)."""
+        if not self._asking or self.last is None:
+            return None
+        self._asking = False
+        names = [n for n in (_name_of(t) for t in self.tools) if n is not None]
+        name = _chosen(message, names)
+        if name is not None:
+            self._picked = name
+            self._rung = _RUNGS.index("pinned")
+            self._last_answer = None  # the pinned re-ask's answer is a new one
+        return self.last, name
 
     def owes(self, report: ValidationReport) -> bool:
         """Whether ``report`` doubts an argument (``ungrounded_argument``) of the tool a
@@ -179,7 +227,8 @@ class CorrectionLadder:
         if rung == "correction":
             return Reask(rung, messages, None, _choice(pin) if pin else None)
         asked = _asked_for(self.question, self.tools)
-        candidates = _candidates(report, self.tools) or asked
+        picked = [self._picked] if self._picked is not None else []
+        candidates = _candidates(report, self.tools) or asked or picked
         if not candidates:
             return None
         # the tool the question asks for first, among those the errors point to
@@ -420,6 +469,65 @@ def _asked_for(question: str, tools: Sequence[Mapping[str, Any]], limit: int = 3
     return [name for _, _, name in sorted(scored)[:limit]]
 
 
+#: The one tool the ``asked`` rung offers: its argument is an ``enum`` of the request's tool
+#: names (a server with grammar-constrained calls can only write one of them).
+CHOOSE_TOOL = "agentguard_choose_tool"
+
+
+def _chooser(tools: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """The ``asked`` rung's tool: choose one of ``names`` (their descriptions listed)."""
+    described = []
+    for tool in tools:
+        fn = tool.get("function")
+        info = fn if isinstance(fn, Mapping) else tool
+        text = info.get("description")
+        if isinstance(info.get("name"), str) and isinstance(text, str) and text:
+            described.append(f"{info['name']}: {text}")
+    tool_schema: dict[str, Any] = {"type": "string", "enum": list(names)}
+    if described:
+        tool_schema["description"] = "; ".join(described)[:2_000]
+    return {
+        "type": "function",
+        "function": {
+            "name": CHOOSE_TOOL,
+            "description": "Choose the tool the request needs.",
+            "parameters": {
+                "type": "object",
+                "properties": {"tool": tool_schema},
+                "required": ["tool"],
+            },
+        },
+    }
+
+
+def _chosen(message: Mapping[str, Any], names: Sequence[str]) -> str | None:
+    """The tool an answer to the ``asked`` rung chose: the chooser's argument, a call of the
+    tool itself, or the one name its text holds."""
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            continue
+        if fn.get("name") in names:
+            return str(fn["name"])
+        if fn.get("name") == CHOOSE_TOOL:
+            value = _arguments(fn.get("arguments")).get("tool")
+            if isinstance(value, str):
+                return _named(value, names)
+    content = message.get("content")
+    return _named(content, names) if isinstance(content, str) else None
+
+
+def _named(text: str, names: Sequence[str]) -> str | None:
+    """The one tool of ``names`` a short answer names: by its name (``get_weather``), or by its
+    words (``get weather``); ``None`` when it names none or several."""
+    low = text.lower()
+    found = {n for n in names if n.lower() in low}
+    if not found:
+        spaced = re.sub(r"[\s\-]+", " ", low)
+        found = {n for n in names if n.lower().replace("_", " ") in spaced}
+    return found.pop() if len(found) == 1 else None
+
+
 def _answer_key(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     calls = []
@@ -492,6 +600,11 @@ class Rework:
             self.tools = reask.tools
             self.params = reask.params(request.params) if reask.tool_choice else None
         return reask
+
+    def picked(self, message: Mapping[str, Any]) -> tuple[ValidationReport, str | None] | None:
+        """The answer to the ``asked`` re-ask, when it was the last (see
+        :meth:`CorrectionLadder.picked`); ``None`` otherwise."""
+        return None if self.ladder is None else self.ladder.picked(message)
 
     def echoed(self, message: Mapping[str, Any]) -> ValidationReport | None:
         """The report of the failed answer a correction was sent for, when ``message`` only
