@@ -50,6 +50,7 @@ from ._identity import (
     text_call_key,
     text_result_key,
 )
+from ._text import normalise_text
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
 
@@ -396,7 +397,9 @@ class LoopDetector:
         """
         if not self.config.enabled or not text or text.isspace():  # (no stripped copy made)
             return OK
-        event = TextEvent(text, narration)
+        # an answer's normalised text is compared by both text detectors: made here, once (a
+        # narration's is mostly not needed: its degeneration count is remembered per text)
+        event = TextEvent(text, True) if narration else TextEvent(text, False, normalise_text(text))
         verdict = OK
         for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
             if narration and not d.narration:

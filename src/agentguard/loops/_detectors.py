@@ -29,7 +29,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
-from ._text import ResponseWindow, degeneration, normalise_text
+from ._text import ResponseWindow, degenerate_repeats, degeneration, normalise_text, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -192,15 +192,17 @@ class TextEvent:
     Attributes:
         text: the output (not blank).
         narration: the text accompanies tool calls (only degeneration is judged then).
+        normalised: :func:`normalise_text` of the text when the maker made it already (an
+            answer's, compared by both text detectors); made on demand otherwise.
     """
 
     kind: ClassVar[Kind] = "text"
     __slots__ = ("_normalised", "narration", "text")
 
-    def __init__(self, text: str, narration: bool = False) -> None:
+    def __init__(self, text: str, narration: bool = False, normalised: str | None = None) -> None:
         self.text = text
         self.narration = narration
-        self._normalised: str | None = None
+        self._normalised = normalised
 
     @property
     def normalised(self) -> str:
@@ -839,10 +841,14 @@ class DegenerateText(Detector):
 
     def check(self, event: TextEvent) -> Verdict:
         m = self.config.degenerate_min_repeats
-        # an answer's normalised text is the response detector's (made before: it is earlier
-        # in the registry); a narration's is not made (its count is mostly remembered)
-        normalised = None if event.narration else event.normalised
-        n = degeneration(event.text, m, remember=event.narration, normalised=normalised)
+        if event.narration:  # its count is remembered (a loop says its narration again)
+            n = degeneration(event.text, m, remember=True)
+        elif repeats_below(event.text, m, event.normalised):
+            # an answer (mostly new: not remembered), told by the gate with the normalised
+            # text the response detector compared (:func:`degeneration`, one call less)
+            return OK
+        else:
+            n = degenerate_repeats(event.text)
         if n < 0:
             return OK  # a sentence or two: no unit can come back m times
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)
