@@ -360,11 +360,11 @@ class LoopDetector:
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
             if not d.quiet(event):
                 found = d.check(event)
-                if found is not OK:  # (compared here: a loop finds several per event)
-                    if found.severity > verdict.severity:
-                        verdict = found
-                    elif found.severity == verdict.severity:
-                        verdict = worse(verdict, found)
+                # (a tie goes to the earlier: the plan keeps the registry's order, which is
+                # the detectors' priority, and a detector's verdicts carry its own name; OK
+                # is worse than nothing)
+                if found.severity > verdict.severity:
+                    verdict = found
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
@@ -405,8 +405,10 @@ class LoopDetector:
             if narration and not d.narration:
                 continue
             found = d.check(event)
-            if found is not OK:  # (a verdict not OK is worse than OK: the first one is taken)
-                verdict = found if verdict is OK else worse(verdict, found)
+            # (a verdict not OK is worse than OK: the first one is taken; a tie goes to the
+            # earlier detector, as the text detectors are in the registry's order)
+            if found is not OK and (verdict is OK or found.severity > verdict.severity):
+                verdict = found
         if verdict is OK or (not self._hooks and not self._process_hooks):  # (a scan: no call)
             return verdict
         return self._emit(verdict)
@@ -435,9 +437,11 @@ class LoopDetector:
         role = message.get("role")
         out: list[Verdict] = []
         if role == "assistant":
-            content = content_text(message.get("content"))
+            content = message.get("content")
+            if content.__class__ is not str:  # (text mostly: then no call)
+                content = content_text(content)
             calls = message.get("tool_calls") or ()
-            if not isinstance(calls, (list, tuple)):
+            if calls.__class__ is not list and not isinstance(calls, (list, tuple)):
                 calls = ()
             # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
             # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
