@@ -325,9 +325,10 @@ class LoopDetector:
             state.same += 1
         state.last_result = rfp
         stalled = state.same >= 2
-        if len(self._outcomes) == self._outcomes.maxlen and self._outcomes[0]:
+        outcomes = self._outcomes
+        if len(outcomes) == outcomes.maxlen and outcomes[0]:
             self._stalled -= 1
-        self._outcomes.append(stalled)
+        outcomes.append(stalled)
         self._stalled += stalled
         event = ToolEvent(
             "result",
@@ -462,7 +463,9 @@ class LoopDetector:
                     name = _text_of(name)
                 arguments = fn.get("arguments", "")
                 verdict = self.check_tool_call(name, arguments)
-                out.append(verdict if verdict.detector else self._ok_about(name))
+                if verdict.detector is None:  # (the OK verdict about the tool: remembered)
+                    verdict = self._oks.get(name) or self._ok_about(name)
+                out.append(verdict)
                 call_id = call.get("id")
                 if call_id is not None and self._tooled:  # (not when detection is off)
                     if call_id.__class__ is not str:
@@ -489,7 +492,9 @@ class LoopDetector:
                 result = message.get("content")
                 failed = self._failed = is_error_result(result)
                 verdict = self._record(pending[0], pending[1], result, failed, pending[2])
-                out.append(verdict if verdict.detector else self._ok_about(pending[0]))
+                if verdict.detector is None:
+                    verdict = self._oks.get(pending[0]) or self._ok_about(pending[0])
+                out.append(verdict)
         return out
 
     def _ok_about(self, name: str) -> Verdict:

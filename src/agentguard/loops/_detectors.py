@@ -361,8 +361,9 @@ class UnknownToolRepeat(Detector):
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
         if event.kind == "result":
-            # an error result that says so teaches that the name is no tool
-            if not self._says_unknown(event):
+            # an error result that says so teaches that the name is no tool (a result that is
+            # no failure, the common one, says nothing: no call)
+            if not event.error or not self._says_unknown(event):
                 return OK
             self.names.setdefault(name, 1)
             return self._judge(name)
@@ -520,20 +521,10 @@ class NearDuplicate(Detector):
         return not self._informative(event)
 
     def check(self, event: ToolEvent) -> Verdict:
-        return self._ahead(event) if event.kind == "call" else self._after(event)
-
-    def _informative(self, event: ToolEvent) -> bool:
-        """A new answer long enough to say whether the calls differed (not a failure, not the
-        same answer again: those are the other detectors' case; not an acknowledgement such as
-        "ok", which says nothing about the calls)."""
-        if event.error or event.state.same != 1:
-            return False
-        result = event.result
-        size = len(result) if isinstance(result, str) else _printed_size(result)
-        return size >= self.config.near_duplicate_min_result_chars
-
-    def _after(self, event: ToolEvent) -> Verdict:
-        """After a result: is this call one more similar variant that returned the same thing?"""
+        if event.kind == "call":
+            return self._ahead(event)
+        # after a result (in line: every result comes here): is this call one more similar
+        # variant that returned the same thing?
         if not self._informative(event):
             return OK
         cfg = self.config
@@ -558,6 +549,16 @@ class NearDuplicate(Detector):
         if count >= cfg.no_progress_warn_at - 1:
             self.suspects.add(name)
         return self.verdict(no_progress_ladder(count, cfg), count, name)
+
+    def _informative(self, event: ToolEvent) -> bool:
+        """A new answer long enough to say whether the calls differed (not a failure, not the
+        same answer again: those are the other detectors' case; not an acknowledgement such as
+        "ok", which says nothing about the calls)."""
+        if event.error or event.state.same != 1:
+            return False
+        result = event.result
+        size = len(result) if isinstance(result, str) else _printed_size(result)
+        return size >= self.config.near_duplicate_min_result_chars
 
     def _ahead(self, event: ToolEvent) -> Verdict:
         """Before a call: is it one more variant of a near-duplicate group already flagged?"""
