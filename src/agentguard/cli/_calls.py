@@ -111,7 +111,7 @@ class CallChecks:
                 name = fn.get("name") or ""
                 if name.__class__ is not str:  # (a name is text mostly: then no call)
                     name = str(name)
-                arguments = fn.get("arguments")
+                arguments: Any = fn.get("arguments")
             else:
                 name, arguments = "", None
             stats = tools.get(name)
