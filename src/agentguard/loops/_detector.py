@@ -439,8 +439,8 @@ class LoopDetector:
         out: list[Verdict] = []
         if role == "assistant":
             content = message.get("content")
-            if content.__class__ is not str:  # (text mostly: then no call)
-                content = content_text(content)
+            if content.__class__ is not str:  # (text, or none beside calls: then no call)
+                content = "" if content is None else content_text(content)
             calls = message.get("tool_calls") or ()
             if calls.__class__ is not list and not isinstance(calls, (list, tuple)):
                 calls = ()
