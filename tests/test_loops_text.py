@@ -474,24 +474,31 @@ def test_a_normalised_text_handed_over_changes_no_count(text: str, limit: int) -
 
 def test_the_text_detectors_share_one_normalised_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer is normalised once for both text detectors: the response window compares it,
-    the degeneration check is handed it; a narration (not compared) is not normalised."""
-    from agentguard.loops import _detectors
+    the degeneration gate is handed it; a narration (not compared) is not normalised."""
+    from agentguard.loops import _detector, _detectors
 
     made: list[str] = []
     handed: list[str | None] = []
-    degeneration = _detectors.degeneration
+    repeats_below, degeneration = _detectors.repeats_below, _detectors.degeneration
 
     def normalise(text: str) -> str:
         made.append(text)
         return normalise_text(text)
 
-    def spy(text: str, limit: int, **options: Any) -> int:
+    def gate(text: str, limit: int, normalised: str | None = None) -> bool:
+        handed.append(normalised)
+        return repeats_below(text, limit, normalised)
+
+    def remembered(text: str, limit: int, **options: Any) -> int:
         handed.append(options.get("normalised"))
         return degeneration(text, limit, **options)
 
-    monkeypatch.setattr(_detectors, "normalise_text", normalise)
-    monkeypatch.setattr(_text_module, "normalise_text", normalise)
-    monkeypatch.setattr(_detectors, "degeneration", spy)
+    # (an answer's normalised text is made by check_text, a narration's count asked of the
+    # remembering degeneration(): both spied on wherever they are called from)
+    for module in (_detector, _detectors, _text_module):
+        monkeypatch.setattr(module, "normalise_text", normalise)
+    monkeypatch.setattr(_detectors, "repeats_below", gate)
+    monkeypatch.setattr(_detectors, "degeneration", remembered)
     detector = LoopDetector()
     detector.check_text("Run 5 fails  in Test 3.")
     assert made == ["Run 5 fails  in Test 3."]

@@ -97,38 +97,41 @@ class CallChecks:
                     return 0, [Problem(index, _WARNING, "text_tool_call", tool, text, step, action)]
             return 0, ()
         self.last_calls = index
-        listed = calls if isinstance(calls, list) else ()
+        listed = calls if calls.__class__ is list or isinstance(calls, list) else ()
         validator = self._validator
         found = [] if validator is None else _validated(validator, index, step, message, listed)
         size = 0
         tools = self.tools
         pending = self._pending
         for call in listed:
-            if not isinstance(call, dict):
+            if call.__class__ is not dict and not isinstance(call, dict):
                 continue
             fn = call.get("function")
-            if isinstance(fn, dict):
-                name = str(fn.get("name") or "")
-                arguments = fn.get("arguments")
+            if fn.__class__ is dict or isinstance(fn, dict):
+                name = fn.get("name") or ""
+                if name.__class__ is not str:  # (a name is text mostly: then no call)
+                    name = str(name)
+                arguments: Any = fn.get("arguments")
             else:
                 name, arguments = "", None
             stats = tools.get(name)
             if stats is None:
                 stats = self.stats(name)
             stats.calls += 1
-            if isinstance(arguments, str):
+            text_arguments = arguments.__class__ is str or isinstance(arguments, str)
+            if text_arguments:
                 size += len(arguments) + len(name)
             if validator is None:
                 # without a validator: the call's arguments, and its name against the declared
                 # names (or, with none declared, whether it ever works)
-                if isinstance(arguments, str):
+                if text_arguments:
                     try:
                         arguments = _arguments(arguments)
                     except ValueError:
                         text = f"arguments of {name} are not valid JSON"
                         found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
                         arguments = {}
-                if not isinstance(arguments, dict):
+                if arguments.__class__ is not dict and not isinstance(arguments, dict):
                     text = f"arguments of {name} are not a JSON object"
                     found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
                 if self.declared is not None:
@@ -143,7 +146,7 @@ class CallChecks:
                     self._unconfirmed[name] = (index, step)
             call_id = call.get("id")
             if call_id is not None:
-                pending[str(call_id)] = name
+                pending[call_id if call_id.__class__ is str else str(call_id)] = name
                 if len(pending) > 256:
                     del pending[next(iter(pending))]
         return size, found

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is
     from agentguard.budget import PriceTable
 
 _PROGRESS_EVERY = 2048
+_DICTS = frozenset({dict})  # the classes of a run of messages, as a rule
 #: exit codes of an interrupted scan, as a shell reports a process ended by the signal
 _INTERRUPTED, _PIPE_CLOSED = 130, 141
 
@@ -279,8 +280,8 @@ def _scan_file(
                 _, messages, where, tools, _, whole = run
                 if tools:
                     audit.declare(tools)  # once: declaring the same tools again changes nothing
-                for message in messages:
-                    if message.__class__ is not dict:
+                if {*map(type, messages)} != _DICTS:  # (one pass in C: dicts, as a rule)
+                    for message in messages:
                         checked(message, where)  # an InputError when it is no message
                 audit.feed_run(messages)
                 if whole and early:

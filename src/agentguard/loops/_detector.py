@@ -50,6 +50,7 @@ from ._identity import (
     text_call_key,
     text_result_key,
 )
+from ._text import normalise_text
 
 __all__ = ["DETECTORS", "LoopDetector", "Verdict"]
 
@@ -324,9 +325,10 @@ class LoopDetector:
             state.same += 1
         state.last_result = rfp
         stalled = state.same >= 2
-        if len(self._outcomes) == self._outcomes.maxlen and self._outcomes[0]:
+        outcomes = self._outcomes
+        if len(outcomes) == outcomes.maxlen and outcomes[0]:
             self._stalled -= 1
-        self._outcomes.append(stalled)
+        outcomes.append(stalled)
         self._stalled += stalled
         event = ToolEvent(
             "result",
@@ -359,11 +361,11 @@ class LoopDetector:
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
             if not d.quiet(event):
                 found = d.check(event)
-                if found is not OK:  # (compared here: a loop finds several per event)
-                    if found.severity > verdict.severity:
-                        verdict = found
-                    elif found.severity == verdict.severity:
-                        verdict = worse(verdict, found)
+                # (a tie goes to the earlier: the plan keeps the registry's order, which is
+                # the detectors' priority, and a detector's verdicts carry its own name; OK
+                # is worse than nothing)
+                if found.severity > verdict.severity:
+                    verdict = found
         if verdict.severity < state.level.severity:
             verdict = state.level  # sticky while the loop continues
         state.level = verdict
@@ -396,14 +398,18 @@ class LoopDetector:
         """
         if not self.config.enabled or not text or text.isspace():  # (no stripped copy made)
             return OK
-        event = TextEvent(text, narration)
+        # an answer's normalised text is compared by both text detectors: made here, once (a
+        # narration's is mostly not needed: its degeneration count is remembered per text)
+        event = TextEvent(text, True) if narration else TextEvent(text, False, normalise_text(text))
         verdict = OK
         for d in self._on_text:  # (a loop, not a list of the findings: most texts find nothing)
             if narration and not d.narration:
                 continue
             found = d.check(event)
-            if found is not OK:  # (a verdict not OK is worse than OK: the first one is taken)
-                verdict = found if verdict is OK else worse(verdict, found)
+            # (a verdict not OK is worse than OK: the first one is taken; a tie goes to the
+            # earlier detector, as the text detectors are in the registry's order)
+            if found is not OK and (verdict is OK or found.severity > verdict.severity):
+                verdict = found
         if verdict is OK or (not self._hooks and not self._process_hooks):  # (a scan: no call)
             return verdict
         return self._emit(verdict)
@@ -432,9 +438,11 @@ class LoopDetector:
         role = message.get("role")
         out: list[Verdict] = []
         if role == "assistant":
-            content = content_text(message.get("content"))
+            content = message.get("content")
+            if content.__class__ is not str:  # (text, or none beside calls: then no call)
+                content = "" if content is None else content_text(content)
             calls = message.get("tool_calls") or ()
-            if not isinstance(calls, (list, tuple)):
+            if calls.__class__ is not list and not isinstance(calls, (list, tuple)):
                 calls = ()
             # thinking that goes nowhere is judged like an answer: reasoning_content (llama.cpp,
             # vLLM, DeepSeek) or reasoning (OpenRouter, Ollama), before the content it led to
@@ -455,7 +463,9 @@ class LoopDetector:
                     name = _text_of(name)
                 arguments = fn.get("arguments", "")
                 verdict = self.check_tool_call(name, arguments)
-                out.append(verdict if verdict.detector else self._ok_about(name))
+                if verdict.detector is None:  # (the OK verdict about the tool: remembered)
+                    verdict = self._oks.get(name) or self._ok_about(name)
+                out.append(verdict)
                 call_id = call.get("id")
                 if call_id is not None and self._tooled:  # (not when detection is off)
                     if call_id.__class__ is not str:
@@ -482,7 +492,9 @@ class LoopDetector:
                 result = message.get("content")
                 failed = self._failed = is_error_result(result)
                 verdict = self._record(pending[0], pending[1], result, failed, pending[2])
-                out.append(verdict if verdict.detector else self._ok_about(pending[0]))
+                if verdict.detector is None:
+                    verdict = self._oks.get(pending[0]) or self._ok_about(pending[0])
+                out.append(verdict)
         return out
 
     def _ok_about(self, name: str) -> Verdict:

@@ -29,7 +29,7 @@ from agentguard.config import LoopDetectionConfig
 from agentguard.types import Severity
 
 from ._identity import ToolLoopPolicy, decoded, says_unknown_tool
-from ._text import ResponseWindow, degeneration, normalise_text
+from ._text import ResponseWindow, degenerate_repeats, degeneration, normalise_text, repeats_below
 
 __all__ = ["DETECTORS", "REGISTRY", "CallState", "Detector", "TextEvent", "ToolEvent", "Verdict"]
 
@@ -192,15 +192,17 @@ class TextEvent:
     Attributes:
         text: the output (not blank).
         narration: the text accompanies tool calls (only degeneration is judged then).
+        normalised: :func:`normalise_text` of the text when the maker made it already (an
+            answer's, compared by both text detectors); made on demand otherwise.
     """
 
     kind: ClassVar[Kind] = "text"
     __slots__ = ("_normalised", "narration", "text")
 
-    def __init__(self, text: str, narration: bool = False) -> None:
+    def __init__(self, text: str, narration: bool = False, normalised: str | None = None) -> None:
         self.text = text
         self.narration = narration
-        self._normalised: str | None = None
+        self._normalised = normalised
 
     @property
     def normalised(self) -> str:
@@ -359,8 +361,9 @@ class UnknownToolRepeat(Detector):
     def check(self, event: ToolEvent) -> Verdict:
         name = event.name
         if event.kind == "result":
-            # an error result that says so teaches that the name is no tool
-            if not self._says_unknown(event):
+            # an error result that says so teaches that the name is no tool (a result that is
+            # no failure, the common one, says nothing: no call)
+            if not event.error or not self._says_unknown(event):
                 return OK
             self.names.setdefault(name, 1)
             return self._judge(name)
@@ -518,20 +521,10 @@ class NearDuplicate(Detector):
         return not self._informative(event)
 
     def check(self, event: ToolEvent) -> Verdict:
-        return self._ahead(event) if event.kind == "call" else self._after(event)
-
-    def _informative(self, event: ToolEvent) -> bool:
-        """A new answer long enough to say whether the calls differed (not a failure, not the
-        same answer again: those are the other detectors' case; not an acknowledgement such as
-        "ok", which says nothing about the calls)."""
-        if event.error or event.state.same != 1:
-            return False
-        result = event.result
-        size = len(result) if isinstance(result, str) else _printed_size(result)
-        return size >= self.config.near_duplicate_min_result_chars
-
-    def _after(self, event: ToolEvent) -> Verdict:
-        """After a result: is this call one more similar variant that returned the same thing?"""
+        if event.kind == "call":
+            return self._ahead(event)
+        # after a result (in line: every result comes here): is this call one more similar
+        # variant that returned the same thing?
         if not self._informative(event):
             return OK
         cfg = self.config
@@ -556,6 +549,16 @@ class NearDuplicate(Detector):
         if count >= cfg.no_progress_warn_at - 1:
             self.suspects.add(name)
         return self.verdict(no_progress_ladder(count, cfg), count, name)
+
+    def _informative(self, event: ToolEvent) -> bool:
+        """A new answer long enough to say whether the calls differed (not a failure, not the
+        same answer again: those are the other detectors' case; not an acknowledgement such as
+        "ok", which says nothing about the calls)."""
+        if event.error or event.state.same != 1:
+            return False
+        result = event.result
+        size = len(result) if isinstance(result, str) else _printed_size(result)
+        return size >= self.config.near_duplicate_min_result_chars
 
     def _ahead(self, event: ToolEvent) -> Verdict:
         """Before a call: is it one more variant of a near-duplicate group already flagged?"""
@@ -839,10 +842,14 @@ class DegenerateText(Detector):
 
     def check(self, event: TextEvent) -> Verdict:
         m = self.config.degenerate_min_repeats
-        # an answer's normalised text is the response detector's (made before: it is earlier
-        # in the registry); a narration's is not made (its count is mostly remembered)
-        normalised = None if event.narration else event.normalised
-        n = degeneration(event.text, m, remember=event.narration, normalised=normalised)
+        if event.narration:  # its count is remembered (a loop says its narration again)
+            n = degeneration(event.text, m, remember=True)
+        elif repeats_below(event.text, m, event.normalised):
+            # an answer (mostly new: not remembered), told by the gate with the normalised
+            # text the response detector compared (:func:`degeneration`, one call less)
+            return OK
+        else:
+            n = degenerate_repeats(event.text)
         if n < 0:
             return OK  # a sentence or two: no unit can come back m times
         return self.verdict(ladder(n, m, 2 * m, 4 * m), n, None)

@@ -57,9 +57,19 @@ class TranscriptScanner:
     Args:
         config: as for :class:`LoopDetector`.
         tools: as for :class:`LoopDetector`.
+
+    Attributes:
+        last_severity: the worst severity the last message fed was judged at (``OK`` when
+            none fired). Unlike the findings, which are reported once per rise, this is the
+            verdict on that one message: a loop that goes on keeps it above ``OK`` message
+            after message.
+        last_detector: the detector behind :attr:`last_severity` (the first of equals),
+            ``None`` when OK.
     """
 
-    __slots__ = ("_detector", "_index", "_last", "_last_detector", "_reported")
+    # (the verdict on the last message in plain slots, not properties: a scan reads it per
+    # message)
+    __slots__ = ("_detector", "_index", "_reported", "last_detector", "last_severity")
 
     def __init__(
         self,
@@ -69,28 +79,14 @@ class TranscriptScanner:
     ) -> None:
         self._detector = LoopDetector(config, tools=tools, hooks=(), _process_hooks=False)
         self._index = 0
-        self._last = Severity.OK
-        self._last_detector: str | None = None
+        self.last_severity = Severity.OK
+        self.last_detector: str | None = None
         self._reported: dict[str | None, Severity] = {}
 
     @property
     def messages_seen(self) -> int:
         """How many messages were fed so far."""
         return self._index
-
-    @property
-    def last_severity(self) -> Severity:
-        """The worst severity the last message fed was judged at (``OK`` when none fired).
-
-        Unlike the findings, which are reported once per rise, this is the verdict on that one
-        message: a loop that goes on keeps it above ``OK`` message after message.
-        """
-        return self._last
-
-    @property
-    def last_detector(self) -> str | None:
-        """The detector behind :attr:`last_severity` (the first of equals), ``None`` when OK."""
-        return self._last_detector
 
     @property
     def last_failed(self) -> bool | None:
@@ -122,7 +118,7 @@ class TranscriptScanner:
                 found.append(
                     Finding(index, severity, detector, verdict.count, verdict.message, subject)
                 )
-        self._last, self._last_detector = last, last_detector
+        self.last_severity, self.last_detector = last, last_detector
         return found
 
 

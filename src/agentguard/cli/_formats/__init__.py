@@ -138,10 +138,11 @@ def runs(
                 session = item.get("session") or item.get("session_id") or "default"
                 if session.__class__ is not str:
                     session = str(session)
-                if held and (session != held_session or len(held) >= _RUN):
-                    yield Messages(held_session, held, held_where)
-                    held = []
-                if not held:  # a run's place is its first line's (made once per run)
+                if session != held_session or not held or len(held) >= _RUN:  # a new run
+                    if held:
+                        yield Messages(held_session, held, held_where)
+                        held = []
+                    # a run's place is its first line's (made once per run)
                     held_session, held_where = session, f"{path}:{line_no}"
                 held.append(item)
                 continue

@@ -96,7 +96,7 @@ def items(stream: IO[str], path: str) -> Iterator[tuple[int, Any]]:
         except (StopIteration, ValueError, RecursionError):
             pass
         else:
-            if end == len(line) - 1 and line[end] == "\n":
+            if line[end:] == "\n":  # (the value ends at the line's end: one comparison)
                 yield line_no, value
                 continue
         if line.isspace():  # a line read from a file is never empty: this is ``not strip()``
@@ -159,12 +159,12 @@ def _array_items(  # noqa: PLR0915 - one pass per item, kept flat: a helper call
     pending: list[Any] = []
     skip = _BETWEEN.match
     while True:
-        n = len(buf)
         pos = skip(buf, pos).end()  # type: ignore[union-attr]  # (it matches "" at least)
-        if pos < n and buf[pos] == "]":
+        head = buf[pos : pos + 1]  # ("" at the buffer's end: one slice for both tests)
+        if head == "]":
             break
-        if pos >= n:
-            line_no += buf.count("\n", counted, n)
+        if not head:
+            line_no += buf.count("\n", counted, pos)
             if eof:
                 raise InputError(f"{path}:{line_no}: unterminated JSON array")
             chunk = stream.read(_CHUNK)
@@ -185,7 +185,7 @@ def _array_items(  # noqa: PLR0915 - one pass per item, kept flat: a helper call
             line_no += buf.count("\n", counted, pos)
             if eof:
                 raise InputError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-            chunk = stream.read(max(_CHUNK, 2 * (n - pos)))
+            chunk = stream.read(max(_CHUNK, 2 * (len(buf) - pos)))
             eof = not chunk
             buf, pos, counted = buf[pos:] + chunk, 0, 0
             continue
