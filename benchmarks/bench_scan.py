@@ -151,6 +151,7 @@ def run(quick: bool) -> list[Table]:
             "is decoded in linear time."
         ),
     )
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         shapes = _shapes(tmp, transcripts)
@@ -200,6 +201,13 @@ def run(quick: bool) -> list[Table]:
             "bound it below the library's goal"
             if detectors < _LIBRARY_GOAL
             else "leave room for the library's goal"
+        )
+        table.notes.append(
+            f"Machine load when measured: {load_before:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end (1-minute averages) on {os.cpu_count()} "
+            "logical CPUs. CPU time per message varies with the machine's state (other "
+            "processes on its CPUs, its clock): read the rows against each other, and against "
+            "the goal with that in mind."
         )
         table.notes.append(
             f"The loop detectors alone run at {detectors:,.0f} messages/s "
