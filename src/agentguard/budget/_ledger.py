@@ -175,7 +175,8 @@ class TokenLedger:
             None if spec.hour_limit is None else ratio * spec.hour_limit,
         )
         self._lease = budget.lease_seconds
-        # Calls in flight: reservation id -> (next renewal, last renewal), while renewals apply.
+        # Calls in flight, while renewals apply: reservation id -> (when its lease is next due
+        # for renewal, when renewals stop: max_call_seconds after the reservation).
         renew_for = budget.max_call_seconds if budget.enabled else 0.0
         self._renew_for = renew_for
         self._flights: dict[str, tuple[float, float]] | None = (

@@ -944,9 +944,8 @@ class Pipeline:
         # offered as choices for each: that re-ask is owed even past max_retries
         owed = _soft(report) and call.rework.owes(report)
         if cfg.retry_with_correction and (call.corrections < cfg.max_retries or owed):
-            reask = call.rework.reask(report, call.request)
-            if reask is not None and reask.rung == "asked" and self._above(call):
-                reask = None  # a stronger tier answers rather than the model's own guess
+            # the model is asked which tool only where no stronger tier could answer instead
+            reask = call.rework.reask(report, call.request, ask=not self._above(call))
         if reask is None and report.tool_calls and _soft(report) and not self._above(call):
             # a value the request does not state may still be right: with nothing better back
             # and no tier above, the call is the model's answer

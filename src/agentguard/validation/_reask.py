@@ -114,8 +114,9 @@ class CorrectionLadder:
         a small model writes back (beside a call too)."""
         return any(line in text for line in self._said)
 
-    def next(self, report: ValidationReport) -> Reask | None:
-        """The re-ask for the failed answer ``report`` judged; ``None``: no new one is left."""
+    def next(self, report: ValidationReport, *, ask: bool = True) -> Reask | None:
+        """The re-ask for the failed answer ``report`` judged; ``None``: no new one is left.
+        ``ask``: whether the ``asked`` rung may be taken (not when a tier above could answer)."""
         answer = _answer_key(report.message)
         if self._rung == 0 and _wandered(report):
             self._rung = 1  # re-sending a runaway text in a correction invites a copy of it
@@ -130,7 +131,7 @@ class CorrectionLadder:
             if reask is not None and self._fresh(reask, report):
                 return reask
             self._rung += 1
-        return self._ask(report)
+        return self._ask(report) if ask else None
 
     def _ask(self, report: ValidationReport) -> Reask | None:
         """The ``asked`` rung: which tool the request needs, tools off; once, and only when no
@@ -590,12 +591,15 @@ class Rework:
             return any(e.kind == "ungrounded_argument" and e.suggestions for e in report.errors)
         return self.ladder.owes(report)
 
-    def reask(self, report: ValidationReport, request: ModelRequest) -> Reask | None:
-        """The next corrective re-ask for ``report`` (see :class:`CorrectionLadder`), applied to
-        this rework; ``None`` when no re-ask that changes something is left."""
+    def reask(
+        self, report: ValidationReport, request: ModelRequest, *, ask: bool = True
+    ) -> Reask | None:
+        """The next corrective re-ask for ``report`` (see :class:`CorrectionLadder`; ``ask``:
+        whether its ``asked`` rung may be taken), applied to this rework; ``None`` when no
+        re-ask that changes something is left."""
         if self.ladder is None:
             self.ladder = CorrectionLadder(list(request.tools), _question(request.messages))
-        reask = self.ladder.next(report)
+        reask = self.ladder.next(report, ask=ask)
         if reask is not None:
             self.tools = reask.tools
             self.params = reask.params(request.params) if reask.tool_choice else None
