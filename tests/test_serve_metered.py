@@ -288,3 +288,24 @@ def test_what_an_answer_used() -> None:
     huge = AnswerReader()
     huge.feed(b'{"data": "' + b"x" * (2 << 20) + b'"}')
     assert huge.used(10, None) == Usage(10, 0)  # past the bound: not read, never kept
+
+
+async def test_a_store_that_fails_never_costs_the_caller_the_answer(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metering fails open: a fault in it (before or after the call) forwards the request and
+    passes the answer on, as the upstream gave it."""
+    server, upstream, client = served({"per_session": 10_000})
+    ledger = server.guard_for(_caller({"authorization": f"Bearer {KEY}"})).pipeline.ledger
+    assert ledger is not None
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a fault")
+
+    monkeypatch.setattr(ledger, "acommit", broken)
+    raw = await client.completions.with_raw_response.create(model="m", prompt="x")
+    assert raw.http_response.content == upstream.answers[-1]
+    monkeypatch.setattr(ledger, "areserve", broken)
+    raw = await client.completions.with_raw_response.create(model="m", prompt="y")
+    assert raw.http_response.content == upstream.answers[-1]
+    assert len(upstream.seen) == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import random
 import re
 import time
@@ -90,6 +91,8 @@ __all__ = ["ROUTES", "Endpoint", "GuardApp", "GuardServer", "add_route", "create
 
 #: An endpoint of the server: the shared :class:`GuardServer` and the request, to a response.
 Endpoint = Callable[["GuardServer", Request], Awaitable[Response]]
+
+logger = logging.getLogger("agentguard.serve")
 
 _KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 # What a forwarded model call's metering reads of its headers: the caller's key, the session.
@@ -965,8 +968,10 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
         # a model call on a route the guard does not read still counts against the budgets
         try:
             metered = await _meter(server, scope, body)
-        except AgentGuardError as exc:
+        except AgentGuardError as exc:  # the budget refuses (or a store fails closed)
             return guard_error(exc)
+        except Exception:  # a fault of the metering's own: forwarded unmetered (fail open)
+            logger.warning("agentguard: could not meter a forwarded call", exc_info=True)
     try:
         answer = await server.pool.send(method, url, headers=headers, content=body)
         decoded = readable(answer.headers)

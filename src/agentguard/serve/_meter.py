@@ -225,12 +225,17 @@ class Metered:
 
     async def done(self, status: int) -> None:
         """The answer has passed through: a refusal (status 400 and up) used nothing; any
-        other answer used what it reports (else the estimate of what it carried)."""
-        if status >= 400:
-            await self._ledger.arelease(self._reservation)
-        else:
-            used = self.reader.used(self._prompt, self._cap)
-            await self._ledger.acommit(self._reservation, used)
+        other answer used what it reports (else the estimate of what it carried). Never
+        raises: the answer is the caller's whatever the store does (a hold it cannot settle
+        returns with its lease)."""
+        try:
+            if status >= 400:
+                await self._ledger.arelease(self._reservation)
+            else:
+                used = self.reader.used(self._prompt, self._cap)
+                await self._ledger.acommit(self._reservation, used)
+        except Exception:  # see the docstring
+            logger.warning("agentguard: could not settle a forwarded call", exc_info=True)
 
     def abandon(self) -> None:
         """The answer was cut off (the caller gone, the upstream failed mid-answer): what
@@ -242,8 +247,9 @@ class Metered:
             logger.debug("could not settle a forwarded call", exc_info=True)
 
     async def fail(self) -> None:
-        """The upstream was not reached, or did not answer: nothing was used."""
-        await self._ledger.arelease(self._reservation)
+        """The upstream was not reached, or did not answer: nothing was used (never raises,
+        as :meth:`done`)."""
+        await self.done(599)
 
 
 async def meter(
