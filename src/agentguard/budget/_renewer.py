@@ -100,6 +100,7 @@ class LeaseRenewer:
         # starts a thread of its own.
         self._lock = threading.Lock()
         self._round = threading.Lock()
+        self._wake = threading.Event()  # the parent's thread may have been waiting on it
         self._thread = None
         self.idle = True
         for ledger in list(self._ledgers):
