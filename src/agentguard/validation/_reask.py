@@ -134,7 +134,7 @@ class CorrectionLadder:
         return self._ask(report) if ask else None
 
     def _ask(self, report: ValidationReport) -> Reask | None:
-        """The ``asked`` rung: which tool the request needs, tools off; once, and only when no
+        """The ``asked`` rung: which tool the request needs, through the chooser; once, only when no
         rung could name one (``None`` otherwise)."""
         names = [n for n in (_name_of(t) for t in self.tools) if n is not None]
         if self._asked or len(names) < 2 or _candidates(report, self.tools):
