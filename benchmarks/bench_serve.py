@@ -413,7 +413,9 @@ def run(quick: bool = False) -> list[Table]:
         "the upstream share them too, so beyond one client the added time is mostly queueing "
         "for a CPU behind the server's own work (its CPU per request, last column but one).",
         "proxied: the same request through the server on a path it forwards unguarded — the "
-        "cost of one more HTTP hop; the guard's own share is the difference to via serve.",
+        "cost of one more HTTP hop, and (since a forwarded model call counts against the "
+        "budgets) of its metering: the body decoded, a reservation and its commit; the guard's "
+        "own share is the difference to via serve.",
         f"The server process: {stack} (read from the libraries it loaded).",
         "Where the server's CPU goes (2026-11-25, after issue 19's clean-path work; profiled "
         "on the server's thread time at one client, where the profiler inflates Python code "
