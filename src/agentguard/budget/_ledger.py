@@ -251,7 +251,7 @@ class TokenLedger:
         state = self._store.reserve(self._spec, hold, now)
         reservation = self._admit(hold, estimated_tokens, model, now, state)
         if self._flights is not None:
-            self._fly(reservation.id, now)
+            self._fly(self._flights, reservation.id, now)
         return reservation
 
     async def areserve(
@@ -268,7 +268,7 @@ class TokenLedger:
         state = await self._store.areserve(self._spec, hold, now)
         reservation = self._admit(hold, estimated_tokens, model, now, state)
         if self._flights is not None:
-            self._fly(reservation.id, now)
+            self._fly(self._flights, reservation.id, now)
         return reservation
 
     def commit(
@@ -374,9 +374,9 @@ class TokenLedger:
                 flights.pop(rid, None)
         return renewed
 
-    def _fly(self, rid: str, now: float) -> None:
+    def _fly(self, flights: dict[str, tuple[float, float]], rid: str, now: float) -> None:
         """A call in flight: its lease is due for renewal after half of it."""
-        self._flights[rid] = (now + self._lease / 2, now + self._renew_for)  # type: ignore[index]
+        flights[rid] = (now + self._lease / 2, now + self._renew_for)
         renewer = self._renewer
         if renewer is not None and renewer.idle:  # a forked child's first call
             renewer.start()

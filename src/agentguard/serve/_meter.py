@@ -21,6 +21,7 @@ from typing import Any
 
 from agentguard.budget import Reservation, TokenLedger, estimate_tokens
 from agentguard.budget._estimate import UNCAPPED_OUTPUT
+from agentguard.integrations.openai._responses import read_usage
 from agentguard.transport import split_session_header
 from agentguard.types import Usage
 
@@ -31,15 +32,17 @@ logger = logging.getLogger("agentguard.serve")
 # The body keys that cap a forwarded call's output, by API: OpenAI's (chat, completions,
 # Responses), Anthropic's (``max_tokens``), Ollama's native ``options.num_predict``.
 _OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+# Paths whose answers hold no generated tokens.
+_NO_OUTPUT = ("/embeddings", "/moderations", "/api/embed", "/api/embeddings")
 # A line of an answer longer than this is not read for usage (an embedding's vectors are): the
 # bound on what the reader keeps of an answer, whatever its size.
 _LINE_BYTES = 1 << 20
 
 
-def metered_call(body: bytes) -> tuple[str, int, int | None, dict[str, Any]] | None:
-    """A forwarded request that is a model call: its model, estimated prompt tokens, the
-    output cap it sets (``None``: none) and the decoded body; ``None`` when it is no model call
-    (not a JSON object naming a ``model``)."""
+def metered_call(body: bytes) -> tuple[str, int, int | None] | None:
+    """A forwarded request that is a model call: its model, estimated prompt tokens and the
+    output cap it sets (``None``: none); ``None`` when it is no model call (not a JSON object
+    naming a ``model``)."""
     start = body[:64].lstrip()
     if not start.startswith(b"{"):
         return None
@@ -58,16 +61,13 @@ def metered_call(body: bytes) -> tuple[str, int, int | None, dict[str, Any]] | N
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             cap = value if cap is None else min(cap, value)
     prompt = {k: v for k, v in data.items() if k != "model"}
-    return data["model"], estimate_tokens(json.dumps(prompt, ensure_ascii=False)), cap, data
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return data["model"], estimate_tokens(json.dumps(prompt, ensure_ascii=False)), cap
 
 
 def usage_of(obj: object) -> Usage | None:
     """The usage an answer (or one event of a streamed answer) reports, in any of the shapes
-    OpenAI-compatible servers, Anthropic and Ollama use; ``None`` when it reports none."""
+    OpenAI-compatible servers, Anthropic and Ollama use; ``None`` when it reports none (or
+    counts the guard cannot trust: :func:`read_usage`)."""
     if not isinstance(obj, Mapping):
         return None
     usage = obj.get("usage")
@@ -78,24 +78,16 @@ def usage_of(obj: object) -> Usage | None:
         message = obj.get("message")  # Anthropic's message_start event
         usage = message.get("usage") if isinstance(message, Mapping) else None
     if isinstance(usage, Mapping):
-        prompt = _count(usage.get("prompt_tokens"))
-        if prompt is None:
-            prompt = _count(usage.get("input_tokens"))
-        output = _count(usage.get("completion_tokens"))
-        if output is None:
-            output = _count(usage.get("output_tokens"))
-        total = _count(usage.get("total_tokens"))
-        if prompt is None and output is None and total is None:
-            return None
-        if output is None and total is not None and prompt is not None:
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        output = usage.get("completion_tokens", usage.get("output_tokens"))
+        total = usage.get("total_tokens")
+        if output is None and isinstance(total, int) and isinstance(prompt, int):
             output = max(0, total - prompt)  # an embedding's usage: prompt and total
-        if prompt is None and total is not None:
-            prompt = max(0, total - (output or 0))
-        return Usage(prompt or 0, output or 0)
-    prompt, output = _count(obj.get("prompt_eval_count")), _count(obj.get("eval_count"))
-    if prompt is not None or output is not None:  # Ollama's native answers
-        return Usage(prompt or 0, output or 0)
-    return None
+        if prompt is None and output is None:
+            prompt = total  # a total alone
+    else:  # Ollama's native answers
+        prompt, output = obj.get("prompt_eval_count"), obj.get("eval_count")
+    return None if prompt is None and output is None else read_usage(prompt, output)
 
 
 def _text_of(obj: object) -> str:
@@ -263,7 +255,7 @@ async def meter(
     found = metered_call(body)
     if found is None:
         return None
-    model, prompt, cap, _ = found
+    model, prompt, cap = found
     if path.rstrip("/").endswith(_NO_OUTPUT):
         cap = 0  # an embedding or a moderation answers no tokens
     header, _rest = split_session_header(headers)
@@ -276,7 +268,3 @@ async def meter(
         model=model,
     )
     return Metered(ledger, reservation, prompt, limit)
-
-
-# Paths whose answers hold no generated tokens.
-_NO_OUTPUT = ("/embeddings", "/moderations", "/api/embed", "/api/embeddings")
