@@ -26,9 +26,7 @@ from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
 from agentguard.integrations.openai._responses import (
     FAILURES,
-    READ_ITEMS,
-    REASONING_DELTAS,
-    REFUSAL_DELTA,
+    chunk_of_event,
     failed_error,
     response_from_responses,
     responses_body,
@@ -509,7 +507,11 @@ class HTTPUpstream:
                     forward.events.append(event)
                 if _failed(event, responses):
                     raise _reported(event, responses=responses, model=request.model)
-                chunk = _event_chunk(event, calls) if responses else _chat_chunk(event)
+                chunk = (
+                    chunk_of_event(event, calls, event.get("type") or event.name)
+                    if responses
+                    else _chat_chunk(event)
+                )
                 if forward is not None and not responses:
                     forward.last = event
                     forward.chat.append((event, chunk))
@@ -561,44 +563,6 @@ def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
 def _chat_chunk(event: Event) -> StreamChunk:
     event.chunk = StreamChunk.from_body(event, raw=event)
     return event.chunk
-
-
-def _event_chunk(event: Event, calls: dict[int, int]) -> StreamChunk:
-    """One Responses API stream event as a neutral chunk (``calls``: output index -> tool-call
-    index), read from JSON as the openai transport reads the SDK's event objects."""
-    kind = event.get("type") or event.name
-    if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
-        return StreamChunk(content=event["delta"], raw=event)
-    if kind in REASONING_DELTAS and isinstance(event.get("delta"), str):
-        return StreamChunk(reasoning=event["delta"], raw=event)
-    if kind == REFUSAL_DELTA and isinstance(event.get("delta"), str):
-        return StreamChunk(refusal=event["delta"], raw=event)
-    item = event.get("item")
-    at = event.get("output_index")
-    if (
-        kind == "response.output_item.added"
-        and isinstance(item, Mapping)
-        and item.get("type") not in READ_ITEMS
-    ):
-        return StreamChunk(other_output=True, raw=event)
-    if (
-        kind == "response.output_item.added"
-        and isinstance(item, Mapping)
-        and item.get("type") == "function_call"
-        and isinstance(at, int)
-    ):
-        index = calls.setdefault(at, len(calls))
-        fn = {"name": item.get("name"), "arguments": item.get("arguments") or ""}
-        call = {"index": index, "id": item.get("call_id"), "function": fn}
-        return StreamChunk(tool_calls=(call,), raw=event)
-    if kind == "response.function_call_arguments.delta" and at in calls:
-        delta = {"index": calls[at], "function": {"arguments": event.get("delta") or ""}}
-        return StreamChunk(tool_calls=(delta,), raw=event)
-    if kind in ("response.completed", "response.incomplete"):
-        body = event.get("response")
-        answer = response_from_responses(body if isinstance(body, Mapping) else {})
-        return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
-    return StreamChunk(raw=event)
 
 
 _DONE = Event({}, "[DONE]", None)

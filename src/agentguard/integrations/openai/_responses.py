@@ -458,37 +458,53 @@ def unchanged_text(text: str, final: str | None, events: Iterable[Any]) -> bool:
     return text == "".join(deltas)
 
 
-def chunk_of_event(event: Any, calls: dict[int, int]) -> StreamChunk:
+def _field(value: Any, name: str) -> Any:
+    """A field of an event or of its item: a JSON mapping's key or an SDK object's attribute."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def chunk_of_event(event: Any, calls: dict[int, int], kind: str | None = None) -> StreamChunk:
     """One upstream event as a neutral chunk (``calls``: output index -> tool-call index).
+
+    ``event`` is an SDK event object (the openai transport) or the event's JSON mapping
+    (``agentguard serve``, which passes ``kind`` when the type came as the SSE event name).
+    Both are read the same way, so the two front doors judge a stream alike.
 
     Raises:
         ReportedError: the event is the upstream's error (``error``, ``response.failed``).
     """
-    kind = getattr(event, "type", None)
+    if kind is None:
+        kind = _field(event, "type")
     if kind in FAILURES:
         raise ReportedError(event)
-    if kind == "response.output_text.delta":
-        return StreamChunk(content=event.delta, raw=event)
-    if kind in REASONING_DELTAS and isinstance(getattr(event, "delta", None), str):
-        return StreamChunk(reasoning=event.delta, raw=event)
-    if kind == REFUSAL_DELTA and isinstance(getattr(event, "delta", None), str):
-        return StreamChunk(refusal=event.delta, raw=event)
-    if kind == "response.output_item.added" and getattr(event.item, "type", None) not in READ_ITEMS:
-        return StreamChunk(other_output=True, raw=event)
-    if (
-        kind == "response.output_item.added"
-        and getattr(event.item, "type", None) == "function_call"
-    ):
-        index = calls.setdefault(event.output_index, len(calls))
-        item = event.item
-        fn = {"name": item.name, "arguments": item.arguments or ""}
-        return StreamChunk(
-            tool_calls=({"index": index, "id": item.call_id, "function": fn},), raw=event
-        )
-    if kind == "response.function_call_arguments.delta" and event.output_index in calls:
-        delta = {"index": calls[event.output_index], "function": {"arguments": event.delta}}
-        return StreamChunk(tool_calls=(delta,), raw=event)
+    delta = _field(event, "delta")
+    if kind == "response.output_text.delta" and isinstance(delta, str):
+        return StreamChunk(content=delta, raw=event)
+    if kind in REASONING_DELTAS and isinstance(delta, str):
+        return StreamChunk(reasoning=delta, raw=event)
+    if kind == REFUSAL_DELTA and isinstance(delta, str):
+        return StreamChunk(refusal=delta, raw=event)
+    at = _field(event, "output_index")
+    if kind == "response.output_item.added":
+        item = _field(event, "item")
+        if item is None or (isinstance(event, Mapping) and not isinstance(item, Mapping)):
+            return StreamChunk(raw=event)
+        if _field(item, "type") not in READ_ITEMS:
+            return StreamChunk(other_output=True, raw=event)
+        if _field(item, "type") == "function_call" and isinstance(at, int):
+            index = calls.setdefault(at, len(calls))
+            fn = {"name": _field(item, "name"), "arguments": _field(item, "arguments") or ""}
+            call = {"index": index, "id": _field(item, "call_id"), "function": fn}
+            return StreamChunk(tool_calls=(call,), raw=event)
+    if kind == "response.function_call_arguments.delta" and at in calls:
+        piece = {"index": calls[at], "function": {"arguments": delta or ""}}
+        return StreamChunk(tool_calls=(piece,), raw=event)
     if kind in ENDS:
-        answer = response_from_responses(event.response.model_dump(mode="json", warnings=False))
+        body = _field(event, "response")
+        if body is not None and not isinstance(body, Mapping):
+            body = body.model_dump(mode="json", warnings=False)
+        answer = response_from_responses(body if isinstance(body, Mapping) else {})
         return StreamChunk(finish_reason=answer.finish_reason, usage=answer.usage, raw=event)
     return StreamChunk(raw=event)
