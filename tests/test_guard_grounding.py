@@ -215,13 +215,22 @@ def test_an_answer_that_ignores_the_result_is_asked_again_from_the_results() -> 
     assert any("ignores the results of search_flights" in w for w in _warnings(response))
 
 
-def test_an_answer_that_still_ignores_a_result_is_kept_with_a_warning_on_one_tier() -> None:
-    """Recorded: asked again, the model still leaves the weather out; with no tier above, its
-    answer is kept (never an exception), and the report says so."""
+def test_an_answer_that_still_ignores_a_result_is_answered_from_the_results_on_one_tier() -> None:
+    """Recorded: asked again, the model still leaves the weather out ("You have found the
+    flight to Paris from London to Paris."); with no tier above, the results in hand are the
+    answer (never an exception, never the suspect answer), and the report says so."""
     model, response = _run("ignored_result_kept")
     assert len(model.requests) == 2
-    assert response.message["content"] == CASES["ignored_result_kept"]["answers"][-1]["content"]
-    assert any(w.startswith("kept an answer that ignores") for w in _warnings(response))
+    content = response.message["content"]
+    assert content.startswith("The results in hand:")
+    assert "AF 1081" in content and "cloudy" in content
+    assert response.message.get("tool_calls") is None
+    assert response.finish_reason == "stop"
+    assert any(
+        w.startswith("the answer ignores the results of get_weather, search_flights after")
+        and w.endswith("answered from results")
+        for w in _warnings(response)
+    )
 
 
 def test_an_answer_that_still_ignores_a_result_moves_up_a_tier_when_there_is_one() -> None:
@@ -257,13 +266,19 @@ def test_an_answer_stating_numbers_no_result_holds_is_asked_again_from_the_resul
 
 def test_an_answer_still_inventing_numbers_moves_up_a_tier_when_there_is_one() -> None:
     """Two tiers: the recovery turn's answer inventing a number again hands the call to the
-    stronger tier; on one tier it is kept with a warning."""
+    stronger tier; on one tier the results in hand are the answer."""
     line = CASES["invented_number"]
     again = [line["answers"][0], line["answers"][0]]
     model, response = _run("invented_number", answers=again)
     assert len(model.requests) == 2
-    assert response.message["content"] == again[0]["content"]
-    assert any(w.startswith("kept an answer that states numbers") for w in _warnings(response))
+    content = response.message["content"]
+    assert content.startswith("The results in hand:") and "LH 1234" in content
+    assert "2018" not in content
+    assert any(
+        w.startswith("the answer states numbers no result holds (2018)")
+        and w.endswith("answered from results")
+        for w in _warnings(response)
+    )
     small = ScriptedModel([_reply(a) for a in again])
     strong = ScriptedModel([Reply.text("Flight LH 1234 from Berlin to Rome costs 129 EUR.")])
     response = _two_tiers(small, strong, line["messages"])
@@ -317,12 +332,15 @@ def test_a_tool_the_request_asks_for_and_no_call_made_gets_its_call() -> None:
 
 def test_an_empty_answer_after_the_results_is_asked_for_from_them() -> None:
     """Recorded: an empty message right after two weather results; the recovery turn restates
-    the request and both results, tools off."""
+    the request and both results, tools off. The answer that comes back ("The weather in Madrid
+    is sunny.") leaves Oslo's out: on one tier the results in hand are the answer."""
     model, response = _run("empty_after_results")
     assert len(model.requests) == 2
     assert model.requests[1].params["tool_choice"] == "none"
     assert "Madrid" in model.requests[1].messages[-1]["content"]
-    assert response.message["content"] == CASES["empty_after_results"]["answers"][-1]["content"]
+    content = response.message["content"]
+    assert content.startswith("The results in hand:")
+    assert '"condition": "sunny"' in content and '"condition": "snow"' in content
 
 
 def test_a_cut_off_text_with_no_call_is_reasked_for_the_call() -> None:

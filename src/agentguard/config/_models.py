@@ -360,7 +360,7 @@ class ToolValidationConfig(Section):
         description="A final answer after tool calls that shares no value with a call's result, "
         "or that states a number (past 10) neither the user, a call's arguments nor a result "
         "states, is asked for once more from the results in hand (tool_choice none), then moved "
-        "up a tier; with no tier left it is kept, with a warning.",
+        "up a tier; with no tier left the results in hand are the answer, with a warning.",
     )
     uncovered_values: bool = Field(
         False,

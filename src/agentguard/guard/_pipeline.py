@@ -1001,8 +1001,9 @@ class Pipeline:
         the request names that no call covered get their call asked for, once, unless the
         answer was already asked for from the results in hand (``uncovered_values``); an
         answer that shares no value with a result is asked for once more from the results in
-        hand, then moved up a tier, else kept with a warning (``ungrounded_answers``); so is
-        one that states numbers nothing in the request states (a flight ``Lindsfest 2018``).
+        hand, then moved up a tier, else answered with the results in hand
+        (``ungrounded_answers``); so is one that states numbers nothing in the request states
+        (a flight ``Lindsfest 2018``).
         ``None``: ask again."""
         cfg, b = self.config.tool_validation, call.b
         content = response.message.get("content")
@@ -1048,8 +1049,16 @@ class Pipeline:
             error = ToolValidationFailed(ValidationReport(False, (), (), (), response.message))
             call.tier = b.tier = yield from self._trigger(call, "tool_validation_failure", error)
             return None
-        b.warnings.append(f"kept an answer that {fault}: no tier left")
-        return response
+        in_hand = self._in_hand(call)
+        if not in_hand:
+            b.warnings.append(f"kept an answer that {fault}: no tier left")
+            return response
+        # asked from the results and still not grounded in them, with no tier above: the
+        # results in hand are the answer, as when the model gives none (never a suspect one)
+        b.warnings.append(
+            f"the answer {fault} after the results were restated: answered from results"
+        )
+        return _from_results_in_hand(response, in_hand)
 
     def _from_results(
         self,
