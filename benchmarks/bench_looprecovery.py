@@ -30,8 +30,10 @@ the final answer. The same agent runs every stack; temperature 0, a fixed seed, 
 Stacks, on the same tasks: **raw** (the plain openai client); **guarded** (``ag.wrap``, one
 tier, default configuration); **guarded, small-model setting** (the same with
 ``tool_validation.answered_repeats_after: 1``, what ``docs/local-models.md`` recommends for a
-small model that re-calls tools it has answers for). The whole run takes about 35 minutes on a
-2-core machine shared with other work (the raw runs are the long ones: 8 turns each).
+small model that re-calls tools it has answers for); **guarded, profile** (the whole small-model
+profile of ``docs/local-models.md``, as ``bench_agenttasks`` runs it: the repeats setting and
+the grounding checks). The whole run takes about 40 minutes on a 2-core machine shared with
+other work (the raw runs are the long ones: 8 turns each).
 
 Definitions (per run): a call makes *no progress* when its tool already returned the same result
 in this run (volatile fields such as ``updated_at`` ignored). A *loop episode* is a raw run in
@@ -63,6 +65,7 @@ from _harness import Table
 from agentguard.transport import tool_arguments
 from agenttasks.loops import LOOP_TASKS, SYSTEM, LoopTask, Tools, text_call
 from bench_agenttasks import (
+    SMALL_MODEL_PROFILE,
     _change,
     _client,
     _config,
@@ -88,6 +91,7 @@ STACKS: dict[str, dict[str, Any]] = {
     "raw": {},
     "guarded": {},
     "guarded, small-model setting": {"answered_repeats_after": 1},
+    "guarded, profile": SMALL_MODEL_PROFILE,
 }
 #: what the guard's report warnings say when it acted outside the loop ladder's rungs
 _ANSWERED = {
@@ -337,7 +341,9 @@ def tables(data: Mapping[str, Any]) -> list[Table]:
                 'openai client with `tool_choice: "auto"`; temperature 0, '
                 f"seed {SEED}, max_tokens {MAX_TOKENS}, at most {MAX_TURNS} model turns; one "
                 "tier. **guarded**: default configuration; **small-model setting**: "
-                "`tool_validation.answered_repeats_after: 1` (docs/local-models.md)."
+                "`tool_validation.answered_repeats_after: 1` (docs/local-models.md); "
+                "**profile**: the whole small-model profile of docs/local-models.md (that "
+                "setting and the grounding checks, as in the agent tasks above)."
             ),
             notes=[
                 "A call makes no progress when its tool already returned the same result in the "
