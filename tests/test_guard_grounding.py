@@ -223,7 +223,8 @@ def test_an_answer_that_still_ignores_a_result_is_answered_from_the_results_on_o
     assert len(model.requests) == 2
     content = response.message["content"]
     assert content.startswith("The results in hand:")
-    assert "AF 1081" in content and "cloudy" in content
+    assert "AF 1081" in content
+    assert "cloudy" in content
     assert response.message.get("tool_calls") is None
     assert response.finish_reason == "stop"
     assert any(
@@ -272,7 +273,8 @@ def test_an_answer_still_inventing_numbers_moves_up_a_tier_when_there_is_one() -
     model, response = _run("invented_number", answers=again)
     assert len(model.requests) == 2
     content = response.message["content"]
-    assert content.startswith("The results in hand:") and "LH 1234" in content
+    assert content.startswith("The results in hand:")
+    assert "LH 1234" in content
     assert "2018" not in content
     assert any(
         w.startswith("the answer states numbers no result holds (2018)")
@@ -340,7 +342,8 @@ def test_an_empty_answer_after_the_results_is_asked_for_from_them() -> None:
     assert "Madrid" in model.requests[1].messages[-1]["content"]
     content = response.message["content"]
     assert content.startswith("The results in hand:")
-    assert '"condition": "sunny"' in content and '"condition": "snow"' in content
+    assert '"condition": "sunny"' in content
+    assert '"condition": "snow"' in content
 
 
 def test_a_cut_off_text_with_no_call_is_reasked_for_the_call() -> None:
