@@ -134,3 +134,74 @@ def test_well_formed_fragments_assemble_by_index() -> None:
     acc.add(_delta(0, args=": 1}"))
     calls = acc.response().message["tool_calls"]
     assert [c["function"]["arguments"] for c in calls] == ['{"x": 1}', "{}"]
+
+
+def _calls(acc: Accumulator) -> list[tuple[Any, Any, Any]]:
+    calls = acc.response().message.get("tool_calls") or []
+    return [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
+
+
+def test_parallel_calls_streamed_at_one_index_stay_apart() -> None:
+    """Ollama streams every parallel call at index 0 (ollama/ollama#15457), each whole or in
+    fragments after its opening one: a fragment with a new id and a name opens the next call;
+    fragments after it continue that one. Read by index alone they were one call named
+    ``get_weatherget_weather`` with two JSON objects run together."""
+    acc = Accumulator()
+    for chunk in (
+        _delta(0, "call_a", "get_weather", '{"city": "Oslo"}'),
+        _delta(0, "call_b", "get_weather", '{"city": '),
+        _delta(0, args='"Rome"}'),
+        _delta(0, "call_c", "get_time", "{}"),
+    ):
+        acc.add(chunk)
+    assert _calls(acc) == [
+        ("call_a", "get_weather", '{"city": "Oslo"}'),
+        ("call_b", "get_weather", '{"city": "Rome"}'),
+        ("call_c", "get_time", "{}"),
+    ]
+    assert acc.split == 2
+
+
+def test_a_new_id_without_a_name_continues_the_call() -> None:
+    """A fragment that only brings arguments continues its call whatever its ``id`` (a server
+    that sends an id with every fragment): only a fragment that names a call opens one."""
+    acc = Accumulator()
+    acc.add(_delta(0, "call_a", "get_weather", '{"city": '))
+    acc.add(_delta(0, "call_x", args='"Oslo"}'))
+    assert _calls(acc) == [("call_x", "get_weather", '{"city": "Oslo"}')]
+    assert acc.split == 0
+    # the id repeated with the name on every fragment: one call
+    acc = Accumulator()
+    acc.add(_delta(0, "call_a", "get_weather", '{"city": '))
+    acc.add(_delta(0, "call_a", args='"Oslo"}'))
+    assert _calls(acc) == [("call_a", "get_weather", '{"city": "Oslo"}')]
+    assert acc.split == 0
+
+
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["get_weather", "get_time", "read_file"]),
+            st.text(max_size=12),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    at_one_index=st.booleans(),
+)
+def test_calls_come_back_as_streamed_at_one_index_or_at_their_own(
+    calls: list[tuple[str, str, int]], at_one_index: bool
+) -> None:
+    """Whatever the calls and however their arguments are cut, streamed at index 0 each
+    (Ollama) or at an index each (OpenAI), the calls assembled are the calls sent, in order."""
+    acc = Accumulator()
+    for n, (name, arguments, pieces) in enumerate(calls):
+        index = 0 if at_one_index else n
+        cut = max(1, len(arguments) // pieces)
+        parts = [arguments[i : i + cut] for i in range(0, len(arguments), cut)] or [""]
+        acc.add(_delta(index, f"call_{n}", name, parts[0]))
+        for part in parts[1:]:
+            acc.add(_delta(index, args=part))
+    assert _calls(acc) == [(f"call_{n}", name, args) for n, (name, args, _) in enumerate(calls)]
+    assert acc.split == (len(calls) - 1 if at_one_index else 0)

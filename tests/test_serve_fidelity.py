@@ -8,6 +8,7 @@ upstream's ``data:`` lines byte for byte, then the report's comment line and ``[
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -59,3 +60,19 @@ async def test_a_repaired_call_goes_out_as_the_guard_made_it() -> None:
     assert b"<tool_call>" not in sent
     assert b'"name": "get_weather"' in sent
     assert b'"finish_reason": "tool_calls"' in sent
+
+
+async def test_parallel_calls_streamed_at_one_index_go_out_at_an_index_each() -> None:
+    """Ollama streams every parallel call at index 0: the caller of ``serve`` gets them at
+    index 0 and 1, as the openai transport's caller does (test_stream_fidelity)."""
+    from test_stream_fidelity import OLLAMA_PARALLEL
+
+    sent = _sent(await _call(_server(Body([sse(OLLAMA_PARALLEL)])), tools=TOOLS))
+    calls = [
+        (tc["index"], tc["id"], tc["function"]["arguments"])
+        for line in _data_lines(sent)
+        if line != b"data: [DONE]"
+        for choice in json.loads(line[6:])["choices"]
+        for tc in choice["delta"].get("tool_calls") or ()
+    ]
+    assert calls == [(0, "call_a", '{"city": "Oslo"}'), (1, "call_b", '{"city": "Rome"}')]

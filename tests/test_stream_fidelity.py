@@ -576,3 +576,78 @@ def test_a_call_without_arguments_reaches_the_caller_as_sent(arguments: str, str
         item.pop("agentguard_report", None)
     assert guarded == raw
     assert len(upstream.requests) == 1
+
+
+def _opening(index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    fn = {"name": name, "arguments": arguments}
+    call = {"index": index, "id": call_id, "type": "function", "function": fn}
+    return _chunk(choices=[_choice({"tool_calls": [call]})])
+
+
+# Ollama's stream of parallel calls (ollama/ollama#15457): every call at index 0, each whole
+OLLAMA_PARALLEL = [
+    _chunk(choices=[_choice({"role": "assistant", "content": ""})]),
+    _opening(0, "call_a", "get_weather", '{"city": "Oslo"}'),
+    _opening(0, "call_b", "get_weather", '{"city": "Rome"}'),
+    _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_parallel_calls_streamed_at_one_index_go_out_at_an_index_each(asynchronous: bool) -> None:
+    """The raw client hands on both calls at index 0, and every client that joins fragments by
+    index (the SDK's own stream helper, LangChain) reads one call, ``get_weatherget_weather``
+    with two JSON objects run together. Through the guard the caller gets the two calls, at
+    index 0 and 1 (the guard read them as two; it dropped the first before), and the report
+    says so; one request upstream, as the caller sent it."""
+    body = sse(OLLAMA_PARALLEL)
+    raw_upstream = RawUpstream([(200, "text/event-stream", body)])
+    guarded_upstream = RawUpstream([(200, "text/event-stream", body)])
+    raw = _read(raw_client(raw_upstream, asynchronous=asynchronous), True, asynchronous)
+    guarded = _read(guarded_client(guarded_upstream, asynchronous=asynchronous), True, asynchronous)
+
+    def calls(chunks: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
+        return [
+            (tc["index"], tc["id"], tc["function"]["name"], tc["function"]["arguments"])
+            for c in chunks
+            for choice in c["choices"]
+            for tc in choice["delta"].get("tool_calls") or ()
+        ]
+
+    assert calls(raw) == [
+        (0, "call_a", "get_weather", '{"city": "Oslo"}'),
+        (0, "call_b", "get_weather", '{"city": "Rome"}'),
+    ]
+    assert calls(guarded) == [
+        (0, "call_a", "get_weather", '{"city": "Oslo"}'),
+        (1, "call_b", "get_weather", '{"city": "Rome"}'),
+    ]
+    assert guarded_upstream.requests == raw_upstream.requests
+    assert guarded[-1]["usage"] == raw[-1]["usage"]
+
+
+def test_the_sdk_stream_helper_reads_the_parallel_calls_through_the_guard() -> None:
+    """The openai SDK's ``chat.completions.stream`` joins deltas by index: over the raw client
+    the two calls come back as one broken call, through the guard as the two calls."""
+    kw: dict[str, Any] = {
+        "model": "small",
+        "messages": [{"role": "user", "content": "Weather in Oslo and Rome?"}],
+        "tools": TOOLS,
+    }
+    body = sse(OLLAMA_PARALLEL)
+    raw = raw_client(RawUpstream([(200, "text/event-stream", body)]))
+    with raw.chat.completions.stream(**kw) as stream:
+        broken = stream.get_final_completion().choices[0].message.tool_calls
+    assert [c.function.name for c in broken] == ["get_weatherget_weather"]
+    guarded = guarded_client(RawUpstream([(200, "text/event-stream", body)]))
+    with guarded.chat.completions.stream(**kw) as stream:
+        calls = stream.get_final_completion().choices[0].message.tool_calls
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("call_a", "get_weather", '{"city": "Oslo"}'),
+        ("call_b", "get_weather", '{"city": "Rome"}'),
+    ]
+    stream = guarded.chat.completions.create(**kw, stream=True)
+    list(stream)
+    report = ag.report_of(stream)
+    assert report is not None
+    assert "2 tool calls streamed at 1 index(es): handed on at an index each" in report.warnings

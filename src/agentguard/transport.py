@@ -330,6 +330,13 @@ class Accumulator:
     Reads what the raw client reads without raising: a fragment without a usable ``index``
     continues the last call (or starts the next one when it brings a new ``id``); a name,
     arguments or content that are not text are taken as their JSON text.
+
+    A fragment that opens a call (an ``id`` and a name) at an ``index`` a call with another
+    ``id`` and a name already holds is a new call, not more of that one: Ollama and some
+    OpenAI-compatible bridges stream every parallel call at ``index`` 0, which clients that
+    join fragments by index (the openai SDK's stream helper, LangChain) read as one call with
+    two names and two JSON objects run together. ``split`` counts the calls read so; calls
+    keep the order of their ``index``, then of their arrival.
     """
 
     def __init__(self) -> None:
@@ -339,7 +346,9 @@ class Accumulator:
         self.reasoning_chars = 0
         self.refusal: list[str] = []
         self.other_output = False
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[tuple[int, int], dict[str, Any]] = {}
+        self._open: dict[int, tuple[int, int]] = {}  # an index -> the call it continues
+        self.split = 0  # calls opened at an index another call held
         self.finish: str | None = None
         self.usage: Usage | None = None
         self.id: str | None = None
@@ -363,7 +372,7 @@ class Accumulator:
                 continue  # not a fragment of a call
             call_id = delta.get("id")
             slot = self.calls.setdefault(
-                self._index(delta.get("index"), call_id),
+                self._slot(delta, call_id),
                 {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
             )
             if call_id:
@@ -403,17 +412,27 @@ class Accumulator:
         if self.id is None:
             self.id = _answer_id(chunk.raw)
 
-    def _index(self, index: Any, call_id: Any) -> int:
-        """The slot of a fragment: its ``index`` when it is a number, else the last call's (the
-        next one's when the fragment brings an ``id`` of its own)."""
-        if index.__class__ is int:
-            return int(index)
-        if not self.calls:
-            return 0
-        last = max(self.calls)
-        if call_id and self.calls[last]["id"] not in (None, call_id):
-            return last + 1
-        return last
+    def _slot(self, delta: Mapping[str, Any], call_id: Any) -> tuple[int, int]:
+        """The call a fragment belongs to: the one open at its ``index`` when that is a number
+        (another one when the fragment opens a call there, see the class), else the last
+        call's (the next one's when the fragment brings an ``id`` of its own)."""
+        index = delta.get("index")
+        if index.__class__ is not int:
+            if not self._open:
+                index = 0
+            else:
+                index = max(self._open)
+                if call_id and self.calls[self._open[index]]["id"] not in (None, call_id):
+                    index += 1
+        key = self._open.get(index)
+        if key is None:
+            key = self._open[index] = (index, 0)
+        elif call_id and _opens(delta) and self.calls[key]["id"] not in (None, call_id):
+            held = self.calls[key]
+            if held.get("type") != "function" or held["function"]["name"]:
+                key = self._open[index] = (index, key[1] + 1)
+                self.split += 1
+        return key
 
     def response(self, *, cut: bool = False) -> ModelResponse:
         """The answer so far; a ``cut`` one keeps its text only and finishes with ``length``."""
@@ -433,6 +452,16 @@ class Accumulator:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         finish = "length" if cut else self.finish
         return ModelResponse(message=message, finish_reason=finish, usage=self.usage, id=self.id)
+
+
+def _opens(delta: Mapping[str, Any]) -> bool:
+    """Whether a call fragment names its call (a function's ``name``, or another kind's
+    object): what the first fragment of a call carries, and a continuation does not."""
+    fn = delta.get("function")
+    if isinstance(fn, Mapping):
+        return bool(fn.get("name"))
+    kind = delta.get("type")
+    return isinstance(kind, str) and isinstance(delta.get(kind), Mapping)
 
 
 def _join_fields(into: dict[str, Any], fragment: Mapping[str, Any]) -> None:

@@ -723,6 +723,12 @@ class Pipeline:
             if (chunk.content or chunk.reasoning) and watch is not None and watch.degenerate(acc):
                 call.cut = True
                 return acc.response(cut=True)
+        if acc.split:
+            # parallel calls streamed at one index (Ollama): released at an index each
+            call.b.warnings.append(
+                f"{len(acc.calls)} tool calls streamed at {len(acc.calls) - acc.split} "
+                "index(es): handed on at an index each"
+            )
         return acc.response()
 
     def _uncopied(self, call: _Call, response: ModelResponse) -> ModelResponse:

@@ -219,7 +219,9 @@ class ChatReplay:
             guard.add(chunk)
         mine, theirs = guard.response(), self._upstream_answer.response()
         return (
-            "".join(self._sent) == "".join(self._upstream_answer.content)
+            # calls streamed at one index go out at an index each (see Accumulator)
+            not self._upstream_answer.split
+            and "".join(self._sent) == "".join(self._upstream_answer.content)
             and call_keys(mine.message.get("tool_calls") or ())
             == call_keys(theirs.message.get("tool_calls") or ())
             and mine.finish_reason == theirs.finish_reason
