@@ -651,3 +651,55 @@ def test_the_sdk_stream_helper_reads_the_parallel_calls_through_the_guard() -> N
     report = ag.report_of(stream)
     assert report is not None
     assert "2 tool calls streamed at 1 index(es): handed on at an index each" in report.warnings
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_calls_a_proxy_joined_into_one_reach_the_caller_as_the_calls(stream: bool) -> None:
+    """A proxy that joined Ollama's parallel calls by index hands on one call whose arguments
+    are two JSON objects run together: a JSON repair made it the last call (the first dropped,
+    the caller none the wiser). Through the guard: the two calls, the report's repair
+    ``split_calls``; one request upstream."""
+    joined = '{"city": "Oslo"}{"city": "Rome"}'
+    if stream:
+        body = sse(
+            [
+                _opening(0, "call_a", "get_weather", joined),
+                _chunk(choices=[_choice({}, "tool_calls")], usage=USAGE),
+            ]
+        )
+        answer = (200, "text/event-stream", body)
+    else:
+        call = {"id": "call_a", "type": "function"}
+        call["function"] = {"name": "get_weather", "arguments": joined}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        whole = _chunk(choices=[{"index": 0, "message": message, "finish_reason": "tool_calls"}])
+        whole["object"] = "chat.completion"
+        answer = (200, "application/json", json.dumps({**whole, "usage": USAGE}).encode())
+    upstream = RawUpstream([answer])
+    client = guarded_client(upstream)
+    kw: dict[str, Any] = {
+        "model": "small",
+        "messages": [{"role": "user", "content": "Weather in Oslo and Rome?"}],
+        "tools": TOOLS,
+    }
+    if stream:
+        got = client.chat.completions.create(**kw, stream=True)
+        chunks = list(got)
+        calls = [
+            (tc.index, tc.id, tc.function.arguments)
+            for c in chunks
+            for choice in c.choices
+            for tc in choice.delta.tool_calls or ()
+        ]
+        assert calls == [(0, "call_a", '{"city": "Oslo"}'), (1, "call_a_1", '{"city": "Rome"}')]
+    else:
+        got = client.chat.completions.create(**kw)
+        made = got.choices[0].message.tool_calls
+        assert [(c.id, c.function.arguments) for c in made] == [
+            ("call_a", '{"city": "Oslo"}'),
+            ("call_a_1", '{"city": "Rome"}'),
+        ]
+    assert len(upstream.requests) == 1
+    report = ag.report_of(got)
+    assert report is not None
+    assert [r.split(" ")[0] for r in report.repairs] == ["split_calls"]

@@ -806,3 +806,88 @@ def test_the_types_of_a_hostile_schema_are_found_in_bounded_steps() -> None:
     assert _accepted(
         {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}, {"$defs": {"B": {"properties": {}}}}
     ) == {"object", "null"}
+
+
+def _joined(name: str, *arguments: str, call_id: str | None = "call_a") -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": ""}}
+    call["function"]["arguments"] = "".join(arguments)
+    if call_id is not None:
+        call["id"] = call_id
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def test_calls_run_together_in_one_call_are_split_not_repaired_into_one() -> None:
+    """Two calls joined into one (a proxy that joins a stream's fragments by index when the
+    server streamed both at index 0; LiteLLM's stream builder does): a JSON repair made the
+    last of them the call and dropped the first. Each object is a call, in order."""
+    report = _v().validate(_joined("search", '{"query": "oslo"}', ' {"query": "rome", "limit": 2}'))
+    assert report.ok
+    assert [(c.id, c.name, c.arguments) for c in report.tool_calls] == [
+        ("call_a", "search", '{"query": "oslo"}'),
+        ("call_a_1", "search", '{"query": "rome", "limit": 2}'),
+    ]
+    assert [r.kind for r in report.repairs] == ["split_calls"]
+    # the names run together too (joined by index): each call gets its own tool back
+    report = _v().validate(
+        _joined("searchsend_email", '{"query": "x"}', '{"to": "a@b.c", "body": "hi"}')
+    )
+    assert report.ok
+    assert [c.name for c in report.tool_calls] == ["search", "send_email"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"query": "oslo"} and {"query": "rome"}',  # words between: no run of objects
+        '{"query": "oslo"}{"query": "rome"',  # the last one cut off
+        '{"query": "oslo"}[1]',  # not an object
+        '{"query": "a}{b"}',  # one object whose text holds "}{"
+    ],
+)
+def test_arguments_that_are_no_run_of_objects_are_not_split(arguments: str) -> None:
+    report = _v().validate(_joined("search", arguments))
+    assert "split_calls" not in [r.kind for r in report.repairs]
+    assert len(report.tool_calls) <= 1
+
+
+def test_names_that_are_no_run_of_tools_are_not_split() -> None:
+    """Two objects under a name that is not that many tools' names: not split (the name is
+    judged as it is: an unknown tool)."""
+    report = _v().validate(_joined("searchsearchsearch", '{"query": "a"}', '{"query": "b"}'))
+    assert "split_calls" not in [r.kind for r in report.repairs]
+    assert not report.ok
+
+
+def test_at_most_so_many_calls_are_read_from_one() -> None:
+    """A hostile run of a thousand ``{}``: not split into a thousand calls."""
+    report = _v().validate(_joined("search", *["{}"] * 1000))
+    assert "split_calls" not in [r.kind for r in report.repairs]
+
+
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["search", "send_email", "run_terminal_command"]),
+            st.dictionaries(st.sampled_from(["query", "to", "body", "command"]), st.text()),
+        ),
+        min_size=2,
+        max_size=6,
+    ),
+    same_name=st.booleans(),
+    spaces=st.sampled_from(["", " ", "\n"]),
+)
+def test_any_calls_run_together_come_back_as_those_calls(
+    calls: list[tuple[str, dict[str, str]]], same_name: bool, spaces: str
+) -> None:
+    """Whatever the calls, their arguments' JSON texts run together under one call (its name
+    one tool's, or the tools' names run together) come back as those calls, each argument
+    text byte for byte, in order; never more calls, never fewer."""
+    if same_name:
+        calls = [(calls[0][0], args) for _, args in calls]
+    texts = [json.dumps(args) for _, args in calls]
+    name = calls[0][0] if same_name else "".join(n for n, _ in calls)
+    report = _v().validate(_joined(name, *(t + spaces for t in texts)))
+    assert [(c.name, c.arguments) for c in report.tool_calls] == [
+        (n, t) for (n, _), t in zip(calls, texts, strict=True)
+    ]
+    assert len({c.id for c in report.tool_calls}) == len(calls)

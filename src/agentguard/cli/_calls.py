@@ -205,6 +205,7 @@ class CallChecks:
 #: repairs that mend a model's mistake (a coercion such as "5" -> 5 is no mistake worth a line)
 _REPAIRED = {
     "json_repaired": "invalid_json",
+    "split_calls": "invalid_json",
     "double_encoded": "invalid_json",
     "tool_name": "unknown_tool",
 }

@@ -158,7 +158,8 @@ class ToolCallValidator:
         # each call with its decoded arguments when they are known already (extracted calls)
         raw_calls: list[tuple[Mapping[str, Any], Any]] = []
         repairs: list[Repair] = []
-        errors: list[ToolCallError] = _read_calls(msg.get("tool_calls"), raw_calls)
+        # calls run together in one are read as those calls (``split_calls``) when repairing
+        errors = _read_calls(msg.get("tool_calls"), raw_calls, repairs, cfg.repair, self.specs)
         extracted = False
         content = msg.get("content") if isinstance(msg.get("content"), str) else None
         # under tool_choice "none" a call written as text stays text: no call was allowed
@@ -592,8 +593,16 @@ def _other_calls(tool_calls: Any) -> bool:
     return any(isinstance(c, Mapping) and other_kind(c) for c in tool_calls)
 
 
-def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> list[ToolCallError]:
-    """Append the message's call objects to ``out``; what is not one is an error."""
+def _read_calls(
+    tool_calls: Any,
+    out: list[tuple[Mapping[str, Any], Any]],
+    repairs: list[Repair],
+    split: bool,
+    specs: Mapping[str, ToolSpec],
+) -> list[ToolCallError]:
+    """Append the message's call objects to ``out``; what is not one is an error. With
+    ``split``, a call that is several run together is appended as those calls, its repair to
+    ``repairs`` (:func:`_split_run_together`)."""
     if tool_calls is None or (isinstance(tool_calls, (list, tuple, str)) and not tool_calls):
         return []
     if not isinstance(tool_calls, (list, tuple)):
@@ -609,7 +618,101 @@ def _read_calls(tool_calls: Any, out: list[tuple[Mapping[str, Any], Any]]) -> li
         else:
             message = f"tool call {i} is not a call object: got {type(raw).__name__}"
             errors.append(ToolCallError("malformed_call", None, "", f"$[{i}]", message, short(raw)))
+    if split and out:
+        out[:] = _split_run_together(out, specs, repairs)
     return errors
+
+
+#: where two JSON objects may meet with nothing between them but white space
+_MEETING = re.compile(r"\}\s*\{")
+#: an answer's arguments are read as this many calls at most (beyond: not split, invalid)
+_MOST_SPLIT = 32
+
+
+def _split_run_together(
+    raw_calls: list[tuple[Mapping[str, Any], Any]],
+    specs: Mapping[str, ToolSpec],
+    repairs: list[Repair],
+) -> list[tuple[Mapping[str, Any], Any]]:
+    """Each call whose arguments are two or more JSON objects run together (``{"city":
+    "Oslo"}{"city": "Rome"}``) as that many calls, in order, with a ``split_calls`` repair.
+
+    Several calls joined into one, which a JSON repair would turn into one of them (the others
+    dropped): a client or proxy that joins streamed fragments by ``index`` when a server
+    streams parallel calls at one index (Ollama), or a model that writes its calls back to
+    back. The name is the one tool's when it is a tool's, or the names it is made of when it is
+    that many tools' names run together (``get_weatherget_time``). The first call keeps the
+    call's ``id``; the others get ``{id}_1``, ``{id}_2`` ... Arguments with anything else
+    between or after the objects (or past :data:`_MOST_SPLIT` of them) are left as they are."""
+    out: list[tuple[Mapping[str, Any], Any]] = []
+    for raw, value in raw_calls:
+        fn = raw.get("function")
+        arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
+        parts = (
+            _objects(arguments)
+            if isinstance(arguments, str) and _MEETING.search(arguments)
+            else None
+        )
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        names = _names_of(name, len(parts), specs) if parts is not None else None
+        if parts is None or names is None or not isinstance(fn, Mapping):
+            out.append((raw, value))
+            continue
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+        for n, (text, decoded) in enumerate(parts):
+            made = call_id if n == 0 or call_id is None else f"{call_id}_{n}"
+            piece = {**fn, "name": names[n], "arguments": text}
+            out.append(({**raw, "id": made, "function": piece}, decoded))
+        repairs.append(Repair("split_calls", call_id, "$", short(arguments), f"{len(parts)} calls"))
+    return out
+
+
+def _objects(text: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """The JSON objects ``text`` is made of, each with its text, when it is two or more run
+    together with nothing but white space around them; else ``None``."""
+    decoder = json.JSONDecoder()
+    found: list[tuple[str, dict[str, Any]]] = []
+    at, end = 0, len(text)
+    while at < end:
+        while at < end and text[at] in " \t\r\n":
+            at += 1
+        if at == end:
+            break
+        if len(found) == _MOST_SPLIT or text[at] != "{":
+            return None
+        try:
+            value, stop = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or too_deep(value):
+            return None
+        found.append((text[at:stop], value))
+        at = stop
+    return found if len(found) > 1 else None
+
+
+def _names_of(name: Any, n: int, specs: Mapping[str, ToolSpec]) -> list[str] | None:
+    """The name of each of ``n`` calls joined under ``name``: the tool's own ``n`` times when
+    it names one (or no tool is declared to tell), the tools' names it is made of when it is
+    exactly ``n`` of them run together, else ``None`` (not split)."""
+    if not isinstance(name, str):
+        return None
+    if name in specs or not specs:
+        return [name] * n
+    if len(name) > _MOST_SPLIT * max(map(len, specs)):
+        return None
+    # names run together: a way to read each prefix as tool names (the first found to each
+    # length is kept: O(len(name) x tools))
+    ways: dict[int, list[str]] = {0: []}
+    for at in range(len(name)):
+        before = ways.get(at)
+        if before is None or len(before) == n:
+            continue
+        for known in specs:
+            if known and name.startswith(known, at) and at + len(known) not in ways:
+                ways[at + len(known)] = [*before, known]
+    found = ways.get(len(name))
+    return found if found is not None and len(found) == n else None
 
 
 def _joined_surrogates(value: Any) -> Any:
