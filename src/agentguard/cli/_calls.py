@@ -206,6 +206,7 @@ class CallChecks:
 _REPAIRED = {
     "json_repaired": "invalid_json",
     "split_calls": "invalid_json",
+    "repeated_arguments": "invalid_json",
     "double_encoded": "invalid_json",
     "tool_name": "unknown_tool",
 }

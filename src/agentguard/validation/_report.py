@@ -83,7 +83,7 @@ class Repair:
     Attributes:
         kind: what was repaired (``extracted_from_text``, ``json_repaired``,
             ``double_encoded``, ``tool_name``, ``coerced``, ``dropped_argument``,
-            ``dropped_parallel_calls``, ``split_calls``).
+            ``dropped_parallel_calls``, ``split_calls``, ``repeated_arguments``).
         tool_call_id: the call concerned.
         path: where.
         before: the value before (truncated).

@@ -642,8 +642,11 @@ def _split_run_together(
     streams parallel calls at one index (Ollama), or a model that writes its calls back to
     back. The name is the one tool's when it is a tool's, or the names it is made of when it is
     that many tools' names run together (``get_weatherget_time``). The first call keeps the
-    call's ``id``; the others get ``{id}_1``, ``{id}_2`` ... Arguments with anything else
-    between or after the objects (or past :data:`_MOST_SPLIT` of them) are left as they are."""
+    call's ``id``; the others get ``{id}_1``, ``{id}_2`` ... A call repeated among them (the
+    same tool, the same arguments) is kept once (``repeated_arguments`` when one call is left):
+    a stream that sends a call's arguments again at its end joins them to themselves.
+    Arguments with anything else between or after the objects (or past :data:`_MOST_SPLIT` of
+    them) are left as they are."""
     out: list[tuple[Mapping[str, Any], Any]] = []
     for raw, value in raw_calls:
         fn = raw.get("function")
@@ -659,11 +662,24 @@ def _split_run_together(
             out.append((raw, value))
             continue
         call_id = raw.get("id") if isinstance(raw.get("id"), str) else None
-        for n, (text, decoded) in enumerate(parts):
+        # one call sent twice over (a stream that repeats a call's arguments at its end) is
+        # that call once: two would run it twice
+        seen: set[tuple[str, str]] = set()
+        kept = []
+        for name_n, (text, decoded) in zip(names, parts, strict=True):
+            key = (name_n, json.dumps(decoded, sort_keys=True, default=str))
+            if key not in seen:
+                seen.add(key)
+                kept.append((name_n, text, decoded))
+        for n, (name_n, text, decoded) in enumerate(kept):
             made = call_id if n == 0 or call_id is None else f"{call_id}_{n}"
-            piece = {**fn, "name": names[n], "arguments": text}
+            piece = {**fn, "name": name_n, "arguments": text}
             out.append(({**raw, "id": made, "function": piece}, decoded))
-        repairs.append(Repair("split_calls", call_id, "$", short(arguments), f"{len(parts)} calls"))
+        if len(kept) > 1:
+            after = f"{len(kept)} calls" + (" (repeats dropped)" if len(kept) < len(parts) else "")
+            repairs.append(Repair("split_calls", call_id, "$", short(arguments), after))
+        else:
+            repairs.append(Repair("repeated_arguments", call_id, "$", short(arguments), kept[0][1]))
     return out
 
 
