@@ -264,6 +264,49 @@ def test_a_healthy_stream_merges_as_the_unguarded_one(shape: tuple[dict[str, Any
     assert chunks(guarded=True) == chunks(guarded=False)
 
 
+def test_parallel_calls_streamed_at_one_index_reach_langchain_as_the_calls() -> None:
+    """Ollama streams every parallel call at index 0; this langchain-core tells two calls at
+    one index apart by their ids (older ones merged them into one). Over the guarded client,
+    which hands them on at an index each, it reads the same two calls as over the plain one."""
+    shape = (
+        _delta({"role": "assistant", "content": ""}),
+        *(
+            _delta(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": f"call_{c}",
+                            "type": "function",
+                            "function": {
+                                "name": "get_weather",
+                                "arguments": json.dumps({"city": c}),
+                            },
+                        }
+                    ]
+                }
+            )
+            for c in ("Oslo", "Rome")
+        ),
+        _delta({}, "tool_calls"),
+        {"choices": [], "usage": _USAGE},
+    )
+
+    def merged(guarded: bool) -> Any:
+        llm = _streaming(_sse(*shape), guarded=guarded).bind_tools([WEATHER])
+        return _merged(list(llm.stream("weather in Oslo and Rome")))
+
+    calls = [
+        ("get_weather", {"city": "Oslo"}, "call_Oslo"),
+        ("get_weather", {"city": "Rome"}, "call_Rome"),
+    ]
+    for guarded in (False, True):
+        message = merged(guarded=guarded)
+        assert [(c["name"], c["args"], c["id"]) for c in message.tool_calls] == calls
+        assert message.invalid_tool_calls == []
+        assert message.usage_metadata["total_tokens"] == 15
+
+
 @pytest.mark.parametrize("output_version", [None, "v1"])
 def test_a_repaired_responses_stream_keeps_each_call_after_its_reasoning(
     output_version: Any,

@@ -596,7 +596,7 @@ OLLAMA_PARALLEL = [
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_parallel_calls_streamed_at_one_index_go_out_at_an_index_each(asynchronous: bool) -> None:
     """The raw client hands on both calls at index 0, and every client that joins fragments by
-    index (the SDK's own stream helper, LangChain) reads one call, ``get_weatherget_weather``
+    index alone (the SDK's own stream helper) reads one call, ``get_weatherget_weather``
     with two JSON objects run together. Through the guard the caller gets the two calls, at
     index 0 and 1 (the guard read them as two; it dropped the first before), and the report
     says so; one request upstream, as the caller sent it."""

@@ -334,7 +334,7 @@ class Accumulator:
     A fragment that opens a call (an ``id`` and a name) at an ``index`` a call with another
     ``id`` and a name already holds is a new call, not more of that one: Ollama and some
     OpenAI-compatible bridges stream every parallel call at ``index`` 0, which clients that
-    join fragments by index (the openai SDK's stream helper, LangChain) read as one call with
+    join fragments by index alone (the openai SDK's stream helper) read as one call with
     two names and two JSON objects run together. ``split`` counts the calls read so; calls
     keep the order of their ``index``, then of their arrival.
     """
