@@ -679,7 +679,9 @@ def _split_run_together(
             after = f"{len(kept)} calls" + (" (repeats dropped)" if len(kept) < len(parts) else "")
             repairs.append(Repair("split_calls", call_id, "$", short(arguments), after))
         else:
-            repairs.append(Repair("repeated_arguments", call_id, "$", short(arguments), kept[0][1]))
+            repairs.append(
+                Repair("repeated_arguments", call_id, "$", short(arguments), short(kept[0][1]))
+            )
     return out
 
 
