@@ -179,11 +179,10 @@ class TokenLedger:
         # for renewal, when renewals stop: max_call_seconds after the reservation).
         renew_for = budget.max_call_seconds if budget.enabled else 0.0
         self._renew_for = renew_for
-        self._flights: dict[str, tuple[float, float]] | None = (
-            {} if renew_for > budget.lease_seconds else None
-        )
+        self._renews = renew_for > budget.lease_seconds  # else every lease outlasts a call
+        self._flights: dict[str, tuple[float, float]] = {}
         self._renewer: LeaseRenewer | None = None
-        if self._flights is not None and clock is _clock.wall:
+        if self._renews and clock is _clock.wall:
             self._renewer = RENEWER
             RENEWER.add(self, budget.lease_seconds)
         # Reservation ids: a random per-ledger prefix and a counter — unique across processes
@@ -250,8 +249,8 @@ class TokenLedger:
         hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = self._store.reserve(self._spec, hold, now)
         reservation = self._admit(hold, estimated_tokens, model, now, state)
-        if self._flights is not None:
-            self._fly(self._flights, reservation.id, now)
+        if self._renews:
+            self._fly(reservation.id, now)
         return reservation
 
     async def areserve(
@@ -267,8 +266,8 @@ class TokenLedger:
         hold, now = self._hold(session, estimated_tokens, max_output_tokens, model, answers)
         state = await self._store.areserve(self._spec, hold, now)
         reservation = self._admit(hold, estimated_tokens, model, now, state)
-        if self._flights is not None:
-            self._fly(self._flights, reservation.id, now)
+        if self._renews:
+            self._fly(reservation.id, now)
         return reservation
 
     def commit(
@@ -293,8 +292,7 @@ class TokenLedger:
             StoreUnavailable: the store is unreachable and ``fail_mode`` is ``closed``.
         """
         charge, used, now = self._charge(reservation, usage, event_id)
-        if self._flights is not None:
-            self._flights.pop(reservation.id, None)
+        self._flights.pop(reservation.id, None)
         state = self._store.commit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
@@ -303,23 +301,20 @@ class TokenLedger:
     ) -> Settlement:
         """Async twin of :meth:`commit`."""
         charge, used, now = self._charge(reservation, usage, event_id)
-        if self._flights is not None:
-            self._flights.pop(reservation.id, None)
+        self._flights.pop(reservation.id, None)
         state = await self._store.acommit(self._spec, charge, now)
         return self._settled(reservation, charge, used, state)
 
     def release(self, reservation: Reservation) -> bool:
         """Give back a reservation whose call failed; ``False`` if it was no longer held."""
         now = self._clock()
-        if self._flights is not None:
-            self._flights.pop(reservation.id, None)
+        self._flights.pop(reservation.id, None)
         return self._store.release(self._spec, reservation.id, now)
 
     async def arelease(self, reservation: Reservation) -> bool:
         """Async twin of :meth:`release`."""
         now = self._clock()
-        if self._flights is not None:
-            self._flights.pop(reservation.id, None)
+        self._flights.pop(reservation.id, None)
         return await self._store.arelease(self._spec, reservation.id, now)
 
     def renew(self, reservation: Reservation) -> bool:
@@ -374,16 +369,15 @@ class TokenLedger:
                 flights.pop(rid, None)
         return renewed
 
-    def _fly(self, flights: dict[str, tuple[float, float]], rid: str, now: float) -> None:
+    def _fly(self, rid: str, now: float) -> None:
         """A call in flight: its lease is due for renewal after half of it."""
-        flights[rid] = (now + self._lease / 2, now + self._renew_for)
+        self._flights[rid] = (now + self._lease / 2, now + self._renew_for)
         renewer = self._renewer
         if renewer is not None and renewer.idle:  # a forked child's first call
             renewer.start()
 
     def _forget_flights(self) -> None:
-        if self._flights is not None:
-            self._flights.clear()
+        self._flights.clear()
 
     def usage(self, session: str | None = None) -> UsageSnapshot:
         """Tokens and cost of ``session`` (if given) and of the rolling hour."""

@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from agentguard.budget import Reservation, TokenLedger, estimate_tokens
 from agentguard.budget._estimate import UNCAPPED_OUTPUT
@@ -118,12 +117,9 @@ def _text_of(obj: object) -> str:
         parts.append(message["content"])
     content = obj.get("content")  # Anthropic's whole message
     if isinstance(content, list):
-        parts += [c["text"] for c in content if isinstance(c, Mapping) and _is_text(c)]
+        texts = (c.get("text") for c in content if isinstance(c, Mapping))
+        parts += [t for t in texts if isinstance(t, str)]
     return "".join(parts)
-
-
-def _is_text(part: Mapping[str, Any]) -> bool:
-    return isinstance(part.get("text"), str)
 
 
 class AnswerReader:

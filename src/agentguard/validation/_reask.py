@@ -136,7 +136,7 @@ class CorrectionLadder:
     def _ask(self, report: ValidationReport) -> Reask | None:
         """The ``asked`` rung: which tool the request needs, through the chooser; once, only when no
         rung could name one (``None`` otherwise)."""
-        names = [n for n in (_name_of(t) for t in self.tools) if n is not None]
+        names = _tool_names(self.tools)
         if self._asked or len(names) < 2 or _candidates(report, self.tools):
             return None
         if _asked_for(self.question, self.tools):
@@ -160,7 +160,7 @@ class CorrectionLadder:
         if not self._asking or self.last is None:
             return None
         self._asking = False
-        names = [n for n in (_name_of(t) for t in self.tools) if n is not None]
+        names = _tool_names(self.tools)
         name = _chosen(message, names)
         if name is not None:
             self._picked = name
@@ -372,6 +372,11 @@ def _name_of(tool: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names of ``tools``, in order (entries without one left out)."""
+    return [n for n in (_name_of(t) for t in tools) if n is not None]
+
+
 def _choice(name: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name}}
 
@@ -387,7 +392,7 @@ def _pinned(report: ValidationReport, tools: Sequence[Mapping[str, Any]]) -> str
 
 def _candidates(report: ValidationReport, tools: Sequence[Mapping[str, Any]]) -> list[str]:
     """The offered tools the errors point to, most likely first."""
-    offered = [n for n in (_name_of(t) for t in tools) if n is not None]
+    offered = _tool_names(tools)
     found: list[str] = []
     for e in report.errors:
         # an unknown name, a call to a tool tool_choice did not name, text where it asked for a
