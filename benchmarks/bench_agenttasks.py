@@ -76,6 +76,7 @@ SMALL_MODEL_PROFILE: dict[str, Any] = {
     "ungrounded_answers": True,
     "uncovered_values": True,
     "cut_off_text_is_failure": True,
+    "unexpected_arguments": "drop",
 }
 #: llama.cpp's grammar function-calling mode (a second server), asked with tool_choice auto
 FUNCTION_CALLING = ("--chat_format", "chatml-function-calling")

@@ -275,8 +275,9 @@ class ToolValidationConfig(Section):
     )
     unexpected_arguments: Literal["error", "drop", "allow"] = Field(
         "error",
-        description="Arguments the schema does not declare: an error, silently dropped (a "
-        "repair), or allowed.",
+        description="Arguments the schema does not declare: an error, dropped (a repair, "
+        "reported; an argument whose name is close to a declared one the call left out stays an "
+        "error: a misspelling), or allowed.",
     )
     name_min_score: float = Field(
         85.0,

@@ -95,6 +95,10 @@ class NameMatcher:
             return NameMatch(best, not self._specs[best].side_effecting, suggestions)
         return NameMatch(None, False, suggestions)
 
+    def misspells(self, key: str, candidates: Sequence[str]) -> bool:
+        """Whether ``key`` reads as a misspelling of one of ``candidates`` (argument names)."""
+        return process.extractOne(key, candidates, scorer=fuzz.ratio, score_cutoff=75) is not None
+
     def closest(self, key: str, candidates: Sequence[str]) -> tuple[str, ...]:
         """Up to three candidates closest to ``key`` (for argument names)."""
         found = process.extract(key, list(candidates), scorer=fuzz.ratio, limit=3, score_cutoff=50)

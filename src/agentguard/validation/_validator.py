@@ -395,7 +395,13 @@ class ToolCallValidator:
         name = spec.name
         if declared and cfg.unexpected_arguments != "allow":
             for key in [k for k in args if k not in declared]:
-                if cfg.unexpected_arguments == "drop" and cfg.repair:
+                # dropped only when it is no misspelling of a declared argument the call left
+                # out: ``limt`` for an absent ``limit`` would run the call on its default
+                if (
+                    cfg.unexpected_arguments == "drop"
+                    and cfg.repair
+                    and not self._names.misspells(key, [d for d in declared if d not in args])
+                ):
                     repairs.append(
                         Repair(
                             "dropped_argument", call_id, f"$.{key}", short(args[key]), "(removed)"
