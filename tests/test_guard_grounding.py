@@ -491,3 +491,47 @@ def test_with_a_tier_above_the_model_is_not_asked_which_tool() -> None:
     assert all(CHOOSE_TOOL not in json.dumps(r.tools) for r in small.requests)
     assert len(strong.requests) == 1
     assert _calls(response) == [("get_weather", {"city": "Tokyo"})]
+
+
+#: Recorded (SmolLM2-135M, llama.cpp's grammar function-calling mode, the loop task
+#: ``ticket_open`` with the profile): the fourth lookup of a ticket, whose id string runs on into
+#: made-up arguments and a Python snippet. By default the made-up arguments are re-asked, and the
+#: re-asks ran away (1,401 completion tokens against a cap of 160: the turn cost 5,272 tokens).
+INVENTED = json.loads(
+    (Path(__file__).parent / "data" / "smollm2_invented_arguments.json").read_text("utf-8")
+)
+
+
+def _ticket(tool_validation: dict[str, Any]) -> tuple[ScriptedModel, ModelResponse]:
+    fixed = Reply.call("get_ticket", {"ticket_id": "552"})
+    model = ScriptedModel([*(_reply(a) for a in INVENTED["answers"]), fixed])
+    clock = FakeClock()
+    config = GuardConfig.from_dict({**ONE_TIER, "tool_validation": tool_validation}, env={})
+    guard = Guard(model, config, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    sent = INVENTED["request"]
+    params = {k: v for k, v in sent.items() if k != "messages"}
+    return model, guard.complete(ModelRequest("smollm2", sent["messages"], params))
+
+
+def test_made_up_arguments_beside_real_ones_are_dropped_with_the_profile() -> None:
+    """The profile drops what the tool does not take (``unexpected_arguments: drop``): the call
+    goes on with the argument it does take, the drops reported, and nothing is re-asked."""
+    model, response = _ticket(SMALL_MODEL_PROFILE)
+    assert len(model.requests) == 1
+    assert _calls(response) == [("get_ticket", {"ticket_id": "123.456"})]
+    report = report_of(response)
+    assert report is not None
+    dropped = [r for r in report.repairs if r.startswith("dropped_argument")]
+    assert dropped == [
+        "dropped_argument at $.ticket_type: 'Foo' -> '(removed)'",
+        "dropped_argument at $.ticket_status: 'pending' -> '(removed)'",
+    ]
+
+
+def test_by_default_made_up_arguments_are_re_asked() -> None:
+    """Without the profile the same answer is a failed call: corrected, naming the arguments."""
+    model, response = _ticket({})
+    assert len(model.requests) == 2
+    correction = json.dumps(model.requests[1].messages[-1])
+    assert "takes no argument 'ticket_type'" in correction
+    assert _calls(response) == [("get_ticket", {"ticket_id": "552"})]

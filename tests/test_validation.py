@@ -906,3 +906,23 @@ def test_a_call_whose_arguments_came_twice_is_one_call() -> None:
     report = _v().validate(_joined("search", twice, other, twice))
     assert [c.arguments for c in report.tool_calls] == [twice, other]
     assert next(str(r) for r in report.repairs).endswith("'2 calls (repeats dropped)'")
+
+
+def test_drop_keeps_a_misspelt_argument_an_error() -> None:
+    """``drop`` removes an argument the tool does not take, but not a misspelling of one it
+    takes and the call left out: ``limt`` would otherwise run the search on its default."""
+    misspelt = Reply.call("search", {"query": "x", "limt": 5}).message()
+    report = _v(unexpected_arguments="drop").validate(misspelt)
+    assert not report.ok
+    [error] = report.errors
+    assert (error.kind, error.path, error.suggestions[0]) == (
+        "unexpected_argument",
+        "$.limt",
+        "limit",
+    )
+    # beside the argument it resembles, it is no misspelling: dropped
+    beside = Reply.call("search", {"query": "x", "limit": 5, "limt": 5}).message()
+    dropped = _v(unexpected_arguments="drop").validate(beside)
+    assert dropped.ok
+    assert json.loads(dropped.tool_calls[0].arguments) == {"query": "x", "limit": 5}
+    assert [r.kind for r in dropped.repairs] == ["dropped_argument"]
