@@ -111,8 +111,9 @@ class TokenLedger:
     What happens when a budget runs out depends on the policy: ``warn_and_continue`` marks the
     reservation ``"warn"``, ``escalate`` marks it ``"escalate"`` (the pipeline moves the rest of
     the session to a cheaper tier), ``hard_stop`` refuses with :class:`~agentguard.BudgetExceeded`.
-    Every policy warns (event and ``"warn"``) when a budget passes ``warn_ratio``. A disabled
-    ``token_budget`` still counts usage and cost but never warns or refuses.
+    Every policy marks a reservation past ``warn_ratio`` of a budget ``"warn"``, and says
+    :class:`~agentguard.events.BudgetWarning` once, by the commit whose usage passes that line.
+    A disabled ``token_budget`` still counts usage and cost but never warns or refuses.
 
     If the store cannot be reached, the ledger follows the outage policy of
     :class:`~agentguard.storage.FallbackStore` (the one ``ToolGuard`` follows too): it serves
@@ -517,17 +518,7 @@ class TokenLedger:
                         )
                     )
             elif after >= warn_ratio * limit:
-                verdict = "warn"
-                if before < warn_ratio * limit:  # this reservation crosses the warning line
-                    self._emitter.emit(
-                        BudgetWarning(
-                            session=session,
-                            budget=name,
-                            used=after,
-                            limit=limit,
-                            ratio=after / limit,
-                        )
-                    )
+                verdict = "warn"  # the warning event is said by a commit (see _said)
             else:
                 continue
             if _RANK[verdict] > _RANK[decision]:
@@ -636,6 +627,8 @@ class TokenLedger:
     def _settled(
         self, reservation: Reservation, charge: Charge, used: Usage, state: BudgetState
     ) -> Settlement:
+        if state.applied:
+            self._said(reservation.session, charge.tokens, state)
         return Settlement(
             reservation.id,
             charge.event_id,
@@ -646,6 +639,27 @@ class TokenLedger:
             state.session_tokens,
             state.hour_tokens,
         )
+
+    def _said(self, session: str, tokens: int, state: BudgetState) -> None:
+        """The warning of a budget whose committed usage this commit took past its warning line.
+
+        Said on committed usage, not at a reservation: a hold is mostly given back, so usage
+        counted with holds goes up and down around the line, where committed usage only grows
+        — and every commit is one atomic step of the store, so exactly one commit passes a line,
+        whichever guard or process made it. The rolling hour can fall back under its line as
+        usage leaves the window: its next passing is said again.
+        """
+        spec = self._spec
+        for name, limit, line, after in (
+            ("session", spec.session_limit, self._quiet[0], state.session_tokens),
+            ("hour", spec.hour_limit, self._quiet[1], state.hour_tokens),
+        ):
+            if line is not None and limit is not None and after - tokens < line <= after:
+                self._emitter.emit(
+                    BudgetWarning(
+                        session=session, budget=name, used=after, limit=limit, ratio=after / limit
+                    )
+                )
 
     def _snapshot(self, session: str | None, now: float, state: BudgetState) -> UsageSnapshot:
         spec = self._spec
