@@ -126,13 +126,39 @@ def test_a_budget_warning_is_said_again_once_the_budget_has_room_again() -> None
 
 
 def test_escalate_policy_signals_a_cheaper_tier() -> None:
-    """Under escalate an exhausted budget marks the reservation 'escalate'."""
+    """Under escalate a reservation past the limit is marked 'escalate'; the budget's running
+    out is said once, by the commit that passes the limit."""
     ledger = _ledger(per_session=100, policy="escalate")
     ledger.commit(ledger.reserve("s", 90), 90)
     with capture_events() as events:
         res = ledger.reserve("s", 20)
-    assert res.decision == "escalate"
-    assert events.of_type(BudgetExhausted)
+        assert res.decision == "escalate"
+        assert not events.of_type(BudgetExhausted)
+        ledger.commit(res, 20)
+        ledger.commit(ledger.reserve("s", 20), 20)
+    (exhausted,) = events.of_type(BudgetExhausted)
+    assert (exhausted.used, exhausted.requested, exhausted.limit) == (90, 20, 100)
+    assert (exhausted.policy, exhausted.action) == ("escalate", "escalate")
+    assert exhausted.resets_at is None
+
+
+@pytest.mark.parametrize("policy", ["warn_and_continue", "escalate"])
+def test_an_exhausted_budget_is_said_once_however_many_calls_pass_the_limit(policy: str) -> None:
+    """Calls whose holds straddle the limit one after another, from two ledgers on one store:
+    the budget's running out is said once, by the commit that passes it."""
+    store = MemoryStore()
+    ledgers = [
+        _ledger(store=store, per_session=3_000, per_hour=None, max_output_tokens=1_000,
+                policy=policy)
+        for _ in range(2)
+    ]  # fmt: skip
+    with capture_events() as events:
+        for i in range(80):
+            ledgers[i % 2].commit(ledgers[i % 2].reserve("s", 40), Usage(40, 6))
+    (exhausted,) = _said(events, BudgetExhausted)
+    assert exhausted.used <= 3_000 < exhausted.used + exhausted.requested
+    assert exhausted.requested == 46
+    assert exhausted.action == ("escalate" if policy == "escalate" else "continue")
 
 
 def test_hard_stop_raises_with_the_budget_facts() -> None:
