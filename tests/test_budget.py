@@ -31,38 +31,134 @@ from agentguard.budget import (
 from agentguard.budget._estimate import IMAGE_CEILING, IMAGE_FLOOR, IMAGE_UNKNOWN, image_size
 from agentguard.config import StorageConfig, TokenBudgetConfig
 from agentguard.events import BudgetExhausted, BudgetWarning, StoreFallback, StoreRecovered
-from agentguard.storage import MemoryStore, RedisStore, SQLiteStore
+from agentguard.storage import MemoryStore, RedisStore, SQLiteStore, Store
 from agentguard.testing import FakeClock, capture_events
 
 
-def _ledger(clock: FakeClock | None = None, store: object = None, **budget: object) -> TokenLedger:
+def _ledger(
+    clock: FakeClock | None = None, store: Store | None = None, hooks: Any = None, **budget: object
+) -> TokenLedger:
     defaults: dict[str, object] = {"max_output_tokens": None}
     config = TokenBudgetConfig.model_validate({**defaults, **budget})
-    return TokenLedger(config, store=store or MemoryStore(), clock=clock or FakeClock())  # type: ignore[arg-type]
+    return TokenLedger(
+        config, store=store or MemoryStore(), clock=clock or FakeClock(), hooks=hooks
+    )
 
 
 def test_warn_and_continue_warns_at_the_ratio_and_keeps_serving() -> None:
-    """Past warn_ratio: an event and a 'warn' decision; past the limit it still serves."""
+    """Past warn_ratio: a 'warn' decision, and an event once the usage counted passes it;
+    past the limit it still serves."""
     ledger = _ledger(per_session=100, warn_ratio=0.8)
     first = ledger.reserve("s", 50)
     assert first.decision == "ok"
     ledger.commit(first, 60)
     with capture_events() as events:
         res = ledger.reserve("s", 25)
-    assert res.decision == "warn"
-    assert res.budget == "session"
-    assert events.of_type(BudgetWarning)
+        assert res.decision == "warn"
+        assert res.budget == "session"
+        ledger.commit(res, 25)
+    (warning,) = events.of_type(BudgetWarning)
+    assert (warning.used, warning.limit, warning.ratio) == (85, 100, 0.85)
     assert ledger.reserve("s", 500).decision == "warn"  # over the limit, still served
 
 
+def _said(events: Any, kind: type, budget: str = "session") -> list[Any]:
+    return [e for e in events.of_type(kind) if e.budget == budget]
+
+
+def test_a_budget_warning_is_said_once_however_many_calls_pass_the_line() -> None:
+    """Calls whose holds (a learned output estimate, mostly given back) straddle the warning
+    line one after another: the warning is said once, by the commit that passes it."""
+    ledger = _ledger(per_session=3_000, per_hour=None, warn_ratio=0.5, max_output_tokens=1_000)
+    with capture_events() as events:
+        for _ in range(60):
+            ledger.commit(ledger.reserve("s", 40), Usage(40, 6))
+    assert ledger.usage("s").session_tokens == 2_760
+    (warning,) = _said(events, BudgetWarning)
+    assert (warning.session, warning.limit) == ("s", 3_000)
+    assert 1_500 <= warning.used < 1_546  # the commit that passed the line said it
+    assert warning.ratio == warning.used / 3_000
+
+
+def test_a_budget_warning_is_said_once_across_ledgers_sharing_a_store() -> None:
+    """Several guards (ledgers) on one store, taking turns and overlapping: one warning per
+    session, whichever commit passes the line; another session has its own."""
+    store, clock = MemoryStore(), FakeClock()
+    ledgers = [
+        _ledger(clock, store, per_session=1_000, warn_ratio=0.8, max_output_tokens=500)
+        for _ in range(3)
+    ]
+    with capture_events() as events:
+        for i in range(40):
+            first = ledgers[i % 3].reserve("s", 10)
+            second = ledgers[(i + 1) % 3].reserve("s", 10)
+            ledgers[i % 3].commit(first, 12)
+            ledgers[(i + 1) % 3].commit(second, 12)
+        ledgers[0].commit(ledgers[0].reserve("t", 900), 900)
+    assert [e.session for e in _said(events, BudgetWarning)] == ["s", "t"]
+
+
+def test_a_budget_warning_is_said_again_once_the_budget_has_room_again() -> None:
+    """The rolling hour: said once when its usage passes the line, and once more when it
+    passes it again after the window dropped the old usage; a session forgotten after
+    session_ttl_seconds starts over (and warns again), a duplicate commit says nothing."""
+    clock = FakeClock()
+    ledger = _ledger(
+        clock, per_session=1_000, per_hour=2_000, warn_ratio=0.5, session_ttl_seconds=7_200
+    )
+    with capture_events() as events:
+        for _ in range(30):  # 1,200 tokens: past the hour's line (1,000) and the session's (500)
+            ledger.commit(ledger.reserve("s", 40), 40)
+        again = ledger.reserve("s", 40)
+        ledger.commit(again, 40, event_id="same")
+        ledger.commit(again, 40, event_id="same")  # counted once, said nothing
+        assert [e.budget for e in events.of_type(BudgetWarning)] == ["session", "hour"]
+        clock.advance(3_700)  # the hour's usage has left the window
+        for _ in range(30):
+            ledger.commit(ledger.reserve("s", 40), 40)
+        assert [e.budget for e in events.of_type(BudgetWarning)] == ["session", "hour", "hour"]
+        clock.advance(7_300)  # the session is forgotten as well
+        for _ in range(30):
+            ledger.commit(ledger.reserve("s", 40), 40)
+    assert [e.budget for e in events.of_type(BudgetWarning)] == [
+        "session", "hour", "hour", "session", "hour"
+    ]  # fmt: skip
+
+
 def test_escalate_policy_signals_a_cheaper_tier() -> None:
-    """Under escalate an exhausted budget marks the reservation 'escalate'."""
+    """Under escalate a reservation past the limit is marked 'escalate'; the budget's running
+    out is said once, by the commit that passes the limit."""
     ledger = _ledger(per_session=100, policy="escalate")
     ledger.commit(ledger.reserve("s", 90), 90)
     with capture_events() as events:
         res = ledger.reserve("s", 20)
-    assert res.decision == "escalate"
-    assert events.of_type(BudgetExhausted)
+        assert res.decision == "escalate"
+        assert not events.of_type(BudgetExhausted)
+        ledger.commit(res, 20)
+        ledger.commit(ledger.reserve("s", 20), 20)
+    (exhausted,) = events.of_type(BudgetExhausted)
+    assert (exhausted.used, exhausted.requested, exhausted.limit) == (90, 20, 100)
+    assert (exhausted.policy, exhausted.action) == ("escalate", "escalate")
+    assert exhausted.resets_at is None
+
+
+@pytest.mark.parametrize("policy", ["warn_and_continue", "escalate"])
+def test_an_exhausted_budget_is_said_once_however_many_calls_pass_the_limit(policy: str) -> None:
+    """Calls whose holds straddle the limit one after another, from two ledgers on one store:
+    the budget's running out is said once, by the commit that passes it."""
+    store = MemoryStore()
+    ledgers = [
+        _ledger(store=store, per_session=3_000, per_hour=None, max_output_tokens=1_000,
+                policy=policy)
+        for _ in range(2)
+    ]  # fmt: skip
+    with capture_events() as events:
+        for i in range(80):
+            ledgers[i % 2].commit(ledgers[i % 2].reserve("s", 40), Usage(40, 6))
+    (exhausted,) = _said(events, BudgetExhausted)
+    assert exhausted.used <= 3_000 < exhausted.used + exhausted.requested
+    assert exhausted.requested == 46
+    assert exhausted.action == ("escalate" if policy == "escalate" else "continue")
 
 
 def test_hard_stop_raises_with_the_budget_facts() -> None:
@@ -520,8 +616,10 @@ class LedgerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
+        self.warnings: list[BudgetWarning] = []
         self.ledger = _ledger(
             self.clock,
+            hooks=[lambda e: self.warnings.append(e) if isinstance(e, BudgetWarning) else None],
             per_session=self.LIMIT,
             per_hour=None,
             policy="hard_stop",
@@ -573,6 +671,8 @@ class LedgerMachine(RuleBasedStateMachine):
         frees a crashed caller's hold), and what it used still counts when it settles."""
         snap = self.ledger.usage("s")
         assert snap.session_tokens == sum(self.counted.values())
+        # the warning line (80 %) is said once, when the usage counted passes it
+        assert len(self.warnings) == (snap.session_tokens >= 0.8 * self.LIMIT)
         assert snap.session_tokens + snap.session_reserved <= self.LIMIT + self.late
         if self.RENEW:  # every call in flight still holds all it reserved
             assert self.late == 0

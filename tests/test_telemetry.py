@@ -178,6 +178,21 @@ def _guardrail(span: ReadableSpan) -> list[dict[str, Any]]:
     return [dict(e.attributes or {}) for e in span.events if e.name == "gen_ai.guardrail.result"]
 
 
+def _result(policy: str, value: str, kind: str, rule: str, more: dict[str, Any]) -> dict[str, Any]:
+    """A ``gen_ai.guardrail.result`` event's attributes as agentguard writes them (the reason
+    is the event's kind), with the decision's ``more``."""
+    return {
+        "gen_ai.guardrail.component.name": "agentguard",
+        "gen_ai.guardrail.policy.id": policy,
+        "gen_ai.guardrail.result.type": "action",
+        "gen_ai.guardrail.result.value": value,
+        "gen_ai.guardrail.result.reason": kind,
+        "gen_ai.guardrail.policy.rule.id": rule,
+        "agentguard.event": kind,
+        **more,
+    }
+
+
 # -- spans of a guarded call ----------------------------------------------------------------------
 
 
@@ -269,7 +284,8 @@ def test_a_current_span_wins_over_the_callers_headers_and_a_given_span_over_both
 
 def test_failed_attempts_and_an_escalation_are_recorded(otel: Recorded) -> None:
     """A 500, a retry, another 500, then the premium tier: three chat spans (two in error)
-    and the escalation and breaker decisions as guardrail events on the call's span."""
+    and the escalation decision as a guardrail event on the call's span (two failures do
+    not open the tier's breaker: see the breaker test below)."""
     model = ScriptedModel(
         {"small": [Fault.server_error(), Fault.server_error()], "big": [Reply.text("ok")]}
     )
@@ -282,19 +298,8 @@ def test_failed_attempts_and_an_escalation_are_recorded(otel: Recorded) -> None:
     assert [dict(s.attributes or {})["agentguard.attempt"] for s in chats] == [1, 2, 3]
     events = _guardrail(otel.one("agentguard chat"))
     escalated = [e for e in events if e["gen_ai.guardrail.policy.id"] == "escalation"]
-    assert escalated == [
-        {
-            "gen_ai.guardrail.component.name": "agentguard",
-            "gen_ai.guardrail.policy.id": "escalation",
-            "gen_ai.guardrail.result.type": "action",
-            "gen_ai.guardrail.result.value": "escalated",
-            "gen_ai.guardrail.result.reason": "escalated",
-            "gen_ai.guardrail.policy.rule.id": "server_error",
-            "agentguard.event": "escalated",
-            "agentguard.tier.from": "fast",
-            "agentguard.tier.to": "premium",
-        }
-    ]
+    more = {"agentguard.tier.from": "fast", "agentguard.tier.to": "premium"}
+    assert escalated == [_result("escalation", "escalated", "escalated", "server_error", more)]
     parent = dict(otel.one("agentguard chat").attributes or {})
     assert parent["agentguard.escalated_from"] == "fast"
     assert parent["agentguard.escalation.reasons"] == ("server_error",)
@@ -379,6 +384,122 @@ def test_a_budget_refusal_is_an_event_and_an_error(otel: Recorded) -> None:
     assert dict(span.attributes or {})["agentguard.budget"] == "exceeded"
     refused = [e for e in _guardrail(span) if e["gen_ai.guardrail.policy.id"] == "token_budget"]
     assert refused[-1]["gen_ai.guardrail.result.value"] == "refuse"
+
+
+def _no_content(events: list[dict[str, Any]], *texts: str) -> None:
+    """No guardrail event carries message content (nor the guard's own hint or message)."""
+    said = json.dumps(events)
+    for text in texts:
+        assert text not in said
+    assert all("agentguard.message" not in e for e in events)
+
+
+def test_a_budget_warning_is_one_event_on_the_call_that_passed_the_line(otel: Recorded) -> None:
+    """Calls one after another in a session until its usage passes warn_ratio: one
+    ``budget_warning`` guardrail event, on the span of the call whose usage passed the line,
+    with the budget's numbers and no content — not one per call whose hold reached past it."""
+    guard = _guard(
+        ScriptedModel([Reply.text("the plans are in the safe")], cycle=True),
+        token_budget={"per_session": 1_000, "warn_ratio": 0.5, "max_output_tokens": 500},
+    )
+    prompt = [{"role": "user", "content": "where are the secret plans"}]
+    for _ in range(25):
+        guard.complete(_request(messages=prompt), session="run-1")
+    calls = sorted(otel.named("agentguard chat"), key=lambda s: s.start_time or 0)
+    events = [(i, e) for i, span in enumerate(calls) for e in _guardrail(span)
+              if e["agentguard.event"] == "budget_warning"]  # fmt: skip
+    assert len(events) == 1
+    at, event = events[0]
+    used = 0
+    for i, span in enumerate(calls[: at + 1]):
+        attrs = dict(span.attributes or {})
+        used += attrs["agentguard.usage.input_tokens"] + attrs["agentguard.usage.output_tokens"]
+        assert (used >= 500) is (i == at)  # the first call to take the session past the line
+    more = {"gen_ai.guardrail.source": "input", "agentguard.budget.used": used,
+            "agentguard.budget.limit": 1_000}  # fmt: skip
+    assert event == _result("token_budget", "warning", "budget_warning", "session", more)
+    _no_content([e for span in calls for e in _guardrail(span)], "secret plans", "the safe")
+
+
+def test_circuit_breaker_changes_are_events_on_the_calls_that_changed_it(otel: Recorded) -> None:
+    """A tier failing call after call: its breaker opens during one call; after the open
+    period the next call's probe half-opens and closes it. Each change is a ``circuit_breaker``
+    guardrail event on the span of the call it happened in, naming the breaker (the tier) and
+    the state before."""
+    clock = FakeClock()
+    model = ScriptedModel(  # five failures open it (min_calls 5), on the third call
+        {"small": [Fault.server_error()] * 5 + [Reply.text("back")], "big": [Reply.text("ok")] * 3}
+    )
+    guard = Guard(model, _config(), clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    prompt = [{"role": "user", "content": "where are the secret plans"}]
+    for _ in range(3):
+        guard.complete(_request(messages=prompt))
+    clock.advance(31)  # the breaker's open period (30 s) is over
+    assert guard.complete(_request(messages=prompt)).message["content"] == "back"
+    calls = sorted(otel.named("agentguard chat"), key=lambda s: s.start_time or 0)
+    changes = [
+        [(e["agentguard.breaker.previous"], e["gen_ai.guardrail.result.value"]) for e in
+         _guardrail(span) if e["gen_ai.guardrail.policy.id"] == "circuit_breaker"]
+        for span in calls
+    ]  # fmt: skip
+    assert changes == [
+        [],
+        [],
+        [("closed", "open")],
+        [("open", "half_open"), ("half_open", "closed")],
+    ]
+    events = [e for span in calls for e in _guardrail(span)]
+    breakers = [e for e in events if e["gen_ai.guardrail.policy.id"] == "circuit_breaker"]
+    assert breakers == [
+        _result("circuit_breaker", state, "breaker_state_changed", "tier:fast",
+                {"agentguard.breaker.previous": previous})
+        for previous, state in (("closed", "open"), ("open", "half_open"), ("half_open", "closed"))
+    ]  # fmt: skip
+    _no_content(events, "secret plans")
+
+
+def _fault(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected fault near the secret plans")
+
+
+@pytest.mark.parametrize("how", ["complete", "stream", "acomplete", "astream"])
+def test_a_fail_open_is_an_event_on_the_calls_span(
+    otel: Recorded, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault inside the guard (the validator raising) that the call fails open on: a
+    ``fail_open`` guardrail event on the call's span naming the component and the error's
+    class, never its message or the conversation; the span says ``agentguard.fail_open`` and
+    is not in error (the caller got the model's answer)."""
+    from agentguard import ToolCallValidator
+
+    monkeypatch.setattr(ToolCallValidator, "validate", _fault)
+    clock = FakeClock()
+    model = ScriptedModel([Reply.call("read_file", {"path": "plans.txt"})])
+    request = _request(messages=[{"role": "user", "content": "open the secret plans"}], tools=TOOLS)
+    if how in ("complete", "stream"):
+        guard = Guard(model, _config(), clock=clock, sleep=clock.sleep, rng=random.Random(0))
+        answer: Any = guard.complete(request) if how == "complete" else list(guard.stream(request))
+    else:
+        aguard = AsyncGuard(model, _config(), clock=clock, sleep=clock.asleep, rng=random.Random(0))
+
+        async def main() -> Any:
+            if how == "acomplete":
+                return await aguard.acomplete(request)
+            return [chunk async for chunk in aguard.astream(request)]
+
+        answer = anyio.run(main)
+    assert answer  # the model's answer went through, unguarded
+    span = otel.one("agentguard chat")
+    assert span.status.status_code is StatusCode.UNSET
+    assert dict(span.attributes or {})["agentguard.fail_open"] is True
+    events = _guardrail(span)
+    failed = [e for e in events if e["gen_ai.guardrail.policy.id"] == "fail_open"]
+    component = "stream" if "stream" in how else "pipeline"
+    more = {"error.type": "RuntimeError"}
+    assert failed == [
+        _result("fail_open", "internal_error", "guard_internal_error", component, more)
+    ]
+    _no_content(events, "secret plans", "injected fault", "plans.txt")
 
 
 def test_events_outside_a_guarded_call_go_to_the_current_span(otel: Recorded) -> None:

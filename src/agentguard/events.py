@@ -385,11 +385,20 @@ class Escalated(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetWarning(Event):
-    """A token budget passed its warning ratio (emitted once, by the reservation crossing it).
+    """The usage counted against a token budget passed its warning ratio.
+
+    Said once per passing, by the commit that takes the budget's committed tokens to
+    ``warn_ratio * limit`` or past it — whichever guard, ledger or process sharing the store
+    made it: committed usage only grows and every commit is one atomic step of the store. So a
+    session's budget warns once (again only if the session is forgotten after
+    ``session_ttl_seconds`` and starts over), and the rolling hour once each time its usage
+    passes the line after having fallen below it as old usage left the window. Reservations
+    past the line are each marked ``"warn"`` (a decision, not an event). While the store is
+    unreachable each process judges on its own local totals, and may say it again.
 
     Attributes:
         budget: ``"session"`` or ``"hour"``.
-        used: tokens counted against it, this reservation included.
+        used: tokens committed against it, this call included.
         limit: the budget's limit.
         ratio: ``used / limit``.
     """
@@ -405,15 +414,19 @@ class BudgetWarning(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetExhausted(Event):
-    """A reservation would pass a token budget's limit.
+    """A token budget ran out.
 
-    Under ``hard_stop`` it is emitted for every refused reservation; under the other policies
-    once, by the reservation that crosses the limit.
+    Under ``hard_stop`` it is emitted for every refused reservation (``action`` ``"refuse"``).
+    Under the other policies, which go on, once per passing of the limit: by the commit that
+    takes the budget's committed tokens past it, as :class:`BudgetWarning` is said (once across
+    every guard sharing the store; the rolling hour again after it fell back under the limit).
+    Reservations that reach past the limit are each marked ``"warn"`` or ``"escalate"`` before.
 
     Attributes:
         budget: ``"session"`` or ``"hour"``.
-        used: tokens counted against the budget before this reservation.
-        requested: tokens the reservation asked for.
+        used: tokens counted against the budget before this reservation (under ``hard_stop``:
+            committed and held) or before this commit (committed).
+        requested: tokens the reservation asked for, or the commit counted.
         limit: the budget's limit.
         policy: the policy in force.
         action: what happens: ``"continue"``, ``"escalate"`` or ``"refuse"``.

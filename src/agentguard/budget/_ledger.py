@@ -111,8 +111,11 @@ class TokenLedger:
     What happens when a budget runs out depends on the policy: ``warn_and_continue`` marks the
     reservation ``"warn"``, ``escalate`` marks it ``"escalate"`` (the pipeline moves the rest of
     the session to a cheaper tier), ``hard_stop`` refuses with :class:`~agentguard.BudgetExceeded`.
-    Every policy warns (event and ``"warn"``) when a budget passes ``warn_ratio``. A disabled
-    ``token_budget`` still counts usage and cost but never warns or refuses.
+    Every policy marks a reservation past ``warn_ratio`` of a budget ``"warn"``, and says
+    :class:`~agentguard.events.BudgetWarning` once, by the commit whose usage passes that line;
+    under the policies that go on, :class:`~agentguard.events.BudgetExhausted` is said the same
+    way, by the commit that passes the limit. A disabled ``token_budget`` still counts usage and
+    cost but never warns or refuses.
 
     If the store cannot be reached, the ledger follows the outage policy of
     :class:`~agentguard.storage.FallbackStore` (the one ``ToolGuard`` follows too): it serves
@@ -469,7 +472,7 @@ class TokenLedger:
             (quiet_session is None or session_used < quiet_session)
             and (quiet_hour is None or hour_used < quiet_hour)
         ):  # past a warning line (the common case is below both: nothing to decide or say)
-            decision, budget = self._decide(session, tokens, session_used, hour_used)
+            decision, budget = self._decide(session_used, hour_used)
         return Reservation(
             hold.id,
             session,
@@ -486,48 +489,24 @@ class TokenLedger:
             spec.hour_limit,
         )
 
-    def _decide(
-        self, session: str, tokens: int, session_used: int, hour_used: int
-    ) -> tuple[Decision, str | None]:
-        """The policy's decision on a reservation past a warning line, and the events it says."""
+    def _decide(self, session_used: int, hour_used: int) -> tuple[Decision, str | None]:
+        """The policy's decision on a reservation past a warning line (the events that a
+        budget passed a line are said by the commit that passes it: see :meth:`_said`)."""
         spec = self._spec
         decision: Decision = "ok"
         budget = None
         policy = self.config.policy
         warn_ratio = self.config.warn_ratio
-        for name, limit, after in (
+        for name, limit, used in (
             ("session", spec.session_limit, session_used),
             ("hour", spec.hour_limit, hour_used),
         ):
             if limit is None:
                 continue
-            before = after - tokens
-            if after > limit:
+            if used > limit:
                 verdict: Decision = "escalate" if policy == "escalate" else "warn"
-                if before <= limit:  # this reservation crosses the limit: say so once
-                    self._emitter.emit(
-                        BudgetExhausted(
-                            session=session,
-                            budget=name,
-                            used=before,
-                            requested=tokens,
-                            limit=limit,
-                            policy=policy,
-                            action="escalate" if verdict == "escalate" else "continue",
-                        )
-                    )
-            elif after >= warn_ratio * limit:
+            elif used >= warn_ratio * limit:
                 verdict = "warn"
-                if before < warn_ratio * limit:  # this reservation crosses the warning line
-                    self._emitter.emit(
-                        BudgetWarning(
-                            session=session,
-                            budget=name,
-                            used=after,
-                            limit=limit,
-                            ratio=after / limit,
-                        )
-                    )
             else:
                 continue
             if _RANK[verdict] > _RANK[decision]:
@@ -636,6 +615,8 @@ class TokenLedger:
     def _settled(
         self, reservation: Reservation, charge: Charge, used: Usage, state: BudgetState
     ) -> Settlement:
+        if state.applied:
+            self._said(reservation.session, charge.tokens, state)
         return Settlement(
             reservation.id,
             charge.event_id,
@@ -646,6 +627,45 @@ class TokenLedger:
             state.session_tokens,
             state.hour_tokens,
         )
+
+    def _said(self, session: str, tokens: int, state: BudgetState) -> None:
+        """The events of a budget whose committed usage this commit took past its warning line
+        or past its limit (the latter under the policies that go on: ``hard_stop`` says each
+        refusal instead).
+
+        Said on committed usage, not at a reservation: a hold is mostly given back, so usage
+        counted with holds goes up and down around a line, where committed usage only grows —
+        and every commit is one atomic step of the store, so exactly one commit passes a line,
+        whichever guard or process made it. The rolling hour can fall back under a line as
+        usage leaves the window: its next passing is said again.
+        """
+        spec = self._spec
+        policy = self.config.policy
+        for name, limit, line, after in (
+            ("session", spec.session_limit, self._quiet[0], state.session_tokens),
+            ("hour", spec.hour_limit, self._quiet[1], state.hour_tokens),
+        ):
+            if line is None or limit is None or after < line:  # the common case
+                continue
+            before = after - tokens
+            if before < line:
+                self._emitter.emit(
+                    BudgetWarning(
+                        session=session, budget=name, used=after, limit=limit, ratio=after / limit
+                    )
+                )
+            if before <= limit < after and not spec.enforce:
+                self._emitter.emit(
+                    BudgetExhausted(
+                        session=session,
+                        budget=name,
+                        used=before,
+                        requested=tokens,
+                        limit=limit,
+                        policy=policy,
+                        action="escalate" if policy == "escalate" else "continue",
+                    )
+                )
 
     def _snapshot(self, session: str | None, now: float, state: BudgetState) -> UsageSnapshot:
         spec = self._spec
