@@ -72,13 +72,40 @@ def test_a_bad_price_is_a_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_format_can_be_forced(tmp_path: Path) -> None:
-    """--format reads every item as the named format; the wrong one is a one-line error."""
+def test_format_can_be_forced() -> None:
+    """--format reads every item as the named format."""
     ok = run(DATA / "codex_rollout.jsonl", "--format", "codex", "--json")
     assert json.loads(ok.stdout)["summary"]["tokens"] == 19_890
-    wrong = run(DATA / "tau_bench_airline.json", "--format", "otlp", "--json")
-    assert wrong.returncode == 0  # no spans in it: an empty report, not a crash
-    assert json.loads(wrong.stdout)["summary"]["messages"] == 0
+
+
+@pytest.mark.parametrize(
+    ("sample", "forced", "found"),
+    [
+        ("tau_bench_airline.json", "otlp", "tau-bench"),
+        ("codex_rollout.jsonl", "swe-agent", "codex"),
+        ("otlp_genai_spans.json", "claude-code", "otlp"),
+        ("swe_agent_test_repo.traj", "tau-bench", "swe-agent"),
+        ("openhands_events.json", "atif", "openhands"),
+    ],
+)
+def test_a_wrong_format_forced_is_a_one_line_error(sample: str, forced: str, found: str) -> None:
+    """A forced format that reads nothing in a file exits 2 with one line naming the format
+    and what the file looks like, not an empty report."""
+    proc = run(DATA / sample, "--format", forced, "--json")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert f"--format {forced} reads nothing in it (it looks like {found})" in line
+    assert "leave out --format to detect the format" in line
+
+
+def test_a_forced_format_of_an_empty_file_is_an_empty_report(tmp_path: Path) -> None:
+    """A file with nothing in it is no wrong format: an empty report, exit 0."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    proc = run(path, "--format", "otlp", "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["summary"]["messages"] == 0
 
 
 #: Run the command after it with SIGINT as a shell's foreground job gets it: handled by default,
