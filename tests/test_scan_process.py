@@ -145,6 +145,72 @@ def test_ctrl_c_ends_the_scan_quietly(tmp_path: Path) -> None:
     assert b"KeyboardInterrupt" not in err
 
 
+#: A ``sitecustomize`` that sends its process SIGINT as it first looks for the module named by
+#: ``CTRL_C_AT``: Ctrl-C at a chosen moment of start-up, the same on a fast or a loaded machine.
+#: SIGINT is unblocked and handled as a shell's foreground job has it (see above).
+_CTRL_C_AT_IMPORT = """
+import os, signal, sys
+
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class CtrlCAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["CTRL_C_AT"]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+sys.meta_path.insert(0, CtrlCAt())
+"""
+#: the console script's own lines (``agentguard = "agentguard.cli:main"``)
+_CONSOLE_SCRIPT = [
+    sys.executable,
+    "-c",
+    "import sys; from agentguard.cli import main; sys.exit(main())",
+]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+def test_ctrl_c_during_start_up_ends_the_command_quietly(tmp_path: Path) -> None:
+    """SIGINT at any moment of the command (the command line imported, its parser built, the
+    configuration models and pydantic_core's extension loaded, the trace's tools read, the
+    tables written) exits 130 with nothing on stderr, by ``python -m agentguard`` and by the
+    console script."""
+    (tmp_path / "sitecustomize.py").write_text(_CTRL_C_AT_IMPORT)
+    trace = str(DATA / "otlp_genai_spans.json")
+    moments = [
+        (command(trace), "agentguard.cli"),  # the first import of python -m agentguard
+        (command(trace), "argparse"),  # the first import of main()
+        (command(trace), "datetime"),  # pydantic_core imports it through the C API
+        (command(trace), "pydantic"),
+        (command(trace), "jsonschema"),  # during the scan: the trace declares its tools
+        (command(trace), "rich.table"),  # after the scan: the tables written
+        ([*_CONSOLE_SCRIPT, "scan", trace], "argparse"),
+        ([*_CONSOLE_SCRIPT, "scan", trace], "datetime"),
+    ]
+    started = [
+        (
+            at,
+            subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}", "CTRL_C_AT": at},
+            ),
+        )
+        for args, at in moments
+    ]
+    wrong = []
+    for at, proc in started:
+        out, err = proc.communicate(timeout=60)
+        if (proc.returncode, out, err) != (130, b"", b""):
+            wrong.append((at, proc.returncode, err.decode()[-300:]))
+    assert wrong == []
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGPIPE semantics")
 @pytest.mark.parametrize("output", [(), ("--json",)])
 def test_a_closed_pipe_ends_the_scan_quietly(tmp_path: Path, output: tuple[str, ...]) -> None:
