@@ -217,6 +217,40 @@ def test_otlp_genai_spans_of_a_real_pydantic_ai_run() -> None:
     assert audit.first_action() == (1, "recovery", "type_mismatch")
 
 
+def test_otlp_tool_results_that_were_errors_count_as_failures() -> None:
+    """pydantic-ai records a retried call's result as its raw content (the validation errors,
+    "Unknown tool name: ..."), as the conventions' parts have no error flag: the result of a
+    call whose execute_tool span failed, or of a tool the span does not declare, is read as
+    the error the model was sent and counted as a failed result; the working polls are not."""
+    (audit,) = scan("otlp_genai_spans.json").values()
+    assert audit.tools["get_build_status"].errors == 1  # the int_parsing retry, of 5 calls
+    assert audit.tools["get_build_logs"].errors == 1  # no such tool
+    with (DATA / "otlp_genai_spans.json").open() as stream:
+        results = [r.message for r in records(stream, "t.json") if r.message["role"] == "tool"]
+    assert json.loads(results[0]["content"])["error"][0]["type"] == "int_parsing"
+    assert json.loads(results[1]["content"]) == {
+        "error": "Unknown tool name: 'get_build_logs'. Available tools: 'get_build_status'"
+    }
+    assert [json.loads(r["content"]) for r in results[2:]] == [
+        {"build_id": 7, "status": "failed"}
+    ] * 4
+
+
+def test_otlp_without_content_a_failed_execute_tool_span_is_a_failed_result() -> None:
+    """The real sample without its messages (the conventions' default): the execute_tool span
+    that ended in error is a failed result though it records one, the others are not."""
+    doc = json.loads((DATA / "otlp_genai_spans.json").read_text())
+    for scope in doc["resourceSpans"][0]["scopeSpans"]:
+        for span in scope["spans"]:
+            span["attributes"] = [
+                a for a in span["attributes"] if not a["key"].endswith("put.messages")
+            ]
+    (audit,) = _audits([doc])
+    assert audit.tools["get_build_status"].calls == 5
+    assert audit.tools["get_build_status"].errors == 1
+    assert "get_build_logs" not in audit.tools  # never run: no span
+
+
 def test_otlp_without_content_reads_execute_tool_spans() -> None:
     """Without message content (the conventions' default), execute_tool spans give the calls
     and results, chat spans their tokens."""

@@ -100,6 +100,7 @@ class State:
         self.held: dict[str, Record] = {}  # an assistant message still being assembled
         self.queued: dict[str, list[Record]] = {}  # results held behind it
         self.content: set[str] = set()  # OTLP: sessions whose chat spans carry messages
+        self.failed: set[str] = set()  # OTLP: calls whose execute_tool span failed, unread
 
     def unique(self, name: str) -> str:
         """``name``, numbered when the file had it before (two runs of one task)."""
