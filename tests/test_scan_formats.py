@@ -159,6 +159,29 @@ def test_swe_agent_traj_turns_text_actions_into_calls() -> None:
     assert audit.issues == []
 
 
+def test_swe_agent_trajectories_of_one_environment_are_sessions_of_their_instances(
+    tmp_path: Path,
+) -> None:
+    """A SWE-agent trajectory's session is its instance (the problem statement's id in
+    ``replay_config``, a JSON text as SWE-agent 1.x writes it, or an object), else its file's
+    name; never the environment (``main``) every run of one environment shares."""
+    doc = json.loads((DATA / "swe_agent_test_repo.traj").read_text())
+    assert doc["environment"] == "main"
+    other = json.loads(json.dumps(doc))
+    other["replay_config"]["problem_statement"]["id"] = "SWE-agent__test-repo-i2"
+    other["replay_config"] = json.dumps(other["replay_config"])
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps(doc) + "\n" + json.dumps(other) + "\n")
+    audits = scan_file(str(both), CONFIG)
+    assert [a.id for a in audits] == ["SWE-agent__test-repo-i1", "SWE-agent__test-repo-i2"]
+    assert [a.messages for a in audits] == [10, 10]
+    del doc["replay_config"]
+    for name in ("6e44b9__sweagenttestrepo-1c2844", "7f55c0__sweagenttestrepo-2d3955"):
+        (tmp_path / f"{name}.traj").write_text(json.dumps(doc, indent=2))
+        (audit,) = scan_file(str(tmp_path / f"{name}.traj"), CONFIG)
+        assert audit.id == name
+
+
 def test_mini_swe_agent_bash_blocks_are_calls() -> None:
     """mini-swe-agent: a fenced bash block is the call, the next user message its output;
     forced to read as plain chat, the same file has no calls."""

@@ -17,16 +17,18 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from ._base import Record, State, call, message, obj, seq, str_or_none, text_of
+from ._base import Record, State, call, from_json, message, obj, seq, str_or_none, text_of
 from ._chat import tools_of, usage_of
 
 __all__ = ["atif", "claude_code", "codex", "flush", "swe_agent", "tau_bench"]
 
 _BASH_BLOCK = re.compile(r"```(?:bash|sh)?\s*\n(.*?)\n```", re.S)
+_TRAJ_SUFFIX = re.compile(r"(\.traj)?(\.jsonl?)?$")
 
 
 # -- ATIF ------------------------------------------------------------------------------------
@@ -233,9 +235,7 @@ def _codex_answer(payload: Mapping[str, Any], where: str, state: State, session:
 
 def swe_agent(doc: Mapping[str, Any], where: str, state: State) -> Iterator[Record]:
     """A SWE-agent ``.traj`` (its ``history``) or a mini-swe-agent trajectory (``messages``)."""
-    info = obj(doc.get("info"))
-    name = info.get("instance_id") or doc.get("instance_id") or doc.get("environment")
-    session = state.unique(str(name or "swe-agent"))
+    session = state.unique(_run_name(doc, where))
     mini = "history" not in doc
     history = doc.get("messages") if mini else doc.get("history")
     pending: list[str] = []
@@ -262,6 +262,21 @@ def swe_agent(doc: Mapping[str, Any], where: str, state: State) -> Iterator[Reco
             yield Record(session, tool_msg, where)
         else:
             yield Record(session, {"role": str(role), "content": content}, where)
+
+
+def _run_name(doc: Mapping[str, Any], where: str) -> str:
+    """The task a trajectory ran: its instance id (mini-swe-agent's ``instance_id``, SWE-agent's
+    problem statement in ``replay_config``, a JSON text), else the file's name without its
+    ``.traj`` suffix, as both runners name a trajectory after its instance. Not SWE-agent's
+    ``environment``: every run of one environment (``main``) has the same."""
+    name = obj(doc.get("info")).get("instance_id") or doc.get("instance_id")
+    if not name:
+        replay = obj(from_json(doc.get("replay_config")))
+        name = obj(replay.get("problem_statement")).get("id")
+    if name:
+        return str(name)
+    file = os.path.basename(where.rsplit(":", 1)[0])
+    return _TRAJ_SUFFIX.sub("", file) or "swe-agent"
 
 
 def _bash(text: str) -> str | None:

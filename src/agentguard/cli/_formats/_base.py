@@ -12,6 +12,7 @@ __all__ = [
     "Record",
     "State",
     "call",
+    "from_json",
     "message",
     "obj",
     "seq",
@@ -117,6 +118,18 @@ def obj(value: Any) -> Mapping[str, Any]:
 def seq(value: Any) -> list[Any]:
     """``value`` if it is a JSON array, else an empty one."""
     return value if isinstance(value, list) else []
+
+
+def from_json(value: Any) -> Any:
+    """``value`` decoded when it is text (traces hold structures as JSON text: OTLP attributes,
+    a logged response, SWE-agent's ``replay_config``), ``None`` for text that is no JSON;
+    anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 def str_or_none(value: Any) -> str | None:

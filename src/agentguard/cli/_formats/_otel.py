@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._base import Record, State, call, obj, seq, str_or_none, text_of
+from ._base import Record, State, call, from_json, obj, seq, str_or_none, text_of
 from ._chat import request_log
 
 __all__ = ["otlp"]
@@ -67,8 +67,8 @@ def _chat(attrs: Mapping[str, Any], session: str, where: str, state: State) -> I
         "completion_tokens": out if isinstance(out, int) else 0,
     }
     model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
-    inputs = _json(attrs.get("gen_ai.input.messages"))
-    outputs = _json(attrs.get("gen_ai.output.messages"))
+    inputs = from_json(attrs.get("gen_ai.input.messages"))
+    outputs = from_json(attrs.get("gen_ai.output.messages"))
     if not isinstance(inputs, list) and not isinstance(outputs, list):
         tokens = usage["prompt_tokens"] + usage["completion_tokens"]
         if tokens:
@@ -77,8 +77,8 @@ def _chat(attrs: Mapping[str, Any], session: str, where: str, state: State) -> I
             )
         return
     state.content.add(session)
-    tools = seq(_json(attrs.get("gen_ai.tool.definitions"))) or None
-    messages = [m for part in seq(_json(attrs.get("gen_ai.system_instructions"))) for m in
+    tools = seq(from_json(attrs.get("gen_ai.tool.definitions"))) or None
+    messages = [m for part in seq(from_json(attrs.get("gen_ai.system_instructions"))) for m in
                 _messages([{"role": "system", "parts": [part]}])]  # fmt: skip
     messages += _messages(seq(inputs), state.failed, _names(tools))
     answer = _messages(seq(outputs)[:1])
@@ -103,7 +103,7 @@ def _tool(attrs: Mapping[str, Any], span: Mapping[str, Any], session: str, where
         if result is None:
             result = "Error: " + str(obj(span.get("status")).get("message") or "the tool failed")
         else:  # (the attribute holds structures as JSON text)
-            decoded = _json(result)
+            decoded = from_json(result)
             result = {"error": result if decoded is None else decoded}
     if result is not None:
         content = result if isinstance(result, str) else json.dumps(result)
@@ -191,13 +191,3 @@ def _value(value: Any) -> Any:
     if "kvlistValue" in value:
         return _attributes(obj(value["kvlistValue"]).get("values"))
     return None
-
-
-def _json(value: Any) -> Any:
-    """A JSON-encoded attribute decoded (attributes hold structures as JSON text)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
