@@ -182,27 +182,81 @@ def test_swe_agent_trajectories_of_one_environment_are_sessions_of_their_instanc
         assert audit.id == name
 
 
-def test_mini_swe_agent_bash_blocks_are_calls() -> None:
-    """mini-swe-agent: a fenced bash block is the call, the next user message its output;
-    forced to read as plain chat, the same file has no calls."""
-    block = "I will look.\n```bash\nls -la\n```"
-    doc = {
+def test_mini_swe_agent_trajectory_of_a_real_run() -> None:
+    """A real mini-swe-agent 2 run (deepseek-chat on django__django-12453): detected as
+    swe-agent; each answer's bash tool call is a call, the tool message answering it its
+    result; the usage each answer's response recorded is the tokens; the closing exit message
+    (status and patch) is no message; the one finding is the agent installing one missing
+    package after another, and no real command is taken for a hallucinated tool."""
+    doc = json.loads((DATA / "mini_swe_agent.traj.json").read_text())
+    assert detect(doc) == "swe-agent"
+    assert doc["trajectory_format"] == "mini-swe-agent-1.1"
+    (audit,) = scan("mini_swe_agent.traj.json").values()
+    answers = [m for m in doc["messages"] if m["role"] == "assistant"]
+    assert audit.id == doc["instance_id"] == "django__django-12453"
+    assert audit.messages == len(doc["messages"]) - 1  # all but the exit message
+    assert doc["messages"][-1]["role"] == "exit"
+    assert audit.steps == len(answers) == doc["info"]["model_stats"]["api_calls"] == 42
+    assert set(audit.tools) == {"bash"}
+    assert audit.tools["bash"].calls == 42
+    assert audit.tokens == sum(m["extra"]["response"]["usage"]["total_tokens"] for m in answers)
+    assert not audit.estimated
+    with (DATA / "mini_swe_agent.traj.json").open() as stream:
+        read = [r.message for r in records(stream, "t.json")]
+    calls = [c["id"] for m in read if m["role"] == "assistant" for c in m["tool_calls"]]
+    results = [m["tool_call_id"] for m in read if m["role"] == "tool"]
+    assert results == calls[:-1]  # the last, submitting, answered by the exit message alone
+    assert (
+        "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        in answers[-1]["tool_calls"][0]["function"]["arguments"]
+    )
+    assert [i.category for i in audit.issues] == ["loop"]
+    assert found(audit) == [("near_duplicate", 16, "bash")]
+    installs = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"]
+                for m in answers[11:16:2]]  # fmt: skip
+    assert installs == [
+        f"cd /testbed && pip install {p} -q" for p in ("asgiref", "pytz", "sqlparse")
+    ]
+    assert scan("mini_swe_agent.traj.json", "swe-agent")[audit.id].to_dict() == audit.to_dict()
+
+
+def test_mini_swe_agent_text_based_answers_are_calls(tmp_path: Path) -> None:
+    """mini-swe-agent 2 with a text-based model: the commands it parsed (``extra.actions``,
+    from a ``mswea_bash_command`` block) are the calls, the next user message the output;
+    mini-swe-agent 1: a fenced bash block is the call. Forced to read as plain chat, the
+    same file has no calls."""
+    block = "I will look.\n```mswea_bash_command\nls -la\n```"
+    v2 = {
+        "trajectory_format": "mini-swe-agent-1.1",
+        "instance_id": "demo__2",
+        "messages": [{"role": "user", "content": "fix it"}]
+        + [
+            {"role": "assistant", "content": block, "extra": {"actions": [{"command": "ls -la"}]}},
+            {"role": "user", "content": "<returncode>0</returncode>\n<output>\ntotal 0\n</output>"},
+        ]
+        * 4
+        + [{"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}],
+    }
+    v1 = {
         "trajectory_format": "mini-swe-agent-1",
         "info": {"instance_id": "demo__1"},
         "messages": [{"role": "user", "content": "fix it"}]
-        + [{"role": "assistant", "content": block}, {"role": "user", "content": "total 0"}] * 4,
+        + [
+            {"role": "assistant", "content": "I will look.\n```bash\nls -la\n```"},
+            {"role": "user", "content": "total 0"},
+        ]
+        * 4,
     }
-    path = DATA.parent / "_mini.traj.json"
-    try:
-        path.write_text(json.dumps(doc))
-        (audit,) = {a.id: a for a in scan_file(str(path), CONFIG)}.values()
-        assert audit.id == "demo__1"
+    path = tmp_path / "mini.jsonl"
+    path.write_text(json.dumps(v2) + "\n" + json.dumps(v1) + "\n")
+    audits = {a.id: a for a in scan_file(str(path), CONFIG)}
+    assert list(audits) == ["demo__2", "demo__1"]
+    for audit in audits.values():
         assert audit.tools["bash"].calls == 4
+        assert audit.messages == 9
         assert any(i.category == "loop" for i in audit.issues)
-        (plain,) = scan_file(str(path), CONFIG, fmt="openai")
-        assert plain.tools == {}
-    finally:
-        path.unlink()
+    plain = scan_file(str(path), CONFIG, fmt="openai")
+    assert [a.tools for a in plain] == [{}, {}]
 
 
 def test_tau_bench_runs_are_sessions_and_the_labelled_loop_is_found() -> None:
@@ -329,6 +383,7 @@ def _audits(items: list[Any]) -> list[SessionAudit]:
         ("claude_code_session_real.jsonl", "claude-code"),
         ("codex_rollout.jsonl", "codex"),
         ("swe_agent_test_repo.traj", "swe-agent"),
+        ("mini_swe_agent.traj.json", "swe-agent"),
         ("tau_bench_airline.json", "tau-bench"),
         ("otlp_genai_spans.json", "otlp"),
         ("litellm_requests.jsonl", "litellm"),
