@@ -159,27 +159,104 @@ def test_swe_agent_traj_turns_text_actions_into_calls() -> None:
     assert audit.issues == []
 
 
-def test_mini_swe_agent_bash_blocks_are_calls() -> None:
-    """mini-swe-agent: a fenced bash block is the call, the next user message its output;
-    forced to read as plain chat, the same file has no calls."""
-    block = "I will look.\n```bash\nls -la\n```"
-    doc = {
+def test_swe_agent_trajectories_of_one_environment_are_sessions_of_their_instances(
+    tmp_path: Path,
+) -> None:
+    """A SWE-agent trajectory's session is its instance (the problem statement's id in
+    ``replay_config``, a JSON text as SWE-agent 1.x writes it, or an object), else its file's
+    name; never the environment (``main``) every run of one environment shares."""
+    doc = json.loads((DATA / "swe_agent_test_repo.traj").read_text())
+    assert doc["environment"] == "main"
+    other = json.loads(json.dumps(doc))
+    other["replay_config"]["problem_statement"]["id"] = "SWE-agent__test-repo-i2"
+    other["replay_config"] = json.dumps(other["replay_config"])
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps(doc) + "\n" + json.dumps(other) + "\n")
+    audits = scan_file(str(both), CONFIG)
+    assert [a.id for a in audits] == ["SWE-agent__test-repo-i1", "SWE-agent__test-repo-i2"]
+    assert [a.messages for a in audits] == [10, 10]
+    del doc["replay_config"]
+    for name in ("6e44b9__sweagenttestrepo-1c2844", "7f55c0__sweagenttestrepo-2d3955"):
+        (tmp_path / f"{name}.traj").write_text(json.dumps(doc, indent=2))
+        (audit,) = scan_file(str(tmp_path / f"{name}.traj"), CONFIG)
+        assert audit.id == name
+
+
+def test_mini_swe_agent_trajectory_of_a_real_run() -> None:
+    """A real mini-swe-agent 2 run (deepseek-chat on django__django-12453): detected as
+    swe-agent; each answer's bash tool call is a call, the tool message answering it its
+    result; the usage each answer's response recorded is the tokens; the closing exit message
+    (status and patch) is no message; the one finding is the agent installing one missing
+    package after another, and no real command is taken for a hallucinated tool."""
+    doc = json.loads((DATA / "mini_swe_agent.traj.json").read_text())
+    assert detect(doc) == "swe-agent"
+    assert doc["trajectory_format"] == "mini-swe-agent-1.1"
+    (audit,) = scan("mini_swe_agent.traj.json").values()
+    answers = [m for m in doc["messages"] if m["role"] == "assistant"]
+    assert audit.id == doc["instance_id"] == "django__django-12453"
+    assert audit.messages == len(doc["messages"]) - 1  # all but the exit message
+    assert doc["messages"][-1]["role"] == "exit"
+    assert audit.steps == len(answers) == doc["info"]["model_stats"]["api_calls"] == 42
+    assert set(audit.tools) == {"bash"}
+    assert audit.tools["bash"].calls == 42
+    assert audit.tokens == sum(m["extra"]["response"]["usage"]["total_tokens"] for m in answers)
+    assert not audit.estimated
+    with (DATA / "mini_swe_agent.traj.json").open() as stream:
+        read = [r.message for r in records(stream, "t.json")]
+    calls = [c["id"] for m in read if m["role"] == "assistant" for c in m["tool_calls"]]
+    results = [m["tool_call_id"] for m in read if m["role"] == "tool"]
+    assert results == calls[:-1]  # the last, submitting, answered by the exit message alone
+    assert (
+        "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        in answers[-1]["tool_calls"][0]["function"]["arguments"]
+    )
+    assert [i.category for i in audit.issues] == ["loop"]
+    assert found(audit) == [("near_duplicate", 16, "bash")]
+    installs = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"]
+                for m in answers[11:16:2]]  # fmt: skip
+    assert installs == [
+        f"cd /testbed && pip install {p} -q" for p in ("asgiref", "pytz", "sqlparse")
+    ]
+    assert scan("mini_swe_agent.traj.json", "swe-agent")[audit.id].to_dict() == audit.to_dict()
+
+
+def test_mini_swe_agent_text_based_answers_are_calls(tmp_path: Path) -> None:
+    """mini-swe-agent 2 with a text-based model: the commands it parsed (``extra.actions``,
+    from a ``mswea_bash_command`` block) are the calls, the next user message the output;
+    mini-swe-agent 1: a fenced bash block is the call. Forced to read as plain chat, the
+    same file has no calls."""
+    block = "I will look.\n```mswea_bash_command\nls -la\n```"
+    v2 = {
+        "trajectory_format": "mini-swe-agent-1.1",
+        "instance_id": "demo__2",
+        "messages": [{"role": "user", "content": "fix it"}]
+        + [
+            {"role": "assistant", "content": block, "extra": {"actions": [{"command": "ls -la"}]}},
+            {"role": "user", "content": "<returncode>0</returncode>\n<output>\ntotal 0\n</output>"},
+        ]
+        * 4
+        + [{"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}],
+    }
+    v1 = {
         "trajectory_format": "mini-swe-agent-1",
         "info": {"instance_id": "demo__1"},
         "messages": [{"role": "user", "content": "fix it"}]
-        + [{"role": "assistant", "content": block}, {"role": "user", "content": "total 0"}] * 4,
+        + [
+            {"role": "assistant", "content": "I will look.\n```bash\nls -la\n```"},
+            {"role": "user", "content": "total 0"},
+        ]
+        * 4,
     }
-    path = DATA.parent / "_mini.traj.json"
-    try:
-        path.write_text(json.dumps(doc))
-        (audit,) = {a.id: a for a in scan_file(str(path), CONFIG)}.values()
-        assert audit.id == "demo__1"
+    path = tmp_path / "mini.jsonl"
+    path.write_text(json.dumps(v2) + "\n" + json.dumps(v1) + "\n")
+    audits = {a.id: a for a in scan_file(str(path), CONFIG)}
+    assert list(audits) == ["demo__2", "demo__1"]
+    for audit in audits.values():
         assert audit.tools["bash"].calls == 4
+        assert audit.messages == 9
         assert any(i.category == "loop" for i in audit.issues)
-        (plain,) = scan_file(str(path), CONFIG, fmt="openai")
-        assert plain.tools == {}
-    finally:
-        path.unlink()
+    plain = scan_file(str(path), CONFIG, fmt="openai")
+    assert [a.tools for a in plain] == [{}, {}]
 
 
 def test_tau_bench_runs_are_sessions_and_the_labelled_loop_is_found() -> None:
@@ -215,6 +292,40 @@ def test_otlp_genai_spans_of_a_real_pydantic_ai_run() -> None:
     assert [i.action for i in audit.issues] == ["recovery", "recovery", "warn"]
     assert audit.ladder.taken == [(6, "hint"), (7, "summary")]
     assert audit.first_action() == (1, "recovery", "type_mismatch")
+
+
+def test_otlp_tool_results_that_were_errors_count_as_failures() -> None:
+    """pydantic-ai records a retried call's result as its raw content (the validation errors,
+    "Unknown tool name: ..."), as the conventions' parts have no error flag: the result of a
+    call whose execute_tool span failed, or of a tool the span does not declare, is read as
+    the error the model was sent and counted as a failed result; the working polls are not."""
+    (audit,) = scan("otlp_genai_spans.json").values()
+    assert audit.tools["get_build_status"].errors == 1  # the int_parsing retry, of 5 calls
+    assert audit.tools["get_build_logs"].errors == 1  # no such tool
+    with (DATA / "otlp_genai_spans.json").open() as stream:
+        results = [r.message for r in records(stream, "t.json") if r.message["role"] == "tool"]
+    assert json.loads(results[0]["content"])["error"][0]["type"] == "int_parsing"
+    assert json.loads(results[1]["content"]) == {
+        "error": "Unknown tool name: 'get_build_logs'. Available tools: 'get_build_status'"
+    }
+    assert [json.loads(r["content"]) for r in results[2:]] == [
+        {"build_id": 7, "status": "failed"}
+    ] * 4
+
+
+def test_otlp_without_content_a_failed_execute_tool_span_is_a_failed_result() -> None:
+    """The real sample without its messages (the conventions' default): the execute_tool span
+    that ended in error is a failed result though it records one, the others are not."""
+    doc = json.loads((DATA / "otlp_genai_spans.json").read_text())
+    for scope in doc["resourceSpans"][0]["scopeSpans"]:
+        for span in scope["spans"]:
+            span["attributes"] = [
+                a for a in span["attributes"] if not a["key"].endswith("put.messages")
+            ]
+    (audit,) = _audits([doc])
+    assert audit.tools["get_build_status"].calls == 5
+    assert audit.tools["get_build_status"].errors == 1
+    assert "get_build_logs" not in audit.tools  # never run: no span
 
 
 def test_otlp_without_content_reads_execute_tool_spans() -> None:
@@ -272,6 +383,7 @@ def _audits(items: list[Any]) -> list[SessionAudit]:
         ("claude_code_session_real.jsonl", "claude-code"),
         ("codex_rollout.jsonl", "codex"),
         ("swe_agent_test_repo.traj", "swe-agent"),
+        ("mini_swe_agent.traj.json", "swe-agent"),
         ("tau_bench_airline.json", "tau-bench"),
         ("otlp_genai_spans.json", "otlp"),
         ("litellm_requests.jsonl", "litellm"),

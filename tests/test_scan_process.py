@@ -72,13 +72,40 @@ def test_a_bad_price_is_a_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_format_can_be_forced(tmp_path: Path) -> None:
-    """--format reads every item as the named format; the wrong one is a one-line error."""
+def test_format_can_be_forced() -> None:
+    """--format reads every item as the named format."""
     ok = run(DATA / "codex_rollout.jsonl", "--format", "codex", "--json")
     assert json.loads(ok.stdout)["summary"]["tokens"] == 19_890
-    wrong = run(DATA / "tau_bench_airline.json", "--format", "otlp", "--json")
-    assert wrong.returncode == 0  # no spans in it: an empty report, not a crash
-    assert json.loads(wrong.stdout)["summary"]["messages"] == 0
+
+
+@pytest.mark.parametrize(
+    ("sample", "forced", "found"),
+    [
+        ("tau_bench_airline.json", "otlp", "tau-bench"),
+        ("codex_rollout.jsonl", "swe-agent", "codex"),
+        ("otlp_genai_spans.json", "claude-code", "otlp"),
+        ("swe_agent_test_repo.traj", "tau-bench", "swe-agent"),
+        ("openhands_events.json", "atif", "openhands"),
+    ],
+)
+def test_a_wrong_format_forced_is_a_one_line_error(sample: str, forced: str, found: str) -> None:
+    """A forced format that reads nothing in a file exits 2 with one line naming the format
+    and what the file looks like, not an empty report."""
+    proc = run(DATA / sample, "--format", forced, "--json")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert f"--format {forced} reads nothing in it (it looks like {found})" in line
+    assert "leave out --format to detect the format" in line
+
+
+def test_a_forced_format_of_an_empty_file_is_an_empty_report(tmp_path: Path) -> None:
+    """A file with nothing in it is no wrong format: an empty report, exit 0."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    proc = run(path, "--format", "otlp", "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["summary"]["messages"] == 0
 
 
 #: Run the command after it with SIGINT as a shell's foreground job gets it: handled by default,
@@ -116,6 +143,72 @@ def test_ctrl_c_ends_the_scan_quietly(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert b"Traceback" not in err
     assert b"KeyboardInterrupt" not in err
+
+
+#: A ``sitecustomize`` that sends its process SIGINT as it first looks for the module named by
+#: ``CTRL_C_AT``: Ctrl-C at a chosen moment of start-up, the same on a fast or a loaded machine.
+#: SIGINT is unblocked and handled as a shell's foreground job has it (see above).
+_CTRL_C_AT_IMPORT = """
+import os, signal, sys
+
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class CtrlCAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["CTRL_C_AT"]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+sys.meta_path.insert(0, CtrlCAt())
+"""
+#: the console script's own lines (``agentguard = "agentguard.cli:main"``)
+_CONSOLE_SCRIPT = [
+    sys.executable,
+    "-c",
+    "import sys; from agentguard.cli import main; sys.exit(main())",
+]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+def test_ctrl_c_during_start_up_ends_the_command_quietly(tmp_path: Path) -> None:
+    """SIGINT at any moment of the command (the command line imported, its parser built, the
+    configuration models and pydantic_core's extension loaded, the trace's tools read, the
+    tables written) exits 130 with nothing on stderr, by ``python -m agentguard`` and by the
+    console script."""
+    (tmp_path / "sitecustomize.py").write_text(_CTRL_C_AT_IMPORT)
+    trace = str(DATA / "otlp_genai_spans.json")
+    moments = [
+        (command(trace), "agentguard.cli"),  # the first import of python -m agentguard
+        (command(trace), "argparse"),  # the first import of main()
+        (command(trace), "datetime"),  # pydantic_core imports it through the C API
+        (command(trace), "pydantic"),
+        (command(trace), "jsonschema"),  # during the scan: the trace declares its tools
+        (command(trace), "rich.table"),  # after the scan: the tables written
+        ([*_CONSOLE_SCRIPT, "scan", trace], "argparse"),
+        ([*_CONSOLE_SCRIPT, "scan", trace], "datetime"),
+    ]
+    started = [
+        (
+            at,
+            subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}", "CTRL_C_AT": at},
+            ),
+        )
+        for args, at in moments
+    ]
+    wrong = []
+    for at, proc in started:
+        out, err = proc.communicate(timeout=60)
+        if (proc.returncode, out, err) != (130, b"", b""):
+            wrong.append((at, proc.returncode, err.decode()[-300:]))
+    assert wrong == []
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGPIPE semantics")

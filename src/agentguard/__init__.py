@@ -8,9 +8,12 @@ clear reason, always reporting what it did.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from . import _exports
+
+# (not typing's: `import agentguard` imports no typing, so that the command line, which
+# imports the package before its Ctrl-C handler can run, imports it under the handler)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     # For type checkers, IDEs and the docs: the names of _exports.PUBLIC, from the same modules
@@ -146,7 +149,7 @@ __version__ = "0.1.0.dev0"
 
 if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = _exports.PUBLIC.get(name)
         if module is None:
             raise AttributeError(f"module 'agentguard' has no attribute {name!r}")

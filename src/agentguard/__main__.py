@@ -1,5 +1,9 @@
 """``python -m agentguard`` runs the command line."""
 
-from agentguard.cli import main
+try:  # Ctrl-C while the command line is imported ends it as quietly as later (exit 130)
+    from agentguard.cli import main
 
-raise SystemExit(main())
+    code = main()
+except KeyboardInterrupt:
+    code = 130
+raise SystemExit(code)

@@ -12,8 +12,9 @@ cycle.
 
 from __future__ import annotations
 
-import typing
-from typing import Any
+TYPE_CHECKING = False  # (not typing's: see agentguard/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PUBLIC", "publish"]
 
@@ -100,6 +101,8 @@ def _resolve_annotations(cls: type) -> None:
     own = vars(cls).get("__annotations__")
     if not isinstance(own, dict) or not any(isinstance(v, str) for v in own.values()):
         return
+    import typing  # noqa: PLC0415 - not at import time of the package (see TYPE_CHECKING)
+
     try:
         hints = typing.get_type_hints(cls, include_extras=True)
     except Exception:  # unresolvable before publishing, equally so after

@@ -2,16 +2,21 @@
 
 Each subcommand lives in its own module with ``register(subparsers)``; it uses only the public
 API of the library.
+
+Ctrl-C ends any subcommand quietly with 130, whenever it comes: :func:`main` makes every
+import of the command line (argparse included) under its handler, and this module imports
+nothing but ``sys`` at its top level, as the console script imports it before calling
+:func:`main`.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from collections.abc import Sequence
 
-from agentguard import __version__
+TYPE_CHECKING = False  # (not typing's: typing is imported under main's handler, not before it)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 __all__ = ["main"]
 
@@ -24,10 +29,17 @@ _COMMANDS = {
     "serve": "._serve",
     "hook": "._hook",
 }
+#: the exit code of a command ended by Ctrl-C, as a shell reports a process ended by SIGINT
+_INTERRUPTED = 130
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every subcommand (or just ``only``) registered."""
+    import argparse  # noqa: PLC0415 - under main's Ctrl-C handler
+    import importlib  # noqa: PLC0415
+
+    from agentguard import __version__  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(
         prog="agentguard",
         description="A reliability layer for LLM agents.",
@@ -41,7 +53,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code (130 when Ctrl-C ended it)."""
+    try:
+        # pydantic_core's Rust module imports datetime through the C API and panics (pyo3's
+        # PanicException, not a KeyboardInterrupt) when Ctrl-C interrupts that import: imported
+        # here first, where Ctrl-C interrupts it as any import
+        import datetime  # noqa: F401, PLC0415
+
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first if first in _COMMANDS else None)

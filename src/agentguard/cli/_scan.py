@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is
 
 _PROGRESS_EVERY = 2048
 _DICTS = frozenset({dict})  # the classes of a run of messages, as a rule
-#: exit codes of an interrupted scan, as a shell reports a process ended by the signal
-_INTERRUPTED, _PIPE_CLOSED = 130, 141
+#: the exit code of a scan whose reader went away, as a shell reports a process ended by SIGPIPE
+_PIPE_CLOSED = 141
 
 
 def register(sub: Any) -> None:
@@ -90,9 +90,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         return _scan(args)
-    except KeyboardInterrupt:
-        return _INTERRUPTED
-    except BrokenPipeError:
+    except BrokenPipeError:  # (Ctrl-C is the command line's: agentguard.cli.main)
         # the reader went away (`| head`): nothing more can be written, not even at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -118,13 +118,50 @@ def runs(
 ) -> Iterator[Record | Messages]:
     """As :func:`records`, but a transcript's messages come as one :class:`Messages` run (read
     as a whole, without a record per message); with ``group``, so do consecutive lines of
-    chat messages of one session (the run's ``where`` is its first line)."""
+    chat messages of one session (the run's ``where`` is its first line).
+
+    Raises:
+        InputError: as :func:`records`; and, with ``fmt``, a file whose values it reads no run
+            out of (the wrong format forced: every reader skips what is not its own).
+    """
+    if fmt is None:
+        return _runs(items(stream, path), path, None, group)
+    return _forced(stream, path, fmt, group)
+
+
+def _forced(stream: IO[str], path: str, fmt: str, group: bool) -> Iterator[Record | Messages]:
+    """:func:`runs` with every value read as ``fmt``."""
+    first: list[Any] = []  # the file's first value, for the error (whether it has one)
+
+    def counted() -> Iterator[tuple[int, Any]]:
+        for value in items(stream, path):
+            if not first:
+                first.append(value[1])
+            yield value
+
+    read = False
+    for run in _runs(counted(), path, fmt, group):
+        read = True
+        yield run
+    if first and not read:
+        found = detect(first[0])
+        looks = f"it looks like {found}" if found else "its format is not one scan reads"
+        raise InputError(
+            f"{path}: --format {fmt} reads nothing in it ({looks}); "
+            "leave out --format to detect the format"
+        )
+
+
+def _runs(
+    values: Iterator[tuple[int, Any]], path: str, fmt: str | None, group: bool
+) -> Iterator[Record | Messages]:
+    """:func:`runs` of the file's ``values`` (numbered by line)."""
     state = State()
     forced = FORMATS[fmt] if fmt is not None else None
     held: list[Any] = []  # with group: chat messages of one session not yet yielded
     held_session = held_where = ""
     try:
-        for line_no, item in items(stream, path):
+        for line_no, item in values:
             if (
                 forced is None
                 and item.__class__ is dict
@@ -151,7 +188,8 @@ def runs(
                 yield Messages(held_session, held, held_where)
                 held = []
             if isinstance(item, Batch):  # the messages of a JSON array file: one transcript
-                yield Messages("transcript", item, where)
+                if forced is None or forced is _chat.openai:  # (another format skips them)
+                    yield Messages("transcript", item, where)
                 continue
             reader = forced or FORMATS.get(detect(item) or "")
             if reader is _chat.openai:

@@ -10,23 +10,26 @@
   (messages, ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` and their
   outputs), ``turn_context`` for the model, ``event_msg`` ``token_count`` for usage;
 - SWE-agent ``.traj`` (its ``history``: function calls, or text actions turned into one call
-  named after the command) and mini-swe-agent ``.traj.json`` (a fenced ``bash`` block per
-  answer is its call, the next message its output);
+  named after the command) and mini-swe-agent ``.traj.json`` (2.x: ``tool_calls``, or the
+  commands parsed in ``extra.actions``, with the usage of ``extra.response``; 1.x: a fenced
+  ``bash`` block per answer is its call, the next message its output);
 - tau-bench results (an array of runs, each with its ``traj`` of OpenAI messages).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from ._base import Record, State, call, message, obj, seq, str_or_none, text_of
+from ._base import Record, State, call, from_json, message, obj, seq, str_or_none, text_of
 from ._chat import tools_of, usage_of
 
 __all__ = ["atif", "claude_code", "codex", "flush", "swe_agent", "tau_bench"]
 
 _BASH_BLOCK = re.compile(r"```(?:bash|sh)?\s*\n(.*?)\n```", re.S)
+_TRAJ_SUFFIX = re.compile(r"(\.traj)?(\.jsonl?)?$")
 
 
 # -- ATIF ------------------------------------------------------------------------------------
@@ -232,10 +235,15 @@ def _codex_answer(payload: Mapping[str, Any], where: str, state: State, session:
 
 
 def swe_agent(doc: Mapping[str, Any], where: str, state: State) -> Iterator[Record]:
-    """A SWE-agent ``.traj`` (its ``history``) or a mini-swe-agent trajectory (``messages``)."""
-    info = obj(doc.get("info"))
-    name = info.get("instance_id") or doc.get("instance_id") or doc.get("environment")
-    session = state.unique(str(name or "swe-agent"))
+    """A SWE-agent ``.traj`` (its ``history``) or a mini-swe-agent trajectory (``messages``).
+
+    mini-swe-agent 2 (``trajectory_format`` ``mini-swe-agent-1.1``) answers with ``tool_calls``
+    (their results ``tool`` messages) or, with a text-based model, with the commands it parsed
+    in ``extra.actions``; each answer's ``extra.response`` holds the model and its usage. Its
+    closing ``exit`` message (the run's status and submission) was sent to no model.
+    mini-swe-agent 1 answers with a fenced ``bash`` block, its output the next user message.
+    """
+    session = state.unique(_run_name(doc, where))
     mini = "history" not in doc
     history = doc.get("messages") if mini else doc.get("history")
     pending: list[str] = []
@@ -245,23 +253,60 @@ def swe_agent(doc: Mapping[str, Any], where: str, state: State) -> Iterator[Reco
         role = m.get("role")
         content = text_of(m.get("content"))
         if role == "assistant":
+            extra = obj(m.get("extra"))
             calls = m.get("tool_calls")
-            action = m.get("action") if not mini else _bash(content)
-            if not calls and isinstance(action, str) and action.strip():
-                n += 1
-                command = action.strip()
-                tool = "bash" if mini else command.split()[0]
-                calls = [call(f"act_{n}", tool, {"command": command})]
+            commands = [c for c in map(_command, seq(extra.get("actions"))) if c]
+            if not (calls or commands):
+                action = _bash(content) if mini else m.get("action")
+                if isinstance(action, str) and action.strip():
+                    commands = [action.strip()]
+            if not calls and commands:
+                calls = []
+                for command in commands:
+                    n += 1
+                    tool = "bash" if mini else command.split()[0]
+                    calls.append(call(f"act_{n}", tool, {"command": command}))
             reply: dict[str, Any] = {"role": "assistant", "content": m.get("thought") or content}
             if calls:
                 reply["tool_calls"] = calls
                 pending = [str(c.get("id")) for c in calls if isinstance(c, dict)]
-            yield Record(session, reply, where)
+            response = obj(extra.get("response"))
+            tokens, prompt = usage_of(response.get("usage"))
+            model = str_or_none(response.get("model"))
+            yield Record(session, reply, where, tokens, None, 0, model, prompt)
+        elif role == "exit" and mini:
+            continue
         elif pending and role in ("tool", "user"):
-            tool_msg = {"role": "tool", "tool_call_id": pending.pop(0), "content": content}
+            call_id = m.get("tool_call_id")
+            if isinstance(call_id, str) and call_id in pending:
+                pending.remove(call_id)
+            else:
+                call_id = pending.pop(0)
+            tool_msg = {"role": "tool", "tool_call_id": call_id, "content": content}
             yield Record(session, tool_msg, where)
         else:
             yield Record(session, {"role": str(role), "content": content}, where)
+
+
+def _command(action: Any) -> str | None:
+    """The command of one of mini-swe-agent 2's parsed ``actions``."""
+    command = obj(action).get("command")
+    return command.strip() if isinstance(command, str) and command.strip() else None
+
+
+def _run_name(doc: Mapping[str, Any], where: str) -> str:
+    """The task a trajectory ran: its instance id (mini-swe-agent's ``instance_id``, SWE-agent's
+    problem statement in ``replay_config``, a JSON text), else the file's name without its
+    ``.traj`` suffix, as both runners name a trajectory after its instance. Not SWE-agent's
+    ``environment``: every run of one environment (``main``) has the same."""
+    name = obj(doc.get("info")).get("instance_id") or doc.get("instance_id")
+    if not name:
+        replay = obj(from_json(doc.get("replay_config")))
+        name = obj(replay.get("problem_statement")).get("id")
+    if name:
+        return str(name)
+    file = os.path.basename(where.rsplit(":", 1)[0])
+    return _TRAJ_SUFFIX.sub("", file) or "swe-agent"
 
 
 def _bash(text: str) -> str | None:

@@ -12,6 +12,7 @@ __all__ = [
     "Record",
     "State",
     "call",
+    "from_json",
     "message",
     "obj",
     "seq",
@@ -100,6 +101,7 @@ class State:
         self.held: dict[str, Record] = {}  # an assistant message still being assembled
         self.queued: dict[str, list[Record]] = {}  # results held behind it
         self.content: set[str] = set()  # OTLP: sessions whose chat spans carry messages
+        self.failed: set[str] = set()  # OTLP: calls whose execute_tool span failed, unread
 
     def unique(self, name: str) -> str:
         """``name``, numbered when the file had it before (two runs of one task)."""
@@ -116,6 +118,18 @@ def obj(value: Any) -> Mapping[str, Any]:
 def seq(value: Any) -> list[Any]:
     """``value`` if it is a JSON array, else an empty one."""
     return value if isinstance(value, list) else []
+
+
+def from_json(value: Any) -> Any:
+    """``value`` decoded when it is text (traces hold structures as JSON text: OTLP attributes,
+    a logged response, SWE-agent's ``replay_config``), ``None`` for text that is no JSON;
+    anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 def str_or_none(value: Any) -> str | None:

@@ -13,11 +13,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._base import InputError, Messages, Record, State, call, message, obj
+from ._base import InputError, Messages, Record, State, call, from_json, message, obj
 
 __all__ = [
     "choice_message",
@@ -111,12 +110,7 @@ def request_log(item: Mapping[str, Any], where: str, state: State) -> Iterator[R
     messages = request.get("messages") or []
     if not isinstance(messages, list):
         raise InputError(f"{where}: 'messages' must be an array")
-    response = item.get("response")
-    if isinstance(response, str):
-        try:
-            response = json.loads(response)
-        except ValueError:
-            response = None
+    response = from_json(item.get("response"))
     tokens, prompt = usage_of(response.get("usage") if isinstance(response, dict) else None)
     if isinstance(item.get("total_tokens"), int):
         tokens = item["total_tokens"]
@@ -147,11 +141,7 @@ def request_log(item: Mapping[str, Any], where: str, state: State) -> Iterator[R
 
 def choice_message(response: Any) -> Mapping[str, Any] | None:
     """The first choice's message of a chat completion (an object, or its JSON text)."""
-    if isinstance(response, str):
-        try:
-            response = json.loads(response)
-        except ValueError:
-            return None
+    response = from_json(response)
     if not isinstance(response, dict):
         return None
     choices = response.get("choices")
