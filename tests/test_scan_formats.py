@@ -104,6 +104,32 @@ def test_claude_code_session_of_a_real_claude_code_run() -> None:
     assert audit.ladder.taken == [(4, "hint"), (5, "summary"), (6, "prune")]
 
 
+def test_claude_code_results_flagged_as_errors_are_failed_results() -> None:
+    """A ``tool_result`` Claude Code marks ``is_error`` (a command that failed, a tool it
+    refused) counts as a failed result, as an error result of any other format does."""
+    text = (DATA / "claude_code_session_real.jsonl").read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    results = [
+        block
+        for line in lines
+        if line["type"] == "user" and isinstance(line["message"]["content"], list)
+        for block in line["message"]["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(results) == 5
+    results[0]["is_error"] = True  # as Claude Code writes a command that exited non-zero
+    results[0]["content"] = "Exit code 1\ncat: deploy_status.txt: No such file or directory"
+    stream = io.StringIO("".join(json.dumps(line) + "\n" for line in lines))
+    audit = SessionAudit("s", CONFIG, bytearray())
+    for record in records(stream, "session.jsonl"):
+        audit.feed(record.message)
+    audit.finish()
+    assert audit.tools["Bash"].calls == 5
+    assert audit.tools["Bash"].errors == 1
+    (plain,) = scan("claude_code_session_real.jsonl").values()
+    assert plain.tools["Bash"].errors == 0
+
+
 def test_claude_code_lines_of_one_response_are_one_answer() -> None:
     """Claude Code writes one line per content block of a response: they become one message."""
     base = {"sessionId": "s", "type": "assistant", "uuid": "u"}

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -127,6 +128,8 @@ def claude_code(line: Mapping[str, Any], where: str, state: State) -> Iterator[R
         block = obj(value)
         if block.get("type") == "tool_result":
             result = text_of(block.get("content"))
+            if block.get("is_error") is True:  # the API's error flag: a failed result
+                result = json.dumps({"error": result})
             tool = {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": result}
             yield Record(session, tool, where)
         elif block.get("type") == "text":
