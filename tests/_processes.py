@@ -1,6 +1,6 @@
 """Servers under test as real processes on loopback: a free port, and a process started,
 polled until its health endpoint answers, and stopped (used by the litellm proxy and
-``agentguard serve`` tests)."""
+``agentguard serve`` tests); and a stand-in HTTP server on a thread of this process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -23,6 +25,21 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` answering HTTP on a loopback port (yielded), on a thread, until the block
+    ends."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def process_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,11 +1,14 @@
 """The CrewAI adapter, through a real ``Crew.kickoff()`` driven by scripted crewai LLMs.
 
 Runs in the ``crewai`` nox session (the main ``tests`` session skips it: crewai is not installed
-there). Offline: the LLMs are scripted ``BaseLLM`` subclasses and telemetry is off.
+there). Offline: the LLMs are scripted ``BaseLLM`` subclasses, or crewai's own OpenAI LLM talking
+to a scripted model on loopback; CrewAI's telemetry and tracing are off, except in the tests of
+its own spans, which send them to memory or to a collector on loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -31,6 +34,7 @@ from crewai.tools import tool  # noqa: E402
 from pydantic import PrivateAttr  # noqa: E402
 
 import agentguard as ag  # noqa: E402
+from _otel import otlp_collector, recorded_trace  # noqa: E402
 from agentguard.events import (  # noqa: E402
     Escalated,
     ToolCallRefused,
@@ -44,7 +48,7 @@ from agentguard.integrations.crewai import (  # noqa: E402
     instrument,
     without_retries,
 )
-from agentguard.testing import FakeClock  # noqa: E402
+from agentguard.testing import FakeClock, Reply, ScriptedModel  # noqa: E402
 
 # crewai's own internals read fields crewai itself deprecates (warned from within crewai)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
@@ -349,3 +353,111 @@ def test_a_crew_run_is_one_trace_with_the_guards_spans(
     assert {dict(s.attributes or {})["gen_ai.provider.name"] for s in chats} == {
         ag.telemetry.provider_name(weak.provider)
     }
+
+
+# -- CrewAI's own spans -----------------------------------------------------------------------
+# CrewAI records spans of its own two ways, both through tracer providers of its own (never the
+# application's): its anonymous telemetry (on unless OTEL_SDK_DISABLED, CREWAI_DISABLE_TELEMETRY
+# or CREWAI_DISABLE_TRACKING; exported to telemetry.crewai.com), and its execution tracing (GenAI
+# spans of the crew, its agents, model calls and tools, built from its event bus: exported to
+# CrewAI AMP, or to the exporters a host hands to ``telemetry_session``). These runs use
+# crewai's own OpenAI LLM, served by a scripted model on loopback, so the model calls are crewai's.
+
+# One unknown tool name (the guard re-asks), the tool call, the answer: three model calls.
+SERVED = [
+    Reply.call("read_fle", {"path": "notes.txt"}),
+    Reply.call("read_file", {"path": "notes.txt"}),
+    Reply.text("The notes say: remember the milk."),
+]
+
+
+def kickoff_served(workdir: Path, tracer: Any, *within: Any) -> tuple[str, Any]:
+    """Run a guarded crew whose crewai LLM talks to a scripted model on loopback, inside the
+    application's span and the context managers ``within``; its answer and the span."""
+    with ScriptedModel(SERVED).serve() as url:
+        llm = crewai.LLM(model="openai/gpt-4o-mini", base_url=url, api_key="sk-test")
+        crew = crew_of(llm, file_tools(workdir))
+        clock = FakeClock()
+        with (
+            tracer.start_as_current_span("crew kickoff") as root,
+            contextlib.ExitStack() as stack,
+        ):
+            for manager in within:
+                stack.enter_context(manager)
+            stack.enter_context(instrument(crew, CONFIG, clock=clock, sleep=clock.sleep))
+            answer = crew.kickoff().raw
+    return answer, root
+
+
+def test_crewais_execution_trace_is_a_trace_of_its_own(workdir: Path) -> None:
+    """With CrewAI's execution tracing on (a host's ``telemetry_session``, exporting to memory),
+    CrewAI records the crew, its agent, each model call the guard makes (``call llm``, the
+    re-asked one too) and the tool run, in a trace of its own rooted at ``execute crew``:
+    CrewAI starts its spans on its event bus's threads with parents of its own and makes none of
+    them current. agentguard's spans stay in the application's trace, under no span of CrewAI's."""
+    from crewai.telemetry.tracing import telemetry_session
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    theirs = InMemorySpanExporter()
+    with recorded_trace() as (exporter, tracer):
+        session = telemetry_session("kickoff-1", "crewai", exporters=[theirs])
+        answer, root = kickoff_served(workdir, tracer, session)
+    assert answer == "The notes say: remember the milk."
+    crew_spans = theirs.get_finished_spans()
+    ours = [
+        s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "agentguard"
+    ]
+    names = [s.name for s in crew_spans]
+    assert {"execute crew", "execute task", "execute agent", "call tool"} <= set(names)
+    attempts = [s for s in ours if s.name.startswith("chat ")]
+    assert names.count("call llm") == len(attempts) == 3  # each of the guard's attempts
+    (crew_root,) = [s for s in crew_spans if s.name == "execute crew"]
+    assert crew_root.parent is None  # not under the application's span
+    assert {s.context.trace_id for s in crew_spans} == {crew_root.context.trace_id}
+    assert {s.context.trace_id for s in ours} == {root.get_span_context().trace_id}
+    assert crew_root.context.trace_id != root.get_span_context().trace_id
+    calls = [s for s in ours if s.name.startswith("agentguard chat")]
+    assert {s.parent.span_id for s in calls if s.parent} == {root.get_span_context().span_id}
+
+
+def test_crewais_anonymous_telemetry_goes_to_its_collector_only(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With CrewAI's anonymous telemetry on (its collector's address pointed at a loopback
+    collector), the guarded crew runs as before and the application's exporter gets agentguard's
+    spans in its trace and none of CrewAI's. CrewAI's telemetry spans (crew and task created and
+    run; none around a model call) go to its collector alone; they take the application's span
+    as parent, so they carry its trace id there, but are never current: none is a parent of ours."""
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.event_listener import EventListener
+    from crewai.telemetry import telemetry as crewai_telemetry
+
+    for flag in ("CREWAI_DISABLE_TELEMETRY", "CREWAI_DISABLE_TRACKING", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(flag, raising=False)
+    with otlp_collector() as (endpoint, received), recorded_trace() as (exporter, tracer):
+        base = endpoint.removesuffix("/v1/traces")
+        monkeypatch.setattr(crewai_telemetry, "CREWAI_TELEMETRY_BASE_URL", base)
+        monkeypatch.setattr(crewai_telemetry.Telemetry, "_instance", None)
+        # no signal handlers or exit hook in the test process: the test shuts it down itself
+        monkeypatch.setattr(
+            crewai_telemetry.Telemetry, "_register_shutdown_handlers", lambda self: None
+        )
+        anonymous = crewai_telemetry.Telemetry()
+        assert anonymous.ready
+        # crewai's listener took its telemetry (off) at import; this run's is on
+        monkeypatch.setattr(EventListener(), "_telemetry", anonymous)
+        try:
+            answer, root = kickoff_served(workdir, tracer)
+            crewai_event_bus.flush(timeout=10)  # its telemetry is written by the bus's threads
+        finally:
+            anonymous._shutdown()  # exports what is left, to the loopback collector
+    assert answer == "The notes say: remember the milk."
+    assert {"Crew Created", "Task Execution", "Crew Completed"} <= {s.name for s in received}
+    assert {s.scope for s in received} == {"crewai.telemetry"}
+    assert {s.service for s in received} == {"crewAI-telemetry"}
+    spans = exporter.get_finished_spans()
+    assert {s.instrumentation_scope.name for s in spans} == {"app", "agentguard"}
+    trace_id = root.get_span_context().trace_id
+    assert {s.context.trace_id for s in spans} == {s.trace_id for s in received} == {trace_id}
+    assert not {s.parent.span_id for s in spans if s.parent} & {s.span_id for s in received}
+    assert len([s for s in spans if s.name.startswith("chat ")]) == 3

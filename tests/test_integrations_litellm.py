@@ -12,7 +12,6 @@ import copy
 import http.server
 import json
 import random
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 
 import agentguard as ag
 from _litellm_kit import TOOLS, polling_history  # sets litellm's offline flags first
+from _processes import serving
 from agentguard.integrations._http import error_answer
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 from agentguard.transport import ModelRequest
@@ -404,14 +404,8 @@ def canned(*answers: dict[str, Any] | bytes) -> Iterator[tuple[str, list[dict[st
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as port:
+        yield f"http://127.0.0.1:{port}/v1", bodies
 
 
 def _ask(model: str, url: str, **extra: Any) -> Any:

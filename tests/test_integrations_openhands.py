@@ -8,7 +8,10 @@ named by ``TESTS_LITELLM_PROXY_BIN`` (the session builds it a virtualenv of its 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
 os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
@@ -37,6 +40,8 @@ from openhands.sdk.tool import (
 from pydantic import Field, PrivateAttr, SecretStr
 
 from _litellm_kit import Upstream, guard_config, litellm_proxy
+from _otel import ReceivedSpan, otlp_collector
+from _processes import process_env
 from agentguard import GuardConfig, LoopDetected, report_of
 from agentguard.integrations.openhands import GuardedLLM, GuardMixin, report
 from agentguard.testing import Reply, ScriptedModel
@@ -555,3 +560,92 @@ def test_a_conversation_is_one_trace_with_the_guards_spans(tmp_path: Path) -> No
     assert {s.context.trace_id for s in calls + chats} == {trace_id}
     events = [dict(e.attributes or {}) for e in calls[0].events]
     assert any(e["gen_ai.guardrail.result.value"] == "repaired" for e in events)
+
+
+# -- The SDK's own spans: Laminar ---------------------------------------------------------------
+# The SDK turns its Laminar observability on at import when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+# (or LMNR_PROJECT_API_KEY ...) is set (openhands/sdk/observability/laminar.py): spans of the
+# conversation, each agent step (current while the step calls the LLM), each SDK LLM call and
+# tool, from Laminar's own tracer provider, which becomes the global one when the application set
+# none. Laminar is set up once per process, so each case runs tests/_openhands_laminar.py in an
+# interpreter of its own, exporting to a loopback collector.
+
+
+def laminar_run(mode: str, tmp_path: Path) -> tuple[dict[str, Any], list[ReceivedSpan]]:
+    """Run the conversation of tests/_openhands_laminar.py in ``mode``; what it printed, and
+    every span the collector received (Laminar's, agentguard's, the application's)."""
+    pytest.importorskip("lmnr", reason="the SDK's observability needs lmnr")
+    script = Path(__file__).with_name("_openhands_laminar.py")
+    with otlp_collector() as (endpoint, received):
+        env = process_env(
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "OPENHANDS_SUPPRESS_BANNER": "1",
+            }
+        )
+        for name in ("LMNR_PROJECT_API_KEY", "LMNR_BASE_URL", "OTEL_SDK_DISABLED"):
+            env.pop(name, None)  # never Laminar's service; the SDK on
+        done = subprocess.run(
+            [sys.executable, str(script), mode],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    assert printed["status"] == "finished"
+    return printed, list(received)
+
+
+def guard_under_steps(spans: list[ReceivedSpan]) -> tuple[list[ReceivedSpan], list[ReceivedSpan]]:
+    """Check the nesting both cases share, and return Laminar's spans and agentguard's: one
+    trace; each guarded call a child of the agent step that made it, its attempt under it, the
+    repair on the first; each of Laminar's LLM spans a child of the step, not of agentguard's
+    attempt (Laminar picks parents from a context of its own, where only its spans are)."""
+    laminar = [s for s in spans if s.scope == "lmnr.tracer"]
+    ours = [s for s in spans if s.scope == "agentguard"]
+    assert len({s.trace_id for s in spans}) == 1
+    steps = {s.span_id for s in laminar if s.name == "agent.step"}
+    calls = [s for s in ours if s.name == "agentguard chat openai/m"]
+    attempts = [s for s in ours if s.name == "chat openai/m"]
+    assert len(steps) == len(calls) == len(attempts) == 2  # the weather call, then finish
+    assert {s.parent_id for s in calls} == steps
+    assert {s.parent_id for s in attempts} == {s.span_id for s in calls}
+    values = {e.get("gen_ai.guardrail.result.value") for s in calls for e in s.events}
+    assert "repaired" in values
+    model_calls = [s for s in laminar if s.name == "llm.openai/m"]
+    assert len(model_calls) == 2
+    assert {s.parent_id for s in model_calls} == steps
+    assert {"conversation.run", "WeatherAction"} <= {s.name for s in laminar}  # the tool ran
+    return laminar, ours
+
+
+def test_laminar_on_the_guards_spans_nest_under_the_sdks_agent_steps(tmp_path: Path) -> None:
+    """With the SDK's Laminar observability on and no tracer provider of the application's,
+    Laminar's provider is the global one, so agentguard records through it, to the same
+    endpoint: the conversation is one trace, each guarded call under the agent step that made
+    it."""
+    _, spans = laminar_run("laminar", tmp_path)
+    laminar, ours = guard_under_steps(spans)
+    (conversation,) = [s for s in laminar if s.name == "conversation"]
+    assert conversation.parent_id == 0  # the trace's root
+    assert {s.service for s in ours} == {s.service for s in laminar}  # one provider
+
+
+def test_laminar_and_the_apps_provider_one_trace_under_the_apps_span(tmp_path: Path) -> None:
+    """With the application's own global provider set first, Laminar keeps a provider of its
+    own and agentguard records with the application's: given the application's span as the
+    conversation's parent, Laminar's spans and agentguard's (each exported by its own provider)
+    are one trace under it, agentguard's calls under the SDK's agent steps."""
+    printed, spans = laminar_run("app", tmp_path)
+    laminar, ours = guard_under_steps(spans)
+    assert {s.trace_id for s in spans} == {printed["trace_id"]}
+    (conversation,) = [s for s in laminar if s.name == "conversation"]
+    assert conversation.parent_id == printed["span_id"]
+    assert {s.service for s in ours} == {"app"}
+    assert "app" not in {s.service for s in laminar}
