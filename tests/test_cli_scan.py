@@ -18,7 +18,7 @@ import pytest
 
 import agentguard
 from agentguard.cli._audit import SessionAudit
-from agentguard.cli._formats import InputError
+from agentguard.cli._formats import InputError, open_counted, records
 from agentguard.cli._scan import _collecting_rarely, scan_file
 from agentguard.config import GuardConfig
 from agentguard.loops import is_error_result
@@ -121,6 +121,37 @@ def test_json_array_file_of_messages(tmp_path: Path) -> None:
     assert len(data["transcripts"]) == 1
     assert data["transcripts"][0]["messages"] == 14
     assert data["summary"]["break"] == 1
+
+
+def test_json_array_of_messages_reads_the_same_by_lines_as_item_by_item(tmp_path: Path) -> None:
+    """An array of messages a line each (decoded a run of lines at a time) gives the messages,
+    and the errors, that one laid out item by item (pretty-printed) gives."""
+    messages: list[Any] = [
+        {"role": "tool" if i % 3 else "user", "content": f"line {i}\n" * (i % 50)}
+        for i in range(3_000)
+    ]
+
+    def read(text: str) -> list[Any] | str:
+        path = tmp_path / "array.json"
+        path.write_text(text)
+        stream, _ = open_counted(str(path))
+        try:
+            with stream:
+                return [(r.session, r.message) for r in records(stream, str(path))]
+        except InputError as exc:
+            return str(exc)
+
+    by_lines = "[\n" + ",\n".join(json.dumps(m) for m in messages) + "\n]\n"
+    assert read(by_lines) == read(json.dumps(messages, indent=2))
+    # an item spread over lines far into the file: read item by item from there
+    parts = [json.dumps(m, indent=2 if i == 2_000 else None) for i, m in enumerate(messages)]
+    assert read("[\n" + ",\n".join(parts) + "\n]") == read(by_lines)
+    # an item that is no object is reported at the line of its batch's last message
+    parts = [json.dumps(m) for m in messages]
+    parts[1_500] = "5"
+    assert read("[\n" + ",\n".join(parts) + "\n]\n").endswith(  # type: ignore[union-attr]
+        "array.json:1537: expected a message object, got int"
+    )
 
 
 def test_json_array_file_of_transcripts(tmp_path: Path) -> None:

@@ -226,6 +226,10 @@ def test_the_periodicity_gate_on_known_texts() -> None:
     # the scan's first bytes are the text's own, never taken for equal characters
     assert not _text_module._periodic("\x00" * 7 + "a")
     assert not _text_module._periodic("\u0100" * 7 + "b" * 7)
+    # a short text is told by its repeated bytes first: 7 are needed, a byte 8 times
+    assert _text_module._periodic("a" * 8)
+    assert not _text_module._periodic("a" * 7 + "b")
+    assert not _text_module._periodic("run12failsintest3.")
 
 
 _PIECES = st.sampled_from(

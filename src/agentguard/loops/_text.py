@@ -95,6 +95,10 @@ def _image(text: str) -> tuple[int, int, int]:
     length, and the longest period a stretch of it may have."""
     codes = text.encode() if text.isascii() else text.encode("utf-32-le", "surrogatepass")[::4]
     n = len(codes)
+    if n <= _SHORT and n - len(set(codes)) < 7:
+        # a stretch of period p, 8 * p long, holds its first byte 8 times: a short text (most
+        # answers of a few words) with fewer than 7 repeated bytes has none (one C pass)
+        return 0, n, 0
     top = n // 8
     if top > _SMALL_PERIODS:
         top = min(top, _MAX_PERIOD)
@@ -156,6 +160,9 @@ def _run(prose: str, first: int, last: int) -> re.Match[str] | None:
     return None
 
 
+#: Texts up to this long are first told to have no stretch by their repeated bytes (longer
+#: ones have repeated bytes as a rule: the test would cost more than it saves).
+_SHORT = 32
 #: Periods up to this are always tested; a longer one only when :func:`_blocks_recur`.
 _SMALL_PERIODS = 4
 #: The longest period (the unit of :data:`_RUN` is at most 80 characters).
