@@ -28,14 +28,13 @@ from agentguard.types import Severity
 
 from . import _output
 from ._audit import SessionAudit
-from ._formats import FORMATS, InputError, Messages, Record, open_counted, runs
+from ._formats import FORMATS, InputError, Messages, Record, only_objects, open_counted, runs
 from ._formats import message as checked
 
 if TYPE_CHECKING:  # imported when needed (prices, a terminal): start-up time is throughput
     from agentguard.budget import PriceTable
 
 _PROGRESS_EVERY = 2048
-_DICTS = frozenset({dict})  # the classes of a run of messages, as a rule
 #: the exit code of a scan whose reader went away, as a shell reports a process ended by SIGPIPE
 _PIPE_CLOSED = 141
 
@@ -278,7 +277,7 @@ def _scan_file(
                 _, messages, where, tools, _, whole = run
                 if tools:
                     audit.declare(tools)  # once: declaring the same tools again changes nothing
-                if {*map(type, messages)} != _DICTS:  # (one pass in C: dicts, as a rule)
+                if not only_objects(messages):  # (dicts, as a rule)
                     for message in messages:
                         checked(message, where)  # an InputError when it is no message
                 audit.feed_run(messages)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from . import _agents, _chat, _otel
-from ._base import InputError, Messages, Record, State, message
+from ._base import InputError, Messages, Record, State, message, only_objects
 from ._stream import Batch, items, open_counted
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Record",
     "detect",
     "message",
+    "only_objects",
     "open_counted",
     "records",
     "runs",

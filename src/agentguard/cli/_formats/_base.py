@@ -15,6 +15,7 @@ __all__ = [
     "from_json",
     "message",
     "obj",
+    "only_objects",
     "seq",
     "str_or_none",
     "text_of",
@@ -130,6 +131,14 @@ def from_json(value: Any) -> Any:
         except ValueError:
             return None
     return value
+
+
+def only_objects(values: Sequence[Any]) -> bool:
+    """Whether ``values`` holds objects (plain dicts) alone, and one at least: one pass in C."""
+    return {*map(type, values)} == _DICTS
+
+
+_DICTS = frozenset({dict})
 
 
 def str_or_none(value: Any) -> str | None:

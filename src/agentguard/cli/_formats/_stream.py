@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from ._base import InputError
+from ._base import InputError, only_objects
 
 __all__ = ["Batch", "items", "open_counted"]
 
@@ -248,14 +248,13 @@ def _objects(buf: str, start: int, end: int) -> list[Any] | None:
         run, stop = _scan_once(text, 0)
     except (StopIteration, ValueError, RecursionError):
         return None
-    if stop != len(text) or {*map(type, run)} != _DICTS:
+    if stop != len(text) or not only_objects(run):
         return None
     return run  # type: ignore[no-any-return]
 
 
 #: messages fed to the audit at a time from a JSON array file
 _BATCH = 256
-_DICTS = frozenset({dict})
 
 
 class Batch(list[Any]):
