@@ -93,3 +93,20 @@ def test_remove_hook_is_idempotent() -> None:
         return None
 
     remove_hook(hook)
+
+
+def test_every_event_kind_is_in_the_reference() -> None:
+    """docs/events.md's reference table names every event kind and class the package emits."""
+    import re
+    from pathlib import Path
+
+    import agentguard.events as events_module
+
+    kinds = {
+        cls.kind: f"agentguard.events.{cls.__name__}"
+        for cls in vars(events_module).values()
+        if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event
+    }
+    page = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text("utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([\w.]+)` \|", page, flags=re.MULTILINE))
+    assert rows == kinds
