@@ -5,7 +5,9 @@ tool result, an assistant text), a ``hint`` (what the model is told), and a ``ch
 returning a :class:`Verdict`. Detectors that judge tool calls also say when they are ``quiet``:
 certain to find nothing for a call, and to change nothing by looking. The LoopDetector's fast path
 runs only when every call detector is quiet, so a new detector is never skipped by it (the default
-``quiet`` is "never").
+``quiet`` is "never"). A detector may also state a precondition of ``quiet`` as data
+(``wakes_at``: the counters of the event that must reach a setting first), which the LoopDetector
+tests for every detector stating one at once instead of asking each.
 
 Adding a detector is one class here and one line in :data:`REGISTRY` (its place there is its
 priority: ties in severity go to the earlier detector).
