@@ -6,12 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentguard.config import LoopDetectionConfig
 from agentguard.events import Event, LoopFlagged
 from agentguard.loops import DETECTORS, LoopDetector
 from agentguard.loops import _detector as detector_module
 from agentguard.loops._detectors import (
+    COUNTERS,
+    ERROR_MARK,
     OK,
     REGISTRY,
     CallState,
@@ -20,6 +24,7 @@ from agentguard.loops._detectors import (
     ToolEvent,
     Verdict,
 )
+from agentguard.loops._identity import ToolLoopPolicy
 from agentguard.types import Severity
 
 LONG = "Paris: 18°C, light rain in the afternoon, wind 12 km/h from the south-west."
@@ -154,6 +159,75 @@ def test_the_fast_path_follows_each_detectors_thresholds() -> None:
     cfg = LoopDetectionConfig(warn_at=1, critical_at=2, break_at=3)
     verdict = LoopDetector(cfg).check_tool_call("read", {"path": "a.py"})
     assert (verdict.severity, verdict.detector) == (Severity.WARNING, "generic_repeat")
+
+
+_CONFIGS = (
+    LoopDetectionConfig(),
+    LoopDetectionConfig(warn_at=1, critical_at=2, break_at=3, global_warn_at=1),
+    LoopDetectionConfig(
+        no_progress_warn_at=2, no_progress_critical_at=2, no_progress_break_at=3,
+        error_warn_at=2, error_critical_at=2, error_break_at=3, cycle_warn_at=2,
+        cycle_critical_at=2, cycle_break_at=3, global_warn_at=3, global_critical_at=4,
+        global_break_at=5,
+    ),
+)  # fmt: skip
+
+
+@given(
+    st.sampled_from(_CONFIGS),
+    st.sampled_from(["call", "result"]),
+    st.tuples(*[st.integers(0, 12)] * 4),
+    st.tuples(
+        st.none() | st.tuples(st.integers(2, 8), st.integers(2, 6)),
+        st.sampled_from([None, ERROR_MARK, "result"]),
+        st.booleans(),
+    ),
+)
+def test_a_detector_is_quiet_while_its_stated_precondition_is_not_reached(
+    cfg: LoopDetectionConfig,
+    kind: str,
+    counts: tuple[int, int, int, int],
+    rest: tuple[tuple[int, int] | None, str | None, bool],
+) -> None:
+    """What a detector states in ``wakes_at`` is a precondition of its ``quiet``: while no
+    counter of the event reaches its floor, the detector is quiet (so the LoopDetector may skip
+    asking it). ``rest``: the periodic run the call completes, the last result, polling."""
+    cycle, last, polling = rest
+    state = CallState("t")
+    state.errors, state.same, state.calls, stalled = counts
+    state.last_result = last
+    policy = ToolLoopPolicy("t", polling=polling)
+    event = ToolEvent(kind, "t", "{}", "fp", policy, state, stalled, cycle)  # type: ignore[arg-type]
+    values = {
+        "errors": state.errors + event.ahead,
+        "same": state.same + event.ahead,
+        "calls": state.calls + event.ahead,
+        "stalled": stalled,
+        "rounds": cycle[1] if cycle else 0,
+    }
+    assert set(values) == set(COUNTERS)
+    for unit in REGISTRY:
+        if not unit.wakes_at or kind not in unit.consumes or kind not in unit.sticky:
+            continue
+        floors = [at if isinstance(at, int) else getattr(cfg, at) for _, at in unit.wakes_at]
+        if all(values[c] < f for (c, _), f in zip(unit.wakes_at, floors, strict=True)):
+            assert unit(cfg, None).quiet(event), unit.name
+
+
+def test_a_precondition_names_a_known_counter() -> None:
+    """A detector stating a counter the LoopDetector does not keep fails on the first tool
+    event, instead of never being asked."""
+
+    class Misnamed(Detector):
+        name = "misnamed"
+        consumes = frozenset({"call"})
+        hint = "`{tool}` ({count})."
+        wakes_at = (("attempts", 3),)
+        __slots__ = ()
+
+    registry = (*REGISTRY, Misnamed)
+    with pytest.raises(ValueError, match="attempts"):
+        detector_module._plan(registry)
 
 
 def test_detector_units_declare_their_shape() -> None:

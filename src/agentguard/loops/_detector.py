@@ -15,6 +15,7 @@ detector that consumes it.
 from __future__ import annotations
 
 import functools
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from agentguard.types import Message
 from ._detectors import (
     _SEV_OK,
     _WARNING,
+    COUNTERS,
     DETECTORS,
     ERROR_MARK,
     OK,
@@ -70,26 +72,90 @@ def _defaults() -> LoopDetectionConfig:
 
 
 _Places = tuple[int, ...]
+#: The stated preconditions of one event kind's sticky detectors (see :attr:`Detector.wakes_at`):
+#: (place of the counter in :data:`COUNTERS`, the setting or the number it must reach).
+_Wakes = tuple[tuple[int, str | int], ...]
+#: Per counter of :data:`COUNTERS`, the least value at which a detector may wake.
+_Floors = tuple[int, ...]
+_KindPlan = tuple[_Places, _Places, _Places, _Wakes]  # sticky, loose, sticky stating nothing
 
 
 @functools.lru_cache(maxsize=4)  # one registry in practice (a test may register another)
 def _plan(
     registry: tuple[type[Detector], ...],
-) -> tuple[tuple[_Places, _Places], tuple[_Places, _Places], _Places, dict[int, int]]:
+) -> tuple[_KindPlan, _KindPlan, _Places, dict[int, int]]:
     """Which detectors of ``registry`` (by place) each tool event kind runs (for calls, then for
-    results: the sticky ones, then the others), which want to know when a result was flagged
-    (see :meth:`Detector.flagged`), and which judge text (place -> its rank among those):
+    results: the sticky ones, the others, and the sticky ones that state no precondition, with
+    the preconditions the others state), which want to know when a result was flagged (see
+    :meth:`Detector.flagged`), and which judge text (place -> its rank among those):
     properties of the classes, worked out once."""
     call, result = (
         (
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind in d.sticky),
             tuple(i for i, d in enumerate(registry) if kind in d.consumes and kind not in d.sticky),
+            tuple(
+                i
+                for i, d in enumerate(registry)
+                if kind in d.consumes and kind in d.sticky and not d.wakes_at
+            ),
+            tuple(
+                (_counter(d, counter), at)
+                for d in registry
+                if kind in d.consumes and kind in d.sticky
+                for counter, at in d.wakes_at
+            ),
         )
         for kind in ("call", "result")
     )
     flag = tuple(i for i, d in enumerate(registry) if d.flagged is not Detector.flagged)
     text = [i for i, d in enumerate(registry) if "text" in d.consumes]
     return call, result, flag, {place: rank for rank, place in enumerate(text)}
+
+
+def _counter(detector: type[Detector], name: str) -> int:
+    """The place in :data:`COUNTERS` of the counter ``detector`` states a precondition on."""
+    if name not in COUNTERS:
+        raise ValueError(f"{detector.__name__}.wakes_at names {name!r}, not one of {COUNTERS}")
+    return COUNTERS.index(name)
+
+
+#: :func:`_floors` made, by the config's id and the preconditions (the config kept: its id
+#: stays its own while it is here); a few configs in practice, emptied when full.
+_FLOORS: dict[tuple[int, _Wakes], tuple[LoopDetectionConfig, _Floors]] = {}
+_FLOORS_KEPT = 64
+
+
+def _floors(wakes: _Wakes, cfg: LoopDetectionConfig) -> _Floors:
+    """Per counter of :data:`COUNTERS`, the least value at which one of the detectors stating
+    ``wakes`` may wake under ``cfg`` (a counter none names never wakes one)."""
+    found = _FLOORS.get((id(cfg), wakes))
+    if found is None:
+        floors = [sys.maxsize] * len(COUNTERS)
+        for counter, at in wakes:
+            floors[counter] = min(floors[counter], at if isinstance(at, int) else getattr(cfg, at))
+        if len(_FLOORS) >= _FLOORS_KEPT:
+            _FLOORS.clear()
+        found = _FLOORS[(id(cfg), wakes)] = (cfg, tuple(floors))
+    return found[1]
+
+
+#: What the LoopDetector runs for one tool event kind (see :func:`_judged`).
+_Judged = tuple[tuple[Detector, ...], tuple[Detector, ...], tuple[Detector, ...], _Floors]
+
+
+def _judged(plan: _KindPlan, detectors: tuple[Detector, ...], cfg: LoopDetectionConfig) -> _Judged:
+    """One tool event kind's ``plan`` with the run's ``detectors``: the sticky ones, the others,
+    the sticky ones asked while no stated precondition is reached (detectors, not their bound
+    methods, which would be more objects for the garbage collector to walk), and the floors of
+    the preconditions under ``cfg``."""
+    sticky, loose, unstated, wakes = plan
+    place = detectors.__getitem__
+    return (
+        tuple(map(place, sticky)),
+        tuple(map(place, loose)),
+        tuple(map(place, unstated)),
+        _floors(wakes, cfg),
+    )
 
 
 def _section(config: GuardConfig | LoopDetectionConfig | None) -> LoopDetectionConfig:
@@ -155,8 +221,8 @@ class LoopDetector:
     )
 
     # made by ``_start_tools`` on the first tool event
-    _on_call: tuple[tuple[Detector, ...], tuple[Detector, ...]]  # (sticky, loose)
-    _on_result: tuple[tuple[Detector, ...], tuple[Detector, ...]]
+    _on_call: _Judged  # (sticky, loose, sticky stating no precondition, floors: see _judged)
+    _on_result: _Judged
     _checked: str  # the identity of the call checked last
     _on_flag: tuple[Detector, ...]
     _window: deque[str]
@@ -218,12 +284,9 @@ class LoopDetector:
                 for i, d in enumerate(REGISTRY)
             ]
         )
-        # per tool event kind: the sticky detectors, then the others (detectors, not their bound
-        # methods, which would be more objects for the garbage collector to walk)
-        place = detectors.__getitem__
-        self._on_call = (tuple(map(place, call[0])), tuple(map(place, call[1])))
-        self._on_result = (tuple(map(place, result[0])), tuple(map(place, result[1])))
-        self._on_flag = tuple(map(place, flag))
+        self._on_call = _judged(call, detectors, cfg)
+        self._on_result = _judged(result, detectors, cfg)
+        self._on_flag = tuple(map(detectors.__getitem__, flag))
         self._window = deque()
         self._periods = range(2, cfg.cycle_max_period + 1)
         self._seq = deque(maxlen=cfg.cycle_max_period)
@@ -346,17 +409,27 @@ class LoopDetector:
         )
         return self._judge(event, self._on_result)
 
-    def _judge(
-        self, event: ToolEvent, plan: tuple[tuple[Detector, ...], tuple[Detector, ...]]
-    ) -> Verdict:
-        """Run the detectors that consume ``event`` (``plan``: the sticky ones, then the others,
-        see :func:`_plan`); sticky verdicts stay while the loop lasts.
+    def _judge(self, event: ToolEvent, plan: _Judged) -> Verdict:
+        """Run the detectors that consume ``event`` (``plan``: see ``_on_call``); sticky verdicts
+        stay while the loop lasts.
 
         A detector quiet about the event is not asked: for a healthy call or result that is
-        every detector, and no verdict is built at all (the fast path).
+        every detector, and no verdict is built at all (the fast path). While the event's
+        counters are below every stated precondition's floor, the sticky detectors stating one
+        are not even asked whether they are quiet (see :attr:`Detector.wakes_at`).
         """
-        sticky, loose = plan
+        sticky, loose, unstated, floors = plan
         state = event.state
+        ahead = event.ahead
+        cycle = event.cycle
+        if (  # (the counters, in the order of COUNTERS)
+            state.errors + ahead < floors[0]
+            and state.same + ahead < floors[1]
+            and state.calls + ahead < floors[2]
+            and event.stalled < floors[3]
+            and (cycle is None or cycle[1] < floors[4])
+        ):
+            sticky = unstated
         verdict = OK
         for d in sticky:  # (a loop, not a list of the findings: most events find nothing)
             if not d.quiet(event):

@@ -5,7 +5,9 @@ tool result, an assistant text), a ``hint`` (what the model is told), and a ``ch
 returning a :class:`Verdict`. Detectors that judge tool calls also say when they are ``quiet``:
 certain to find nothing for a call, and to change nothing by looking. The LoopDetector's fast path
 runs only when every call detector is quiet, so a new detector is never skipped by it (the default
-``quiet`` is "never").
+``quiet`` is "never"). A detector may also state a precondition of ``quiet`` as data
+(``wakes_at``: the counters of the event that must reach a setting first), which the LoopDetector
+tests for every detector stating one at once instead of asking each.
 
 Adding a detector is one class here and one line in :data:`REGISTRY` (its place there is its
 priority: ties in severity go to the earlier detector).
@@ -240,6 +242,13 @@ class Detector:
     #: A text detector judges narration (text beside tool calls) too; one that does not is not
     #: asked about it (its :meth:`check` must then find nothing in narration).
     narration: ClassVar[bool] = True
+    #: A precondition of :meth:`quiet` stated as data: the counters of a tool event (see
+    #: :data:`COUNTERS`) with the setting (or the number) each must reach before the detector
+    #: may find anything; while none is reached, :meth:`quiet` would say so. The LoopDetector
+    #: tests the stated preconditions of a sticky detectors' event at once, in a few
+    #: comparisons, and asks each detector only when one is reached. Empty: nothing stated,
+    #: :meth:`quiet` is always asked.
+    wakes_at: ClassVar[tuple[tuple[str, str | int], ...]] = ()
 
     __slots__ = ("config",)
 
@@ -313,6 +322,7 @@ class ErrorRepeat(Detector):
     name = "error_repeat"
     consumes = frozenset({"call", "result"})
     hint = "`{tool}` with these arguments has failed {count} times in a row."
+    wakes_at = (("errors", "error_warn_at"),)
     __slots__ = ()
 
     def quiet(self, event: ToolEvent) -> bool:
@@ -389,6 +399,7 @@ class _Periodic(Detector):
     """A periodic run of calls (A-B-A-B…, A-B-C-A-B-C…) whose results do not change."""
 
     consumes = frozenset({"call"})
+    wakes_at = (("rounds", 1),)  # any periodic run
     __slots__ = ()
 
     def _mine(self, period: int) -> bool:
@@ -447,6 +458,7 @@ class PollNoProgress(Detector):
         "You have called `{tool}` with identical arguments {count} times and the result has not "
         "changed."
     )
+    wakes_at = (("same", "no_progress_warn_at"),)
     __slots__ = ()
 
     def quiet(self, event: ToolEvent) -> bool:
@@ -747,6 +759,7 @@ class GenericRepeat(Detector):
     name = "generic_repeat"
     consumes = frozenset({"call", "result"})
     hint = "You have called `{tool}` with identical arguments {count} times."
+    wakes_at = (("calls", "warn_at"),)
     __slots__ = ()
 
     def quiet(self, event: ToolEvent) -> bool:
@@ -774,6 +787,7 @@ class GlobalBreaker(Detector):
     name = "global_breaker"
     consumes = frozenset({"call", "result"})
     hint = "{count} of your recent tool calls made no progress."
+    wakes_at = (("stalled", "global_warn_at"),)
     __slots__ = ("_last",)
 
     def __init__(self, config: LoopDetectionConfig, known: frozenset[str] | None) -> None:
@@ -869,6 +883,12 @@ REGISTRY: tuple[type[Detector], ...] = (
     ResponseRepeat,
     DegenerateText,
 )
+
+#: The counters of a tool event a detector's :attr:`~Detector.wakes_at` may name: of the call
+#: identity, its failures in a row (``errors``), results unchanged in a row (``same``) and calls
+#: (``calls``), each counting the call about to run; the stalled outcomes of the window
+#: (``stalled``); the full rounds of the periodic run the call completes (``rounds``, 0 for none).
+COUNTERS: tuple[str, ...] = ("errors", "same", "calls", "stalled", "rounds")
 
 #: Every detector name, most specific first (ties in severity go to the earlier name).
 DETECTORS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
