@@ -18,11 +18,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from agentguard.config import GuardConfig
 from agentguard.loops import TranscriptScanner
 from agentguard.types import Severity
+from agentguard.validation import extract_calls
 
 from ._calls import CallChecks, Problem
 from ._findings import Issue, ToolStats, context_line
@@ -39,6 +41,10 @@ _CONTEXT_FINDINGS = 200  # findings per session whose surrounding messages are k
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
 _BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
+_NO_BURN = (0, 0.0)
+#: the latest messages of an audit without a timeline: none (a deque of no length, shared)
+_NOTHING_KEPT: deque[list[Any]] = deque(maxlen=0)
+_index = itemgetter(0)  # an Issue's index
 
 
 @dataclass
@@ -85,8 +91,8 @@ class SessionAudit:
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
         #: the latest messages: ``[index, message, its context line once made]`` (a line is
-        #: made once, however many findings around it show it)
-        self._recent: deque[list[Any]] = deque(maxlen=3)
+        #: made once, however many findings around it show it); kept with a timeline only
+        self._recent = deque(maxlen=3) if self.timeline is not None else _NOTHING_KEPT
         self._context: dict[int, list[tuple[int, str, str]]] = {}  # id(issue) -> messages
         self._following: list[tuple[Issue, int]] = []  # issues still collecting what follows
 
@@ -147,12 +153,16 @@ class SessionAudit:
         scan = scanner.feed
         issues = self.issues
         ladder = self.ladder
+        awaiting = self._awaiting  # (changed in place only)
         check = self.calls.check
         result = self.calls.result
         timeline = self.timeline
         prices = self.prices
+        model = self._model
         index, steps, history = self._index, self.steps, self._history_chars
-        total, spent = self.tokens, self.cost
+        total, spent, estimated = self.tokens, self.cost, self.estimated
+        turn_tokens, turn_cost = self._turn
+        turn_in_loop = self._turn_in_loop
         try:
             for message in messages:
                 before = len(issues)
@@ -163,31 +173,39 @@ class SessionAudit:
                 role = message.get("role")
                 if role == "assistant":
                     steps += 1
-                    if self._awaiting:
+                    if awaiting:
                         self._request(steps)
                     elif ladder.new:  # no loop finding waits for the rung: the ladder alone
-                        ladder.request(steps, self._model)
+                        ladder.request(steps, model)
                     if found:
                         self._loops(found, steps, severity, answer=True)
                     elif severity >= _BREAK:  # a loop going on: the answer is asked again
-                        ladder.answer(steps, severity, scanner.last_detector, self._model)
+                        ladder.answer(steps, severity, scanner.last_detector, model)
                     calls = message.get("tool_calls")
-                    code = ROLE_CALL if calls else ROLE_TEXT
-                    # the answer's calls checked, its model call counted
-                    call_chars, problems = check(index, steps, message, calls, content)
+                    # the answer's calls (or calls written in its text) checked, its model
+                    # call counted
+                    problems: Sequence[Problem] = ()
+                    if calls:
+                        code = ROLE_CALL
+                        call_chars, problems = check(index, steps, message, calls)
+                    else:
+                        code, call_chars = ROLE_TEXT, 0
+                        written = extract_calls(content) if content.__class__ is str else None
+                        if written is not None:
+                            problems = self.calls.written(index, steps, written)
                     tokens, prompt = usage, prompt_usage
                     if tokens is None:
                         tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
                         prompt = history // _CHARS_PER_TOKEN
-                        self.estimated = True
+                        estimated = True
                     elif prompt is None:  # the answer's share estimated from its length
                         prompt = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
-                    cost = prices.cost(self._model, prompt, tokens - prompt) if prices else 0.0
+                    cost = prices.cost(model, prompt, tokens - prompt) if prices else 0.0
                     total += tokens
                     spent += cost
-                    self._turn = (tokens, cost)
-                    self._turn_in_loop = False
+                    turn_tokens, turn_cost, turn_in_loop = tokens, cost, False
                     if problems:
+                        self._turn = (tokens, cost)
                         self._problems(problems)
                     size += call_chars
                 else:
@@ -205,11 +223,10 @@ class SessionAudit:
                         code = ROLE_OTHER
                         if usage:
                             total += usage
-                if severity and not self._turn_in_loop:  # WARNING or worse: a loop's turn
+                if severity and not turn_in_loop:  # WARNING or worse: a loop's turn
                     # (the latest model call's turn is in a loop; in line: a loop's every
                     # message comes here)
-                    self._turn_in_loop = True
-                    turn_tokens, turn_cost = self._turn
+                    turn_in_loop = True
                     self.loop_tokens += turn_tokens
                     burn = self._open
                     if burn is not None:
@@ -223,7 +240,8 @@ class SessionAudit:
                 index += 1
         finally:
             self._index, self.steps, self._history_chars = index, steps, history
-            self.tokens, self.cost = total, spent
+            self.tokens, self.cost, self.estimated = total, spent, estimated
+            self._turn, self._turn_in_loop = (turn_tokens, turn_cost), turn_in_loop
 
     def _problems(self, problems: Sequence[Problem]) -> None:
         """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
@@ -289,21 +307,25 @@ class SessionAudit:
             self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
                             p.action))  # fmt: skip
         done = []
+        burns, contexts, actions = self._burn, self._context, self._actions
+        stats_of = self.calls.stats
         for issue in self.issues:
-            tokens, cost = self._burn.get(id(issue), (0, 0.0))
-            context = tuple(self._context.get(id(issue), ()))
-            action = self._actions.get(id(issue), issue.action)
-            done.append(issue.settled(tokens, cost, context, action))
+            key = id(issue)
+            tokens, cost = burns.get(key, _NO_BURN)
+            context = contexts.get(key)
+            action = actions.get(key, issue.action)
+            done.append(issue.settled(tokens, cost, () if context is None else tuple(context),
+                                      action))  # fmt: skip
             if issue.tool is not None:
-                stats = self.calls.stats(issue.tool)
+                stats = stats_of(issue.tool)
                 stats.findings += 1
                 stats.tokens += tokens
                 stats.cost += cost
-        done.sort(key=lambda i: i.index)
+        done.sort(key=_index)
         self.issues = done
-        self._burn.clear()
-        self._context.clear()
-        self._actions.clear()
+        burns.clear()
+        contexts.clear()
+        actions.clear()
         # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
         # audit until its report is written)
         del self.scanner
