@@ -27,7 +27,7 @@ from agentguard.types import Severity
 from agentguard.validation import extract_calls
 
 from ._calls import CallChecks, Problem
-from ._findings import Issue, ToolStats, context_line
+from ._findings import Issue, ToolStats, context_line, make_issue
 from ._ladder import Ladder
 
 if TYPE_CHECKING:  # the budget package (ledgers, stores) is imported only when prices are set
@@ -247,8 +247,7 @@ class SessionAudit:
         """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
         redone = False
         for p in problems:
-            issue = Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                          p.action)  # fmt: skip
+            issue = _tool_call_issue(p)
             self._add(issue)
             if p.action == "recovery":
                 if not redone:
@@ -285,8 +284,8 @@ class SessionAudit:
         if answer and severity:
             action = self.ladder.answer(step, severity, self.scanner.last_detector, self._model)
         for f in found:
-            issue = Issue(f.index, f.severity, "loop", f.detector, f.tool, f.count, f.message,
-                          step, action)  # fmt: skip
+            issue = make_issue((f.index, f.severity, "loop", f.detector, f.tool, f.count,
+                                f.message, step, action, 0, 0.0, ()))  # fmt: skip
             self._add(issue)
             if not action:
                 self._awaiting.append(issue)
@@ -304,8 +303,7 @@ class SessionAudit:
         if self._awaiting:  # results after the last answer: the guard acts on the next request
             self._request(self.steps + 1)
         for p in self.calls.unconfirmed():
-            self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                            p.action))  # fmt: skip
+            self._add(_tool_call_issue(p))
         done = []
         burns, contexts, actions = self._burn, self._context, self._actions
         stats_of = self.calls.stats
@@ -367,6 +365,11 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+def _tool_call_issue(p: Problem) -> Issue:
+    return make_issue((p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step, p.action,
+                       0, 0.0, ()))  # fmt: skip
 
 
 def _step(act: tuple[int, str, str | None]) -> int:
