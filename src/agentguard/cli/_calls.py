@@ -122,12 +122,15 @@ class CallChecks:
                 # without a validator: the call's arguments, and its name against the declared
                 # names (or, with none declared, whether it ever works)
                 if text_arguments:
-                    try:
-                        arguments = _arguments(arguments)
-                    except ValueError:
-                        text = f"arguments of {name} are not valid JSON"
-                        found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
-                        arguments = {}
+                    decoded = _decoded.get(arguments)  # (a loop's arguments: met before)
+                    if decoded is None:
+                        try:
+                            decoded = _arguments(arguments)
+                        except ValueError:
+                            text = f"arguments of {name} are not valid JSON"
+                            found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
+                            decoded = {}
+                    arguments = decoded
                 if arguments.__class__ is not dict and not isinstance(arguments, dict):
                     text = f"arguments of {name} are not a JSON object"
                     found.append(Problem(index, _WARNING, "invalid_json", name, text, step))

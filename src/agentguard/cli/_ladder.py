@@ -52,7 +52,8 @@ class Ladder:
         if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
             _CLIMBS.clear()
         self._climbs = _CLIMBS.setdefault(rungs, {})
-        self._escalation: dict[str | None, str] = {}  # model -> what ``escalate`` does
+        #: model -> what ``escalate`` does, shared by the ladders of one config
+        self._escalation = _escalations(config)
 
     @property
     def taken(self) -> list[tuple[int, str]]:
@@ -113,6 +114,8 @@ class Ladder:
         ``loop_detected``."""
         policy = EscalationPolicy(self.config)
         decision = policy.on_failure(policy.tier_for(model or ""), "loop_detected")
+        if len(self._escalation) >= 4096:  # bounded: a trace may name models without end
+            self._escalation.clear()
         action = self._escalation[model] = "stop" if decision.action == "stop" else "escalate"
         return action
 
@@ -120,3 +123,19 @@ class Ladder:
 #: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
 #: builds configs without end cannot grow it)
 _CLIMBS: dict[tuple[str, ...], dict[tuple[int, Severity, str | None, bool], tuple[int, str]]] = {}
+
+
+#: ``id(config)`` -> the config and what its ``escalate`` rung does per model (a config is
+#: immutable, and held here its id names it alone; a scan builds a ladder per session, and the
+#: escalation policy once per config and model); bounded as :data:`_CLIMBS`
+_ESCALATIONS: dict[int, tuple[GuardConfig, dict[str | None, str]]] = {}
+
+
+def _escalations(config: GuardConfig) -> dict[str | None, str]:
+    """What the ``escalate`` rung does per model under ``config``, as far as known."""
+    held = _ESCALATIONS.get(id(config))
+    if held is None or held[0] is not config:
+        if len(_ESCALATIONS) >= 256:
+            _ESCALATIONS.clear()
+        held = _ESCALATIONS[id(config)] = (config, {})
+    return held[1]
