@@ -41,7 +41,6 @@ _CONTEXT_FINDINGS = 200  # findings per session whose surrounding messages are k
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
 _BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
-_NO_BURN = (0, 0.0)
 #: the latest messages of an audit without a timeline: none (a deque of no length, shared)
 _NOTHING_KEPT: deque[list[Any]] = deque(maxlen=0)
 _index = itemgetter(0)  # an Issue's index
@@ -80,21 +79,24 @@ class SessionAudit:
             self.prices = PriceTable(self.config.token_budget.prices)
         self.calls = CallChecks(self.config)
         self.ladder = Ladder(self.config)
-        self._awaiting: list[Issue] = []  # loop findings of the next request
-        self._actions: dict[int, str] = {}  # id(issue) -> what the guard does about it
+        #: per finding of :attr:`issues`, in order, what settles it at the end: ``[tokens, cost,
+        #: action, context]`` (what it burnt, what the guard does about it, and with a timeline
+        #: the messages around it)
+        self._settling: list[list[Any]] = []
+        self._awaiting: list[list[Any]] = []  # the settling of loop findings of the next request
         self._history_chars = 0
         self._turn = (0, 0.0)  # the latest model call: tokens, cost
         self._turn_in_loop = False
-        #: the burn (``[tokens, cost]``) of the loop finding the turns in a loop are charged to
+        #: the settling of the loop finding the turns in a loop are charged to
         self._open: list[Any] | None = None
-        self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
         #: the latest messages: ``[index, message, its context line once made]`` (a line is
         #: made once, however many findings around it show it); kept with a timeline only
         self._recent = deque(maxlen=3) if self.timeline is not None else _NOTHING_KEPT
-        self._context: dict[int, list[tuple[int, str, str]]] = {}  # id(issue) -> messages
-        self._following: list[tuple[Issue, int]] = []  # issues still collecting what follows
+        self._with_context = 0  # findings whose context is kept
+        #: the contexts still collecting the messages that follow their finding, and how many
+        self._following: list[tuple[list[tuple[int, str, str]], int]] = []
 
     @property
     def messages(self) -> int:
@@ -247,35 +249,36 @@ class SessionAudit:
         """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
         redone = False
         for p in problems:
-            issue = _tool_call_issue(p)
-            self._add(issue)
+            settling = self._add(_tool_call_issue(p))
             if p.action == "recovery":
+                tokens, cost = self._turn
                 if not redone:
                     redone = True
-                    self.retry_tokens += self._turn[0]  # an invalid call: the turn is redone
-                self._charge(issue)
+                    self.retry_tokens += tokens  # an invalid call: the turn is redone
+                settling[0] += tokens
+                settling[1] += cost
 
-    def _add(self, issue: Issue) -> None:
+    def _add(self, issue: Issue) -> list[Any]:
+        """Record ``issue``: what settles it (``[tokens, cost, action, context]``)."""
         self.issues.append(issue)
+        settling = [0, 0.0, issue.action, None]
+        self._settling.append(settling)
         if issue.category == "loop":  # the turns in a loop from here on are charged to it
-            self._open = self._burn.setdefault(id(issue), [0, 0.0])
-        if self.timeline is not None and len(self._context) < _CONTEXT_FINDINGS:
-            self._context[id(issue)] = [_line(entry) for entry in self._recent]
-            self._following.append((issue, 3))  # its own message and the two after it
-
-    def _charge(self, issue: Issue) -> None:
-        burn = self._burn.setdefault(id(issue), [0, 0.0])
-        burn[0] += self._turn[0]
-        burn[1] += self._turn[1]
+            self._open = settling
+        if self.timeline is not None and self._with_context < _CONTEXT_FINDINGS:
+            self._with_context += 1
+            context = settling[3] = [_line(entry) for entry in self._recent]
+            self._following.append((context, 3))  # its own message and the two after it
+        return settling
 
     def _remember(self, index: int, message: Mapping[str, Any]) -> None:
         entry = [index, message, None]
         self._recent.append(entry)
         if self._following:
             line = _line(entry)
-            for issue, _ in self._following:
-                self._context[id(issue)].append(line)
-            self._following = [(i, n - 1) for i, n in self._following if n > 1]
+            for context, _ in self._following:
+                context.append(line)
+            self._following = [(c, n - 1) for c, n in self._following if n > 1]
 
     def _loops(self, found: list[Any], step: int, severity: Severity, *, answer: bool) -> None:
         """Loop findings of a message, with what the guard does about them: an answer's now,
@@ -286,15 +289,15 @@ class SessionAudit:
         for f in found:
             issue = make_issue((f.index, f.severity, "loop", f.detector, f.tool, f.count,
                                 f.message, step, action, 0, 0.0, ()))  # fmt: skip
-            self._add(issue)
+            settling = self._add(issue)
             if not action:
-                self._awaiting.append(issue)
+                self._awaiting.append(settling)
 
     def _request(self, step: int) -> None:
         """The request of ``step`` is complete: the rung the guard takes for it."""
         action = self.ladder.request(step, self._model)
-        for issue in self._awaiting:
-            self._actions[id(issue)] = action or "warn"
+        for settling in self._awaiting:
+            settling[2] = action or "warn"
         self._awaiting.clear()
 
     def finish(self) -> None:
@@ -302,16 +305,13 @@ class SessionAudit:
         (:meth:`CallChecks.unconfirmed`); each finding gets its tokens, cost and context."""
         if self._awaiting:  # results after the last answer: the guard acts on the next request
             self._request(self.steps + 1)
-        for p in self.calls.unconfirmed():
+        unconfirmed = self.calls.unconfirmed()
+        for p in unconfirmed:
             self._add(_tool_call_issue(p))
         done = []
-        burns, contexts, actions = self._burn, self._context, self._actions
         stats_of = self.calls.stats
-        for issue in self.issues:
-            key = id(issue)
-            tokens, cost = burns.get(key, _NO_BURN)
-            context = contexts.get(key)
-            action = actions.get(key, issue.action)
+        for issue, (tokens, cost, action, context) in zip(self.issues, self._settling,
+                                                          strict=True):  # fmt: skip
             done.append(issue.settled(tokens, cost, () if context is None else tuple(context),
                                       action))  # fmt: skip
             if issue.tool is not None:
@@ -319,11 +319,11 @@ class SessionAudit:
                 stats.findings += 1
                 stats.tokens += tokens
                 stats.cost += cost
-        done.sort(key=_index)
+        if unconfirmed:  # (the rest come in message order; these are dated by a first call)
+            done.sort(key=_index)
         self.issues = done
-        burns.clear()
-        contexts.clear()
-        actions.clear()
+        self._settling.clear()
+        self._following.clear()
         # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
         # audit until its report is written)
         del self.scanner
