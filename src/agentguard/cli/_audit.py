@@ -302,10 +302,10 @@ class SessionAudit:
 
     def finish(self) -> None:
         """End of the trace: names that never worked are hallucinated tools
-        (:meth:`CallChecks.unconfirmed`); each finding gets its tokens, cost and context."""
+        (:meth:`CallChecks.finish`); each finding gets its tokens, cost and context."""
         if self._awaiting:  # results after the last answer: the guard acts on the next request
             self._request(self.steps + 1)
-        unconfirmed = self.calls.unconfirmed()
+        unconfirmed = self.calls.finish()
         for p in unconfirmed:
             self._add(_tool_call_issue(p))
         done = []
@@ -322,11 +322,9 @@ class SessionAudit:
         if unconfirmed:  # (the rest come in message order; these are dated by a first call)
             done.sort(key=_index)
         self.issues = done
-        self._settling.clear()
-        self._following.clear()
-        # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
-        # audit until its report is written)
-        del self.scanner
+        # nothing is fed after the end: the detectors' state goes, and what settled the
+        # findings (a scan keeps every session's audit until its report is written)
+        del self.scanner, self._settling, self._awaiting, self._following, self._open
 
     def first_action(self) -> tuple[int, str, str] | None:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung

@@ -181,8 +181,10 @@ class CallChecks:
                 stats = self.tools[name] = ToolStats()
         return stats
 
-    def unconfirmed(self) -> list[Problem]:
-        """End of the trace: names that never worked are hallucinated tools.
+    def finish(self) -> list[Problem]:
+        """End of the trace: names that never worked are hallucinated tools. What checks
+        further calls goes; the tallies stay (a scan keeps every session's until its report is
+        written).
 
         A name whose calls came back with business errors ("seat taken", "no such file") ran:
         without a tool list, only a name no result answered, or one a result said is no tool,
@@ -198,7 +200,8 @@ class CallChecks:
                     "probably a hallucinated tool name"
                 )
                 found.append(Problem(index, Severity.WARNING, "unknown_tool", name, text, step))
-        self._unconfirmed.clear()
+        del self._pending, self._answered, self._refuted, self._unconfirmed
+        self._validator = None
         return found
 
 
