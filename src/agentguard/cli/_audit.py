@@ -44,6 +44,7 @@ _BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
 #: the latest messages of an audit without a timeline: none (a deque of no length, shared)
 _NOTHING_KEPT: deque[list[Any]] = deque(maxlen=0)
 _index = itemgetter(0)  # an Issue's index
+_SETTLED = Issue._fields.index("action")  # an Issue's fields from here are settled at the end
 
 
 @dataclass
@@ -309,13 +310,15 @@ class SessionAudit:
         for p in unconfirmed:
             self._add(_tool_call_issue(p))
         done = []
-        stats_of = self.calls.stats
+        tools, stats_of = self.calls.tools, self.calls.stats
         for issue, (tokens, cost, action, context) in zip(self.issues, self._settling,
                                                           strict=True):  # fmt: skip
-            done.append(issue.settled(tokens, cost, () if context is None else tuple(context),
-                                      action))  # fmt: skip
-            if issue.tool is not None:
-                stats = stats_of(issue.tool)
+            # (its fields up to ``step`` as found; no call per finding: this runs per session)
+            done.append(make_issue((*issue[:_SETTLED], action, tokens, cost,
+                                    () if context is None else tuple(context))))  # fmt: skip
+            tool = issue.tool
+            if tool is not None:
+                stats = tools.get(tool) or stats_of(tool)
                 stats.findings += 1
                 stats.tokens += tokens
                 stats.cost += cost

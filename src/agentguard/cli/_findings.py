@@ -65,12 +65,6 @@ class Issue(NamedTuple):
     cost: float = 0.0
     context: tuple[tuple[int, str, str], ...] = ()
 
-    def settled(self, tokens: int, cost: float, context: tuple[tuple[int, str, str], ...],
-                action: str) -> Issue:  # fmt: skip
-        """This finding with what it cost, its context and the guard's action, as the audit
-        knows them at the end of the trace (``_replace``, without its Python frames)."""
-        return make_issue((*self[:8], action, tokens, cost, context))
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (the context is for the HTML report only)."""
         return {

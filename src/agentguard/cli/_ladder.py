@@ -45,15 +45,10 @@ class Ladder:
         self._rung = -1
         self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
-        #: the rung :func:`climb` gives and the rung taken, by ``(rung before, severity,
-        #: detector, a re-ask)``, shared by the ladders of equal rungs: a loop climbs at every
-        #: message it goes on
-        self._rungs = rungs = tuple(self._recovery.rungs)
-        if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
-            _CLIMBS.clear()
-        self._climbs = _CLIMBS.setdefault(rungs, {})
-        #: model -> what ``escalate`` does, shared by the ladders of one config
-        self._escalation = _escalations(config)
+        #: the rungs; the rung :func:`climb` gives and the rung taken, by ``(rung before,
+        #: severity, detector, a re-ask)`` (a loop climbs at every message it goes on); model
+        #: -> what ``escalate`` does: shared by the ladders of one config
+        _, self._rungs, self._climbs, self._escalation = _shared(config)
 
     @property
     def taken(self) -> list[tuple[int, str]]:
@@ -120,22 +115,22 @@ class Ladder:
         return action
 
 
-#: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
-#: builds configs without end cannot grow it)
-_CLIMBS: dict[tuple[str, ...], dict[tuple[int, Severity, str | None, bool], tuple[int, str]]] = {}
+_Climbs = dict[tuple[int, Severity, str | None, bool], tuple[int, str]]
+
+#: ``id(config)`` -> what the ladders under a config share: the config, its rungs, the
+#: :func:`climb` memo and what the ``escalate`` rung does per model (a config is immutable, and
+#: held here its id names it alone; a scan builds a ladder per session). Bounded: a process that
+#: builds configs without end cannot grow it.
+_SHARED: dict[int, tuple[GuardConfig, tuple[str, ...], _Climbs, dict[str | None, str]]] = {}
 
 
-#: ``id(config)`` -> the config and what its ``escalate`` rung does per model (a config is
-#: immutable, and held here its id names it alone; a scan builds a ladder per session, and the
-#: escalation policy once per config and model); bounded as :data:`_CLIMBS`
-_ESCALATIONS: dict[int, tuple[GuardConfig, dict[str | None, str]]] = {}
-
-
-def _escalations(config: GuardConfig) -> dict[str | None, str]:
-    """What the ``escalate`` rung does per model under ``config``, as far as known."""
-    held = _ESCALATIONS.get(id(config))
+def _shared(
+    config: GuardConfig,
+) -> tuple[GuardConfig, tuple[str, ...], _Climbs, dict[str | None, str]]:
+    held = _SHARED.get(id(config))
     if held is None or held[0] is not config:
-        if len(_ESCALATIONS) >= 256:
-            _ESCALATIONS.clear()
-        held = _ESCALATIONS[id(config)] = (config, {})
-    return held[1]
+        if len(_SHARED) >= 256:
+            _SHARED.clear()
+        rungs = tuple(config.loop_detection.recovery.rungs)
+        held = _SHARED[id(config)] = (config, rungs, {}, {})
+    return held
