@@ -183,7 +183,7 @@ class SessionAudit:
                     if found:
                         self._loops(found, steps, severity, answer=True)
                     elif severity >= _BREAK:  # a loop going on: the answer is asked again
-                        ladder.answer(steps, severity, scanner.last_detector, model)
+                        ladder.rung(steps, severity, scanner.last_detector, model, reask=True)
                     calls = message.get("tool_calls")
                     # the answer's calls (or calls written in its text) checked, its model
                     # call counted

@@ -74,7 +74,7 @@ class Ladder:
         if worst < _WARNING:
             self._rung = -1  # out of the loop: a later one starts the ladder again
             return None
-        return self._climb(step, worst, detector, model, False)
+        return self.rung(step, worst, detector, model)
 
     def answer(self, step: int, severity: Severity, detector: str | None,
                model: str | None = None) -> str:  # fmt: skip
@@ -82,10 +82,14 @@ class Ladder:
         what the guard does with it."""
         if severity < _BREAK:
             return "warn"
-        return self._climb(step, severity, detector, model, True)
+        return self.rung(step, severity, detector, model, reask=True)
 
-    def _climb(self, step: int, severity: Severity, detector: str | None, model: str | None,
-               reask: bool) -> str:  # fmt: skip
+    def rung(self, step: int, severity: Severity, detector: str | None,
+             model: str | None = None, *, reask: bool = False) -> str:  # fmt: skip
+        """The rung the guard climbs to for the request of ``step`` judged at ``severity``
+        (WARNING or above, by ``detector``; :meth:`request`), or with ``reask`` for its answer
+        judged at BREAK, not delivered and asked again (``stop`` when no rung is higher;
+        :meth:`answer`); ``escalate`` resolved for ``model``."""
         # (keyed by what it is given, not by what climb() reads of it: a loop climbs at every
         # message it goes on, and the few severities and detectors make few keys)
         key = (self._rung, severity, detector, reask)
