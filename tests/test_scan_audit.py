@@ -259,14 +259,23 @@ def test_per_tool_tallies_are_bounded() -> None:
 
 
 def test_a_settled_finding_keeps_every_field_as_replace_would() -> None:
-    """``Issue.settled`` (the audit's fast ``_replace``) drops no field, whatever fields the
-    finding gains."""
-    issue = Issue(7, Severity.CRITICAL, "loop", "same_result", "get_build", 4, "stalled", 3,
-                  "warn", 11, 0.5, ((1, "tool", "x"),))  # fmt: skip
-    context = ((6, "assistant", "→ get_build({})"),)
-    settled = issue.settled(250, 0.0125, context, "hint")
-    assert settled == issue._replace(tokens=250, cost=0.0125, context=context, action="hint")
-    assert len(Issue._fields) == 12  # a new field must be passed on by settled()
+    """The audit settles a finding at the end of its trace (what it burnt, its context, the
+    guard's action) by ``make_issue``, not ``_replace``: no field is dropped, whatever fields
+    the finding gains."""
+    audit = SessionAudit("s", CONFIG, bytearray())
+    for m in polling(12):
+        audit.feed(m)
+    found = list(audit.issues)
+    audit.finish()
+    assert found, "the polls must make a finding to settle"
+    for before, after in zip(found, audit.issues, strict=True):
+        settled = before._replace(action=after.action, tokens=after.tokens, cost=after.cost,
+                                  context=after.context)  # fmt: skip
+        assert after == settled
+        assert type(after) is Issue
+    assert any(i.tokens for i in audit.issues)
+    assert any(i.context for i in audit.issues)
+    assert len(Issue._fields) == 12  # a new field must be passed on by every make_issue call
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["tools declared", "no tool list"])

@@ -18,14 +18,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import fsum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from agentguard.config import GuardConfig
 from agentguard.loops import TranscriptScanner
 from agentguard.types import Severity
+from agentguard.validation import extract_calls
 
 from ._calls import CallChecks, Problem
-from ._findings import Issue, ToolStats, context_line
+from ._findings import Issue, ToolStats, context_line, make_issue
 from ._ladder import Ladder
 
 if TYPE_CHECKING:  # the budget package (ledgers, stores) is imported only when prices are set
@@ -39,6 +41,10 @@ _CONTEXT_FINDINGS = 200  # findings per session whose surrounding messages are k
 ROLE_OTHER, ROLE_TEXT, ROLE_CALL, ROLE_TOOL = 0, 1, 2, 3
 ISSUE_BIT = 0x40
 _BREAK = Severity.BREAK  # (looked up once: an enum member's lookup is slow)
+#: the latest messages of an audit without a timeline: none (a deque of no length, shared)
+_NOTHING_KEPT: deque[list[Any]] = deque(maxlen=0)
+_index = itemgetter(0)  # an Issue's index
+_SETTLED = Issue._fields.index("action")  # an Issue's fields from here are settled at the end
 
 
 @dataclass
@@ -74,21 +80,24 @@ class SessionAudit:
             self.prices = PriceTable(self.config.token_budget.prices)
         self.calls = CallChecks(self.config)
         self.ladder = Ladder(self.config)
-        self._awaiting: list[Issue] = []  # loop findings of the next request
-        self._actions: dict[int, str] = {}  # id(issue) -> what the guard does about it
+        #: per finding of :attr:`issues`, in order, what settles it at the end: ``[tokens, cost,
+        #: action, context]`` (what it burnt, what the guard does about it, and with a timeline
+        #: the messages around it)
+        self._settling: list[list[Any]] = []
+        self._awaiting: list[list[Any]] = []  # the settling of loop findings of the next request
         self._history_chars = 0
         self._turn = (0, 0.0)  # the latest model call: tokens, cost
         self._turn_in_loop = False
-        #: the burn (``[tokens, cost]``) of the loop finding the turns in a loop are charged to
+        #: the settling of the loop finding the turns in a loop are charged to
         self._open: list[Any] | None = None
-        self._burn: dict[int, list[Any]] = {}  # id(issue) -> [tokens, cost]
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
         #: the latest messages: ``[index, message, its context line once made]`` (a line is
-        #: made once, however many findings around it show it)
-        self._recent: deque[list[Any]] = deque(maxlen=3)
-        self._context: dict[int, list[tuple[int, str, str]]] = {}  # id(issue) -> messages
-        self._following: list[tuple[Issue, int]] = []  # issues still collecting what follows
+        #: made once, however many findings around it show it); kept with a timeline only
+        self._recent = deque(maxlen=3) if self.timeline is not None else _NOTHING_KEPT
+        self._with_context = 0  # findings whose context is kept
+        #: the contexts still collecting the messages that follow their finding, and how many
+        self._following: list[tuple[list[tuple[int, str, str]], int]] = []
 
     @property
     def messages(self) -> int:
@@ -147,12 +156,16 @@ class SessionAudit:
         scan = scanner.feed
         issues = self.issues
         ladder = self.ladder
+        awaiting = self._awaiting  # (changed in place only)
         check = self.calls.check
         result = self.calls.result
         timeline = self.timeline
         prices = self.prices
+        model = self._model
         index, steps, history = self._index, self.steps, self._history_chars
-        total, spent = self.tokens, self.cost
+        total, spent, estimated = self.tokens, self.cost, self.estimated
+        turn_tokens, turn_cost = self._turn
+        turn_in_loop = self._turn_in_loop
         try:
             for message in messages:
                 before = len(issues)
@@ -163,31 +176,39 @@ class SessionAudit:
                 role = message.get("role")
                 if role == "assistant":
                     steps += 1
-                    if self._awaiting:
+                    if awaiting:
                         self._request(steps)
                     elif ladder.new:  # no loop finding waits for the rung: the ladder alone
-                        ladder.request(steps, self._model)
+                        ladder.request(steps, model)
                     if found:
                         self._loops(found, steps, severity, answer=True)
                     elif severity >= _BREAK:  # a loop going on: the answer is asked again
-                        ladder.answer(steps, severity, scanner.last_detector, self._model)
+                        ladder.rung(steps, severity, scanner.last_detector, model, reask=True)
                     calls = message.get("tool_calls")
-                    code = ROLE_CALL if calls else ROLE_TEXT
-                    # the answer's calls checked, its model call counted
-                    call_chars, problems = check(index, steps, message, calls, content)
+                    # the answer's calls (or calls written in its text) checked, its model
+                    # call counted
+                    problems: Sequence[Problem] = ()
+                    if calls:
+                        code = ROLE_CALL
+                        call_chars, problems = check(index, steps, message, calls)
+                    else:
+                        code, call_chars = ROLE_TEXT, 0
+                        written = extract_calls(content) if content.__class__ is str else None
+                        if written is not None:
+                            problems = self.calls.written(index, steps, written)
                     tokens, prompt = usage, prompt_usage
                     if tokens is None:
                         tokens = (history + size + call_chars) // _CHARS_PER_TOKEN
                         prompt = history // _CHARS_PER_TOKEN
-                        self.estimated = True
+                        estimated = True
                     elif prompt is None:  # the answer's share estimated from its length
                         prompt = max(0, tokens - (size + call_chars) // _CHARS_PER_TOKEN)
-                    cost = prices.cost(self._model, prompt, tokens - prompt) if prices else 0.0
+                    cost = prices.cost(model, prompt, tokens - prompt) if prices else 0.0
                     total += tokens
                     spent += cost
-                    self._turn = (tokens, cost)
-                    self._turn_in_loop = False
+                    turn_tokens, turn_cost, turn_in_loop = tokens, cost, False
                     if problems:
+                        self._turn = (tokens, cost)
                         self._problems(problems)
                     size += call_chars
                 else:
@@ -205,11 +226,10 @@ class SessionAudit:
                         code = ROLE_OTHER
                         if usage:
                             total += usage
-                if severity and not self._turn_in_loop:  # WARNING or worse: a loop's turn
+                if severity and not turn_in_loop:  # WARNING or worse: a loop's turn
                     # (the latest model call's turn is in a loop; in line: a loop's every
                     # message comes here)
-                    self._turn_in_loop = True
-                    turn_tokens, turn_cost = self._turn
+                    turn_in_loop = True
                     self.loop_tokens += turn_tokens
                     burn = self._open
                     if burn is not None:
@@ -223,42 +243,43 @@ class SessionAudit:
                 index += 1
         finally:
             self._index, self.steps, self._history_chars = index, steps, history
-            self.tokens, self.cost = total, spent
+            self.tokens, self.cost, self.estimated = total, spent, estimated
+            self._turn, self._turn_in_loop = (turn_tokens, turn_cost), turn_in_loop
 
     def _problems(self, problems: Sequence[Problem]) -> None:
         """The findings of an answer's bad calls; one the guard re-asks for burns the turn."""
         redone = False
         for p in problems:
-            issue = Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                          p.action)  # fmt: skip
-            self._add(issue)
+            settling = self._add(_tool_call_issue(p))
             if p.action == "recovery":
+                tokens, cost = self._turn
                 if not redone:
                     redone = True
-                    self.retry_tokens += self._turn[0]  # an invalid call: the turn is redone
-                self._charge(issue)
+                    self.retry_tokens += tokens  # an invalid call: the turn is redone
+                settling[0] += tokens
+                settling[1] += cost
 
-    def _add(self, issue: Issue) -> None:
+    def _add(self, issue: Issue) -> list[Any]:
+        """Record ``issue``: what settles it (``[tokens, cost, action, context]``)."""
         self.issues.append(issue)
+        settling = [0, 0.0, issue.action, None]
+        self._settling.append(settling)
         if issue.category == "loop":  # the turns in a loop from here on are charged to it
-            self._open = self._burn.setdefault(id(issue), [0, 0.0])
-        if self.timeline is not None and len(self._context) < _CONTEXT_FINDINGS:
-            self._context[id(issue)] = [_line(entry) for entry in self._recent]
-            self._following.append((issue, 3))  # its own message and the two after it
-
-    def _charge(self, issue: Issue) -> None:
-        burn = self._burn.setdefault(id(issue), [0, 0.0])
-        burn[0] += self._turn[0]
-        burn[1] += self._turn[1]
+            self._open = settling
+        if self.timeline is not None and self._with_context < _CONTEXT_FINDINGS:
+            self._with_context += 1
+            context = settling[3] = [_line(entry) for entry in self._recent]
+            self._following.append((context, 3))  # its own message and the two after it
+        return settling
 
     def _remember(self, index: int, message: Mapping[str, Any]) -> None:
         entry = [index, message, None]
         self._recent.append(entry)
         if self._following:
             line = _line(entry)
-            for issue, _ in self._following:
-                self._context[id(issue)].append(line)
-            self._following = [(i, n - 1) for i, n in self._following if n > 1]
+            for context, _ in self._following:
+                context.append(line)
+            self._following = [(c, n - 1) for c, n in self._following if n > 1]
 
     def _loops(self, found: list[Any], step: int, severity: Severity, *, answer: bool) -> None:
         """Loop findings of a message, with what the guard does about them: an answer's now,
@@ -267,46 +288,46 @@ class SessionAudit:
         if answer and severity:
             action = self.ladder.answer(step, severity, self.scanner.last_detector, self._model)
         for f in found:
-            issue = Issue(f.index, f.severity, "loop", f.detector, f.tool, f.count, f.message,
-                          step, action)  # fmt: skip
-            self._add(issue)
+            issue = make_issue((f.index, f.severity, "loop", f.detector, f.tool, f.count,
+                                f.message, step, action, 0, 0.0, ()))  # fmt: skip
+            settling = self._add(issue)
             if not action:
-                self._awaiting.append(issue)
+                self._awaiting.append(settling)
 
     def _request(self, step: int) -> None:
         """The request of ``step`` is complete: the rung the guard takes for it."""
         action = self.ladder.request(step, self._model)
-        for issue in self._awaiting:
-            self._actions[id(issue)] = action or "warn"
+        for settling in self._awaiting:
+            settling[2] = action or "warn"
         self._awaiting.clear()
 
     def finish(self) -> None:
         """End of the trace: names that never worked are hallucinated tools
-        (:meth:`CallChecks.unconfirmed`); each finding gets its tokens, cost and context."""
+        (:meth:`CallChecks.finish`); each finding gets its tokens, cost and context."""
         if self._awaiting:  # results after the last answer: the guard acts on the next request
             self._request(self.steps + 1)
-        for p in self.calls.unconfirmed():
-            self._add(Issue(p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step,
-                            p.action))  # fmt: skip
+        unconfirmed = self.calls.finish()
+        for p in unconfirmed:
+            self._add(_tool_call_issue(p))
         done = []
-        for issue in self.issues:
-            tokens, cost = self._burn.get(id(issue), (0, 0.0))
-            context = tuple(self._context.get(id(issue), ()))
-            action = self._actions.get(id(issue), issue.action)
-            done.append(issue.settled(tokens, cost, context, action))
-            if issue.tool is not None:
-                stats = self.calls.stats(issue.tool)
+        tools, stats_of = self.calls.tools, self.calls.stats
+        for issue, (tokens, cost, action, context) in zip(self.issues, self._settling,
+                                                          strict=True):  # fmt: skip
+            # (its fields up to ``step`` as found; no call per finding: this runs per session)
+            done.append(make_issue((*issue[:_SETTLED], action, tokens, cost,
+                                    () if context is None else tuple(context))))  # fmt: skip
+            tool = issue.tool
+            if tool is not None:
+                stats = tools.get(tool) or stats_of(tool)
                 stats.findings += 1
                 stats.tokens += tokens
                 stats.cost += cost
-        done.sort(key=lambda i: i.index)
+        if unconfirmed:  # (the rest come in message order; these are dated by a first call)
+            done.sort(key=_index)
         self.issues = done
-        self._burn.clear()
-        self._context.clear()
-        self._actions.clear()
-        # nothing is fed after the end: the detectors' state goes (a scan keeps every session's
-        # audit until its report is written)
-        del self.scanner
+        # nothing is fed after the end: the detectors' state goes, and what settled the
+        # findings (a scan keeps every session's audit until its report is written)
+        del self.scanner, self._settling, self._awaiting, self._following, self._open
 
     def first_action(self) -> tuple[int, str, str] | None:
         """Where the live guard would first have acted: ``(step, action, detector)`` — a rung
@@ -345,6 +366,11 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+def _tool_call_issue(p: Problem) -> Issue:
+    return make_issue((p.at, p.severity, "tool_call", p.kind, p.tool, 1, p.text, p.step, p.action,
+                       0, 0.0, ()))  # fmt: skip
 
 
 def _step(act: tuple[int, str, str | None]) -> int:

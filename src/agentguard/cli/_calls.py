@@ -18,7 +18,7 @@ from agentguard.config import GuardConfig
 from agentguard.loops import is_error_result
 from agentguard.loops._identity import says_unknown_tool
 from agentguard.types import Severity
-from agentguard.validation import ToolCallValidator, extract_calls
+from agentguard.validation import Extracted, ToolCallValidator
 
 from ._findings import ToolStats
 
@@ -78,24 +78,21 @@ class CallChecks:
                 self._validator = None
         self.declared = frozenset(names)
 
-    def check(  # noqa: PLR0915 - one step per answer, kept flat: it runs per assistant message
-        self, index: int, step: int, message: Mapping[str, Any], calls: Any, content: Any
-    ) -> tuple[int, Sequence[Problem]]:
-        """Check an answer's tool calls (``calls``, its ``tool_calls``) or its text
-        (``content``) for calls: the calls' size in characters, and the problems found."""
-        if not calls:
-            if content.__class__ is str:  # extract_calls returns at once on text without calls
-                extracted = extract_calls(content)
-                if extracted is not None:
-                    names = ", ".join(str(name) for name, _ in extracted.calls)
-                    action = "repair" if self.config.tool_validation.repair else "recovery"
-                    text = (
-                        f"tool call written as text ({extracted.style}) instead of tool_calls: "
-                        f"{names}"
-                    )
-                    tool = str(extracted.calls[0][0])
-                    return 0, [Problem(index, _WARNING, "text_tool_call", tool, text, step, action)]
-            return 0, ()
+    def written(self, index: int, step: int, extracted: Extracted) -> list[Problem]:
+        """The problem of an answer whose text holds tool calls (``extracted`` from it by
+        :func:`~agentguard.validation.extract_calls`) instead of ``tool_calls``."""
+        names = ", ".join(str(name) for name, _ in extracted.calls)
+        action = "repair" if self.config.tool_validation.repair else "recovery"
+        text = f"tool call written as text ({extracted.style}) instead of tool_calls: {names}"
+        tool = str(extracted.calls[0][0])
+        return [Problem(index, _WARNING, "text_tool_call", tool, text, step, action)]
+
+    def check(
+        self, index: int, step: int, message: Mapping[str, Any], calls: Any
+    ) -> tuple[int, list[Problem]]:
+        """Check an answer's tool calls (``calls``, its ``tool_calls``, not empty): the calls'
+        size in characters, and the problems found (an answer without calls:
+        :meth:`written`)."""
         self.last_calls = index
         listed = calls if calls.__class__ is list or isinstance(calls, list) else ()
         validator = self._validator
@@ -125,12 +122,15 @@ class CallChecks:
                 # without a validator: the call's arguments, and its name against the declared
                 # names (or, with none declared, whether it ever works)
                 if text_arguments:
-                    try:
-                        arguments = _arguments(arguments)
-                    except ValueError:
-                        text = f"arguments of {name} are not valid JSON"
-                        found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
-                        arguments = {}
+                    decoded = _decoded.get(arguments)  # (a loop's arguments: met before)
+                    if decoded is None:
+                        try:
+                            decoded = _arguments(arguments)
+                        except ValueError:
+                            text = f"arguments of {name} are not valid JSON"
+                            found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
+                            decoded = {}
+                    arguments = decoded
                 if arguments.__class__ is not dict and not isinstance(arguments, dict):
                     text = f"arguments of {name} are not a JSON object"
                     found.append(Problem(index, _WARNING, "invalid_json", name, text, step))
@@ -181,8 +181,10 @@ class CallChecks:
                 stats = self.tools[name] = ToolStats()
         return stats
 
-    def unconfirmed(self) -> list[Problem]:
-        """End of the trace: names that never worked are hallucinated tools.
+    def finish(self) -> list[Problem]:
+        """End of the trace: names that never worked are hallucinated tools. What checks
+        further calls goes; the tallies stay (a scan keeps every session's until its report is
+        written).
 
         A name whose calls came back with business errors ("seat taken", "no such file") ran:
         without a tool list, only a name no result answered, or one a result said is no tool,
@@ -198,7 +200,8 @@ class CallChecks:
                     "probably a hallucinated tool name"
                 )
                 found.append(Problem(index, Severity.WARNING, "unknown_tool", name, text, step))
-        self._unconfirmed.clear()
+        del self._pending, self._answered, self._refuted, self._unconfirmed
+        self._validator = None
         return found
 
 

@@ -15,13 +15,15 @@ next call, before the model is asked) and what it would have done there:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from agentguard._redact import redact
 from agentguard.types import Severity
 
-__all__ = ["SEVERITY_NAMES", "Issue", "ToolStats", "context_line"]
+__all__ = ["SEVERITY_NAMES", "Issue", "ToolStats", "context_line", "make_issue"]
 
 _CONTEXT_CHARS = 400
 #: ``str(severity)`` looked up once: the enum's name property costs microseconds per finding
@@ -63,14 +65,6 @@ class Issue(NamedTuple):
     cost: float = 0.0
     context: tuple[tuple[int, str, str], ...] = ()
 
-    def settled(self, tokens: int, cost: float, context: tuple[tuple[int, str, str], ...],
-                action: str) -> Issue:  # fmt: skip
-        """This finding with what it cost, its context and the guard's action, as the audit
-        knows them at the end of the trace (``_replace``, without its keyword handling)."""
-        return Issue(self.index, self.severity, self.category, self.detector, self.tool,
-                     self.count, self.message, self.step, action, tokens, cost,
-                     context)  # fmt: skip
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (the context is for the HTML report only)."""
         return {
@@ -86,6 +80,11 @@ class Issue(NamedTuple):
             "cost": round(self.cost, 6),
             "message": self.message,
         }
+
+
+#: an :class:`Issue` of all its fields, in order, made in C (``Issue._make`` without its Python
+#: frames: a loop's finding is made twice, found and then settled at the end of its trace)
+make_issue: Callable[[Iterable[Any]], Issue] = partial(tuple.__new__, Issue)
 
 
 @dataclass

@@ -45,14 +45,10 @@ class Ladder:
         self._rung = -1
         self._worst = _OK  # the request being gathered: its worst verdict
         self._detector: str | None = None
-        #: the rung :func:`climb` gives and the rung taken, by ``(rung before, severity,
-        #: detector, a re-ask)``, shared by the ladders of equal rungs: a loop climbs at every
-        #: message it goes on
-        self._rungs = rungs = tuple(self._recovery.rungs)
-        if len(_CLIMBS) >= 256 and rungs not in _CLIMBS:
-            _CLIMBS.clear()
-        self._climbs = _CLIMBS.setdefault(rungs, {})
-        self._escalation: dict[str | None, str] = {}  # model -> what ``escalate`` does
+        #: the rungs; the rung :func:`climb` gives and the rung taken, by ``(rung before,
+        #: severity, detector, a re-ask)`` (a loop climbs at every message it goes on); model
+        #: -> what ``escalate`` does: shared by the ladders of one config
+        _, self._rungs, self._climbs, self._escalation = _shared(config)
 
     @property
     def taken(self) -> list[tuple[int, str]]:
@@ -78,7 +74,7 @@ class Ladder:
         if worst < _WARNING:
             self._rung = -1  # out of the loop: a later one starts the ladder again
             return None
-        return self._climb(step, worst, detector, model, False)
+        return self.rung(step, worst, detector, model)
 
     def answer(self, step: int, severity: Severity, detector: str | None,
                model: str | None = None) -> str:  # fmt: skip
@@ -86,10 +82,14 @@ class Ladder:
         what the guard does with it."""
         if severity < _BREAK:
             return "warn"
-        return self._climb(step, severity, detector, model, True)
+        return self.rung(step, severity, detector, model, reask=True)
 
-    def _climb(self, step: int, severity: Severity, detector: str | None, model: str | None,
-               reask: bool) -> str:  # fmt: skip
+    def rung(self, step: int, severity: Severity, detector: str | None,
+             model: str | None = None, *, reask: bool = False) -> str:  # fmt: skip
+        """The rung the guard climbs to for the request of ``step`` judged at ``severity``
+        (WARNING or above, by ``detector``; :meth:`request`), or with ``reask`` for its answer
+        judged at BREAK, not delivered and asked again (``stop`` when no rung is higher;
+        :meth:`answer`); ``escalate`` resolved for ``model``."""
         # (keyed by what it is given, not by what climb() reads of it: a loop climbs at every
         # message it goes on, and the few severities and detectors make few keys)
         key = (self._rung, severity, detector, reask)
@@ -113,10 +113,28 @@ class Ladder:
         ``loop_detected``."""
         policy = EscalationPolicy(self.config)
         decision = policy.on_failure(policy.tier_for(model or ""), "loop_detected")
+        if len(self._escalation) >= 4096:  # bounded: a trace may name models without end
+            self._escalation.clear()
         action = self._escalation[model] = "stop" if decision.action == "stop" else "escalate"
         return action
 
 
-#: rungs -> the :func:`climb` memo of every ladder with those rungs (bounded: a process that
-#: builds configs without end cannot grow it)
-_CLIMBS: dict[tuple[str, ...], dict[tuple[int, Severity, str | None, bool], tuple[int, str]]] = {}
+_Climbs = dict[tuple[int, Severity, str | None, bool], tuple[int, str]]
+
+#: ``id(config)`` -> what the ladders under a config share: the config, its rungs, the
+#: :func:`climb` memo and what the ``escalate`` rung does per model (a config is immutable, and
+#: held here its id names it alone; a scan builds a ladder per session). Bounded: a process that
+#: builds configs without end cannot grow it.
+_SHARED: dict[int, tuple[GuardConfig, tuple[str, ...], _Climbs, dict[str | None, str]]] = {}
+
+
+def _shared(
+    config: GuardConfig,
+) -> tuple[GuardConfig, tuple[str, ...], _Climbs, dict[str | None, str]]:
+    held = _SHARED.get(id(config))
+    if held is None or held[0] is not config:
+        if len(_SHARED) >= 256:
+            _SHARED.clear()
+        rungs = tuple(config.loop_detection.recovery.rungs)
+        held = _SHARED[id(config)] = (config, rungs, {}, {})
+    return held
