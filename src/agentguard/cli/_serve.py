@@ -77,13 +77,23 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.graceful_timeout,
         lifespan="on",
         loop=loop,
-        http=http,
+        http=_protocol(http),
         # an answer passed on carries the upstream's Date and Server: uvicorn's own would go
         # out beside them, each header twice (the app dates its own answers, see _dated)
         server_header=False,
         date_header=False,
     )
     return 0
+
+
+def _protocol(http: str) -> Any:
+    """uvicorn's ``http``: on httptools, its protocol writing each answer's head with the start
+    of its body (one write, not two: see :mod:`agentguard.serve._protocol`)."""
+    if http != "httptools":
+        return http
+    from agentguard.serve._protocol import HttpToolsHeadWithBody  # noqa: PLC0415
+
+    return HttpToolsHeadWithBody
 
 
 def _fastest() -> tuple[str, str]:
