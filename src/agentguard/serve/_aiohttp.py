@@ -136,13 +136,22 @@ class _Body(httpx.AsyncByteStream):
                 raise
             raise error from exc
 
+    def _coded(self) -> bool:
+        """Whether the body has a content coding (which httpx's reading undoes)."""
+        codings = ",".join(self._response.headers.getall("Content-Encoding", ())).split(",")
+        return any(c.strip().lower() not in ("", "identity") for c in codings)
+
+    def direct_pieces(self) -> AsyncIterator[bytes] | None:
+        """The body's pieces as they arrive, straight from aiohttp (``None`` when it has a
+        content coding: see :func:`agentguard.serve._upstream.body_pieces`)."""
+        return None if self._coded() else self.__aiter__()
+
     async def read_whole(self) -> bytes | None:
         """The whole body in one read (``None`` when it has a content coding, which httpx's
         reading undoes: see :func:`agentguard.serve._upstream.read_whole`)."""
-        response = self._response
-        codings = ",".join(response.headers.getall("Content-Encoding", ())).split(",")
-        if any(c.strip().lower() not in ("", "identity") for c in codings):
+        if self._coded():
             return None
+        response = self._response
         try:
             return await response.read()
         except BaseException as exc:
