@@ -161,3 +161,21 @@ async def test_closing_writes_a_held_head_first() -> None:
 def test_the_cli_runs_uvicorn_on_this_protocol_over_httptools() -> None:
     assert _protocol("httptools") is HttpToolsHeadWithBody
     assert _protocol("h11") == "h11"
+
+
+async def test_start_up_reads_what_the_first_requests_would() -> None:
+    """The upstream connections' CAs are read once per process, at start-up (every pool's
+    connections share them), and the JSON Schema validator is imported then."""
+    import sys
+
+    from agentguard.cli._serve import _warm
+    from agentguard.serve._aiohttp import AiohttpTransport, ssl_context
+
+    _warm()
+    assert "jsonschema" in sys.modules
+    assert ssl_context.cache_info().currsize == 1
+    transport = AiohttpTransport()
+    try:
+        assert transport._opened().connector._ssl is ssl_context()  # type: ignore[union-attr]
+    finally:
+        await transport.aclose()
