@@ -129,6 +129,17 @@ class RawUpstream:
                     head_out.append(b"Content-Length: %d" % len(TEAPOT))
                     writer.write(b"\r\n".join(head_out) + b"\r\n\r\n" + TEAPOT)
                     continue
+                if b"split-utf8" in body:  # a stream cut inside a character, and an event
+                    event = b'data: {"choices": [{"index": 0, "delta": {"content": "d\xc3\xa9j\xc3\xa0"}}]}\n\n'
+                    cut = event.index(b"\xc3") + 1  # inside the first character of two bytes
+                    parts = [event[:cut], event[cut:-1], event[-1:], b"data: [DONE]\n\n"]
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for part in parts:
+                        writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+                        await writer.drain()
+                        await asyncio.sleep(0.01)  # each piece read apart, as a model's
+                    writer.write(b"0\r\n\r\n")
+                    continue
                 chunked = b"/chunked" in line  # an answer of unknown length, in pieces
                 if chunked or b'"stream":true' in body.replace(
                     b" ", b""
@@ -316,6 +327,28 @@ async def test_an_upstreams_keep_alives_reach_the_caller(
     items = [e for e in answer.content.split(b"\n\n") if e and not e.startswith(b": agentguard")]
     assert answer.status_code == 200
     assert items == [p.rstrip(b"\n") for p in THINKING]
+
+
+@pytest.mark.parametrize("make", _transports())
+async def test_a_streams_text_cut_inside_a_character_arrives_whole(
+    upstream: tuple[RawUpstream, str], make: Callable[[], httpx.AsyncBaseTransport]
+) -> None:
+    """The pieces of a stream are read as they come (straight from aiohttp's connection,
+    without httpx's reading) and decoded as one text: a character the pieces cut in two, an
+    event cut in two, reach the caller whole, forwarded and guarded alike."""
+    _, base = upstream
+    said = [{"role": "user", "content": "split-utf8"}]
+    ask = {"model": "m", "messages": said, "stream": True}
+    async with _serving(base, make) as http:
+        guarded = await http.post("/v1/chat/completions", json=ask)
+        forwarded = await http.post("/v1/proxied/chat/completions", json=ask)
+    texts = [
+        json.loads(line[6:])["choices"][0]["delta"].get("content")
+        for line in guarded.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert "".join(t for t in texts if t) == "d\u00e9j\u00e0"
+    assert "d\u00e9j\u00e0" in forwarded.text
 
 
 @pytest.mark.parametrize("make", _transports())

@@ -63,6 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         upstream = sorted(u for u in urls if u)[0]
     app = create_app(GuardServer(config, upstream, timeout=args.timeout))
+    _warm()
     # A long-lived server: what start-up built (the imported modules, the app) is never garbage,
     # so full collections, which stop the event loop, need not walk it again and again.
     gc.freeze()
@@ -77,13 +78,37 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.graceful_timeout,
         lifespan="on",
         loop=loop,
-        http=http,
+        http=_protocol(http),
         # an answer passed on carries the upstream's Date and Server: uvicorn's own would go
         # out beside them, each header twice (the app dates its own answers, see _dated)
         server_header=False,
         date_header=False,
     )
     return 0
+
+
+def _warm() -> None:
+    """Build at start-up what the first requests would: the CAs of the upstream connections
+    (about 20 ms) and the JSON Schema validator a request's tools are checked with (its import,
+    about 35 ms). The first requests do not wait for them, and frozen with the rest of
+    start-up, full collections never walk them."""
+    from jsonschema import Draft202012Validator  # noqa: F401, PLC0415
+
+    try:
+        from agentguard.serve._aiohttp import ssl_context  # noqa: PLC0415
+    except ImportError:  # no aiohttp: httpx's own transport reads them when it is made
+        return
+    ssl_context()
+
+
+def _protocol(http: str) -> Any:
+    """uvicorn's ``http``: on httptools, its protocol writing each answer's head with the start
+    of its body (one write, not two: see :mod:`agentguard.serve._protocol`)."""
+    if http != "httptools":
+        return http
+    from agentguard.serve._protocol import HttpToolsHeadWithBody  # noqa: PLC0415
+
+    return HttpToolsHeadWithBody
 
 
 def _fastest() -> tuple[str, str]:

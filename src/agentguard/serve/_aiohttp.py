@@ -21,13 +21,15 @@ dropped connection as a ``ConnectTimeout``, and adds aiohttp's default headers.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx
 import yarl
 
-__all__ = ["AiohttpTransport"]
+__all__ = ["AiohttpTransport", "ssl_context"]
 
 # The request's own headers only: aiohttp adds these when the request does not name them.
 _AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
@@ -49,6 +51,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._max_connections = max_connections
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
+        # per request, the same few of each: made once (the model paths, the tiers' timeouts)
+        self._limits: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, yarl.URL] = {}
 
     def _opened(self) -> aiohttp.ClientSession:
         # made on first use: an aiohttp session belongs to the event loop that runs it
@@ -57,7 +62,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 limit=self._max_connections,
                 limit_per_host=0,
                 keepalive_timeout=self._keepalive,
-                ssl=httpx.create_ssl_context(),  # the CAs httpx's own transport trusts
+                ssl=ssl_context(),
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -71,17 +76,25 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``; its answer's body is left to stream."""
         timeout = request.extensions.get("timeout") or {}
-        limits = aiohttp.ClientTimeout(
-            total=None,
-            connect=timeout.get("pool"),
-            sock_connect=timeout.get("connect"),
-            sock_read=timeout.get("read"),
-        )
+        seconds = (timeout.get("pool"), timeout.get("connect"), timeout.get("read"))
+        limits = self._limits.get(seconds)
+        if limits is None:
+            limits = aiohttp.ClientTimeout(
+                total=None, connect=seconds[0], sock_connect=seconds[1], sock_read=seconds[2]
+            )
+            if len(self._limits) < 64:
+                self._limits[seconds] = limits
+        target = str(request.url)
+        url = self._urls.get(target)
+        if url is None:
+            url = yarl.URL(target, encoded=True)
+            if len(self._urls) < 1024:  # the model paths, not every forwarded query
+                self._urls[target] = url
         headers = [(k.decode("latin-1"), _text(v)) for k, v in request.headers.raw]
         try:
             response = await self._opened().request(
                 request.method,
-                yarl.URL(str(request.url), encoded=True),
+                url,
                 headers=headers,
                 data=request.content or None,
                 allow_redirects=False,
@@ -110,6 +123,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._session = None
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """The CAs httpx's own transport trusts, read once per process (about 20 ms: ``agentguard
+    serve`` reads them at start-up, not on its first upstream call)."""
+    return httpx.create_ssl_context()
+
+
 def _text(value: bytes) -> str:
     """A header value as aiohttp takes it: aiohttp writes header values as UTF-8, so a value
     that is UTF-8 goes out as the bytes it came as (any other as its Latin-1 reading)."""
@@ -136,13 +156,22 @@ class _Body(httpx.AsyncByteStream):
                 raise
             raise error from exc
 
+    def _coded(self) -> bool:
+        """Whether the body has a content coding (which httpx's reading undoes)."""
+        codings = ",".join(self._response.headers.getall("Content-Encoding", ())).split(",")
+        return any(c.strip().lower() not in ("", "identity") for c in codings)
+
+    def direct_pieces(self) -> AsyncIterator[bytes] | None:
+        """The body's pieces as they arrive, straight from aiohttp (``None`` when it has a
+        content coding: see :func:`agentguard.serve._upstream.body_pieces`)."""
+        return None if self._coded() else self.__aiter__()
+
     async def read_whole(self) -> bytes | None:
         """The whole body in one read (``None`` when it has a content coding, which httpx's
         reading undoes: see :func:`agentguard.serve._upstream.read_whole`)."""
-        response = self._response
-        codings = ",".join(response.headers.getall("Content-Encoding", ())).split(",")
-        if any(c.strip().lower() not in ("", "identity") for c in codings):
+        if self._coded():
             return None
+        response = self._response
         try:
             return await response.read()
         except BaseException as exc:

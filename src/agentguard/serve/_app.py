@@ -80,6 +80,7 @@ from ._upstream import (
     HTTPUpstream,
     Pool,
     UpstreamError,
+    body_pieces,
     hop_by_hop,
     read_by_server,
     read_whole,
@@ -996,7 +997,7 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
         # a coding the server cannot undo goes on as it came, for the caller that asked for it
         # (an answer read already, as a mock transport's are, holds the bytes as they came)
         raw = not decoded and not answer.is_stream_consumed
-        pieces = answer.aiter_raw() if raw else answer.aiter_bytes()
+        pieces = answer.aiter_raw() if raw else body_pieces(answer)
         read = metered.reader.feed if metered is not None and decoded else None
         try:
             async for piece in pieces:

@@ -13,6 +13,7 @@ upstream answered it.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "UpstreamCut",
     "UpstreamError",
     "accepted",
+    "body_pieces",
     "failure",
     "hop_by_hop",
     "read_by_server",
@@ -363,6 +365,21 @@ async def read_whole(response: httpx.Response, *, model: str | None = None) -> b
         await response.aclose()
 
 
+def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body of ``response`` as it arrives, its content coding undone (httpx's
+    ``aiter_bytes``).
+
+    A body stream that gives its pieces itself (``direct_pieces()``: aiohttp's answers, see
+    :mod:`agentguard.serve._aiohttp`) gives them straight, where httpx's reading passes each
+    through three generators, a decoder and a chunker of its own (per piece of a stream, on
+    the way to the caller); it answers ``None`` for a body httpx has a content coding to undo,
+    which httpx's reading then decodes as before.
+    """
+    pieces = getattr(response.stream, "direct_pieces", None)
+    direct: AsyncIterator[bytes] | None = pieces() if pieces is not None else None
+    return direct if direct is not None else response.aiter_bytes()
+
+
 def _default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     try:
         from ._aiohttp import AiohttpTransport  # noqa: PLC0415 - aiohttp is optional
@@ -596,7 +613,12 @@ _COMMENT_CHARS = 256
 async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
     """The lines of ``response``'s body as they arrive: those of each piece read, together."""
     decoder = httpx_decoders.LineDecoder()  # the line splitting of httpx's ``aiter_lines``
-    async for text in response.aiter_text():
+    # the text decoding of httpx's ``aiter_text``, over the pieces as they come
+    texts = codecs.getincrementaldecoder(response.encoding or "utf-8")(errors="replace")
+    async for piece in body_pieces(response):
+        text = texts.decode(piece)
+        if not text:
+            continue
         lines = decoder.decode(text)
         if lines:
             yield lines
@@ -606,7 +628,8 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
         held = getattr(decoder, "buffer", None)
         if isinstance(held, list) and len(held) > 1 and str(held[0]).startswith(":"):
             decoder.buffer = ["".join(held)[: _COMMENT_CHARS + 1]]
-    lines = decoder.flush()
+    text = texts.decode(b"", True)
+    lines = (decoder.decode(text) if text else []) + decoder.flush()
     if lines:
         yield lines
 
