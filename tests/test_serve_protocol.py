@@ -179,3 +179,32 @@ async def test_start_up_reads_what_the_first_requests_would() -> None:
         assert transport._opened().connector._ssl is ssl_context()  # type: ignore[union-attr]
     finally:
         await transport.aclose()
+
+
+
+async def test_a_uvicorn_that_names_its_internals_otherwise_runs_as_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The protocol reads uvicorn's internals defensively: a connection without a ``cycle`` (or
+    a cycle without a ``transport``) is left as uvicorn made it, no request fails; a uvicorn
+    without the httptools protocol module runs its own protocol."""
+    monkeypatch.setattr(HttpToolsProtocol, "on_headers_complete", lambda self: None)
+    config = Config(app=_whole(b""), lifespan="off", proxy_headers=False, log_level="error")
+    connection = HttpToolsHeadWithBody(config=config, server_state=ServerState(), app_state={})
+    monkeypatch.delattr(HttpToolsProtocol, "cycle", raising=False)
+    connection.__dict__.pop("cycle", None)
+    connection.on_headers_complete()  # no cycle at all
+    connection.cycle = object()  # type: ignore[assignment]
+    connection.on_headers_complete()  # a cycle without a transport
+
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_protocol(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "agentguard.serve._protocol":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_protocol)
+    assert _protocol("httptools") == "httptools"

@@ -106,8 +106,10 @@ def _protocol(http: str) -> Any:
     of its body (one write, not two: see :mod:`agentguard.serve._protocol`)."""
     if http != "httptools":
         return http
-    from agentguard.serve._protocol import HttpToolsHeadWithBody  # noqa: PLC0415
-
+    try:
+        from agentguard.serve._protocol import HttpToolsHeadWithBody  # noqa: PLC0415
+    except ImportError:  # a uvicorn that moved its protocol: its own, two writes an answer
+        return http
     return HttpToolsHeadWithBody
 
 

@@ -73,9 +73,10 @@ class HttpToolsHeadWithBody(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
-        cycle = self.cycle
         # uvicorn writes the answer through the cycle's transport (an upgrade leaves the last
-        # cycle in place, wrapped already)
-        transport: Any = cycle.transport if cycle is not None else None
+        # cycle in place, wrapped already); read defensively: a uvicorn that names them
+        # otherwise serves as plain uvicorn does, never fails a request
+        cycle = getattr(self, "cycle", None)
+        transport: Any = getattr(cycle, "transport", None)
         if transport is not None and not isinstance(transport, HeadWithBody):
             cycle.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
