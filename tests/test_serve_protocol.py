@@ -181,7 +181,6 @@ async def test_start_up_reads_what_the_first_requests_would() -> None:
         await transport.aclose()
 
 
-
 async def test_a_uvicorn_that_names_its_internals_otherwise_runs_as_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -76,7 +76,7 @@ class HttpToolsHeadWithBody(HttpToolsProtocol):
         # uvicorn writes the answer through the cycle's transport (an upgrade leaves the last
         # cycle in place, wrapped already); read defensively: a uvicorn that names them
         # otherwise serves as plain uvicorn does, never fails a request
-        cycle = getattr(self, "cycle", None)
+        cycle: Any = getattr(self, "cycle", None)
         transport: Any = getattr(cycle, "transport", None)
         if transport is not None and not isinstance(transport, HeadWithBody):
-            cycle.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
+            cycle.transport = HeadWithBody(transport, self.loop)
