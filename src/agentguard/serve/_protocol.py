@@ -79,4 +79,4 @@ class HttpToolsHeadWithBody(HttpToolsProtocol):
         cycle: Any = getattr(self, "cycle", None)
         transport: Any = getattr(cycle, "transport", None)
         if transport is not None and not isinstance(transport, HeadWithBody):
-            cycle.transport = HeadWithBody(transport, self.loop)
+            cycle.transport = HeadWithBody(transport, asyncio.get_running_loop())
