@@ -80,16 +80,14 @@ class SessionAudit:
             self.prices = PriceTable(self.config.token_budget.prices)
         self.calls = CallChecks(self.config)
         self.ladder = Ladder(self.config)
-        #: per finding of :attr:`issues`, in order, what settles it at the end: ``[tokens, cost,
-        #: action, context]`` (what it burnt, what the guard does about it, and with a timeline
-        #: the messages around it)
-        self._settling: list[list[Any]] = []
-        self._awaiting: list[list[Any]] = []  # the settling of loop findings of the next request
+        #: per finding of :attr:`issues`, in order, what settles it at the end
+        self._settling: list[_Settling] = []
+        self._awaiting: list[_Settling] = []  # the settling of loop findings of the next request
         self._history_chars = 0
         self._turn = (0, 0.0)  # the latest model call: tokens, cost
         self._turn_in_loop = False
         #: the settling of the loop finding the turns in a loop are charged to
-        self._open: list[Any] | None = None
+        self._open: _Settling | None = None
         self._model: str | None = None
         self._index = 0  # the next message's index in the session
         #: the latest messages: ``[index, message, its context line once made]`` (a line is
@@ -233,8 +231,8 @@ class SessionAudit:
                     self.loop_tokens += turn_tokens
                     burn = self._open
                     if burn is not None:
-                        burn[0] += turn_tokens
-                        burn[1] += turn_cost
+                        burn.tokens += turn_tokens
+                        burn.cost += turn_cost
                 history += size
                 if timeline is not None:
                     flag = ISSUE_BIT if len(issues) > before else 0
@@ -256,19 +254,19 @@ class SessionAudit:
                 if not redone:
                     redone = True
                     self.retry_tokens += tokens  # an invalid call: the turn is redone
-                settling[0] += tokens
-                settling[1] += cost
+                settling.tokens += tokens
+                settling.cost += cost
 
-    def _add(self, issue: Issue) -> list[Any]:
-        """Record ``issue``: what settles it (``[tokens, cost, action, context]``)."""
+    def _add(self, issue: Issue) -> _Settling:
+        """Record ``issue``; what settles it at the end."""
         self.issues.append(issue)
-        settling = [0, 0.0, issue.action, None]
+        settling = _Settling(issue.action)
         self._settling.append(settling)
         if issue.category == "loop":  # the turns in a loop from here on are charged to it
             self._open = settling
         if self.timeline is not None and self._with_context < _CONTEXT_FINDINGS:
             self._with_context += 1
-            context = settling[3] = [_line(entry) for entry in self._recent]
+            context = settling.context = [_line(entry) for entry in self._recent]
             self._following.append((context, 3))  # its own message and the two after it
         return settling
 
@@ -298,7 +296,7 @@ class SessionAudit:
         """The request of ``step`` is complete: the rung the guard takes for it."""
         action = self.ladder.request(step, self._model)
         for settling in self._awaiting:
-            settling[2] = action or "warn"
+            settling.action = action or "warn"
         self._awaiting.clear()
 
     def finish(self) -> None:
@@ -306,15 +304,14 @@ class SessionAudit:
         (:meth:`CallChecks.finish`); each finding gets its tokens, cost and context."""
         if self._awaiting:  # results after the last answer: the guard acts on the next request
             self._request(self.steps + 1)
-        unconfirmed = self.calls.finish()
-        for p in unconfirmed:
+        for p in self.calls.finish():
             self._add(_tool_call_issue(p))
         done = []
         tools, stats_of = self.calls.tools, self.calls.stats
-        for issue, (tokens, cost, action, context) in zip(self.issues, self._settling,
-                                                          strict=True):  # fmt: skip
+        for issue, settling in zip(self.issues, self._settling, strict=True):
+            tokens, cost, context = settling.tokens, settling.cost, settling.context
             # (its fields up to ``step`` as found; no call per finding: this runs per session)
-            done.append(make_issue((*issue[:_SETTLED], action, tokens, cost,
+            done.append(make_issue((*issue[:_SETTLED], settling.action, tokens, cost,
                                     () if context is None else tuple(context))))  # fmt: skip
             tool = issue.tool
             if tool is not None:
@@ -322,8 +319,7 @@ class SessionAudit:
                 stats.findings += 1
                 stats.tokens += tokens
                 stats.cost += cost
-        if unconfirmed:  # (the rest come in message order; these are dated by a first call)
-            done.sort(key=_index)
+        done.sort(key=_index)  # (names never confirmed are dated by their first call)
         self.issues = done
         # nothing is fed after the end: the detectors' state goes, and what settled the
         # findings (a scan keeps every session's audit until its report is written)
@@ -366,6 +362,19 @@ class SessionAudit:
             "tools": {name: s.to_dict() for name, s in sorted(self.tools.items())},
             "findings": [i.to_dict() for i in self.issues],
         }
+
+
+class _Settling:
+    """What settles a finding at the end of its trace: the tokens and money it burnt, what
+    the guard does about it, and (with a timeline) the messages around it."""
+
+    __slots__ = ("action", "context", "cost", "tokens")
+
+    def __init__(self, action: str) -> None:
+        self.tokens = 0
+        self.cost = 0.0
+        self.action = action
+        self.context: list[tuple[int, str, str]] | None = None
 
 
 def _tool_call_issue(p: Problem) -> Issue:
