@@ -232,6 +232,59 @@ def test_the_fast_path_loads_no_guard() -> None:
     assert done.stdout.strip() == b"[]"
 
 
+def test_the_plain_hook_takes_its_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agentguard hook claude-code`` (the documented form) goes to the client at once, with the
+    defaults; any option is argparse's to read, as before."""
+    import agentguard.hooks._client as client
+    from agentguard import cli
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def run(agent: str, **options: Any) -> int:
+        calls.append((agent, options))
+        return 0
+
+    monkeypatch.setattr(client, "run", run)
+    parsed: list[list[str]] = []
+    real_main = cli._main
+    monkeypatch.setattr(cli, "_main", lambda args: parsed.append(args) or real_main(args))
+    assert cli.main(["hook", "codex"]) == 0
+    assert calls == [("codex", {})]
+    assert parsed == []
+    assert cli.main(["hook", "claude-code", "--no-daemon"]) == 0
+    assert calls[-1] == ("claude-code", {"config": None, "store": None, "daemon": False})
+    assert parsed == [["hook", "claude-code", "--no-daemon"]]
+
+
+def test_a_hook_answered_by_the_daemon_imports_neither_argparse_nor_typing(hooks: Hooks) -> None:
+    """Start-up is the agent's latency on every tool call: the plain form answered by the
+    daemon imports neither argparse nor typing (together about half the hook's own start-up)."""
+    event = (DATA / "claude-code" / "pre_tool_use.json").read_bytes()
+    probe = (
+        "import sys; from agentguard.cli import main; code = main(['hook', 'claude-code']);"
+        "print(sorted({'argparse', 'typing', 'agentguard.config'} & set(sys.modules)),"
+        " file=sys.stderr); sys.exit(code)"
+    )
+    loaded = None
+    # the first event is judged in its own process, which starts the daemon; the daemon loads
+    # the guard before it listens, and until then each event is judged in its process too
+    for _ in range(300):
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            input=event,
+            capture_output=True,
+            env=hooks.env,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0
+        assert done.stdout == b""
+        loaded = done.stderr.strip()
+        if b"agentguard.config" not in loaded:  # answered by the daemon
+            break
+    assert loaded == b"[]"
+
+
 @pytest.mark.parametrize(
     ("request_bytes", "expected"),
     [

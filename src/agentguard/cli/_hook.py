@@ -7,10 +7,22 @@ the hook's fast path import only the standard library (see ``agentguard.hooks._c
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+TYPE_CHECKING = False  # (not typing's: the fast path imports neither typing nor argparse)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 _AGENTS = ("claude-code", "codex")  # agentguard.hooks.AGENTS, without importing the guard
+
+
+def fast(args: list[str]) -> int | None:
+    """The hook's plain form (``agentguard hook claude-code``, no option): run at once, as
+    :func:`_run` would with the defaults; ``None`` for any other form (argparse's to read)."""
+    if len(args) != 1 or args[0] not in _AGENTS:
+        return None
+    from agentguard.hooks._client import run  # noqa: PLC0415
+
+    return run(args[0])
 
 
 def register(sub: Any) -> None:

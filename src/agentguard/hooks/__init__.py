@@ -18,9 +18,11 @@ hook daemon) needs only the standard library; :class:`HookGuard` is loaded on fi
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # (not typing's: the command hook's fast path does without typing)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._guard import HookGuard as HookGuard
     from ._guard import open_guard as open_guard
     from ._protocol import AGENTS as AGENTS

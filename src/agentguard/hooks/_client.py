@@ -18,8 +18,11 @@ import _socket  # the C module: ``socket`` (its enums, selectors) costs more sta
 import os
 import sys
 import zlib
-from collections.abc import Mapping
-from typing import IO
+
+TYPE_CHECKING = False  # (not typing's: importing typing is a few ms of every hook's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import IO
 
 __all__ = ["ask", "daemon_socket", "resolved", "run"]
 
