@@ -48,11 +48,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from _harness import Table, side_by_side, us
 from _peers import optional
 from agentguard import GuardConfig
 from agentguard.loops import LoopDetector
+from agentguard.loops import _detector as detector_module
 from agentguard.loops._identity import forget_texts
 from agentguard.types import Severity
 
@@ -374,8 +376,13 @@ _THIRD_CALL = {
 }
 
 
-def _cost(eps: list[Episode], quick: bool) -> tuple[float, int]:
-    """agentguard's µs of ``observe()`` per tool event over every episode, and the event count."""
+def _cost(eps: list[Episode], quick: bool, *, detectors: bool = True) -> tuple[float, int]:
+    """agentguard's µs of ``observe()`` per tool event over every episode, and the event count;
+    without ``detectors``, of a LoopDetector whose registry is empty: what reading the messages,
+    the shared bookkeeping and the identities cost before any detector judges (a reference)."""
+    if not detectors:
+        with mock.patch.object(detector_module, "REGISTRY", ()):
+            return _cost(eps, quick)
     tool_messages = [
         (
             e.get("tools") or None,
@@ -407,7 +414,10 @@ def _cost(eps: list[Episode], quick: bool) -> tuple[float, int]:
 
 
 def _goals(
-    eps: list[Episode], flags: dict[str, dict[str, Flags]], costs: dict[str, tuple[float, int]]
+    eps: list[Episode],
+    flags: dict[str, dict[str, Flags]],
+    costs: dict[str, tuple[float, int]],
+    references: dict[str, tuple[float, int]],
 ) -> Table:
     ours = flags["agentguard"]
     loops = [e for e in eps if e["label"] == "loop"]
@@ -460,11 +470,32 @@ def _goals(
             ]
             for what, (cost, events) in costs.items()
         ),
+        *(
+            [
+                f"reference: the same without any detector, {what}",
+                "-",
+                f"{cost:.1f} µs",
+                "-",
+            ]
+            for what, (cost, _) in references.items()
+        ),
     ]
     return Table(
         "loopbench: agentguard against the goals of issue 16",
         ["goal", "target", "agentguard now", "status"],
         rows,
+        notes=[
+            "The reference rows replay the same messages through a LoopDetector whose detector "
+            "registry is empty: reading the messages, the shared bookkeeping (call states, "
+            "window, cycles) and the identities of calls and results, before any detector "
+            "judges. Its share of the cost: "
+            + ", ".join(
+                f"{references[what][0] / cost:.0%} ({what})" for what, (cost, _) in costs.items()
+            )
+            + "; above the goal by itself: "
+            + (", ".join(what for what, (ref, _) in references.items() if ref > 5) or "none")
+            + "."
+        ],
         description=(
             f"{len(eps)} episodes ({len(loops)} loops, {len(healthy)} healthy). "
             "'Third identical no-progress call' covers the classes whose rubric step is that "
@@ -640,15 +671,17 @@ def run(quick: bool) -> list[Table]:
     print(f"  loopbench: {len(eps)} episodes replayed in {time.perf_counter() - start:.1f} s")
     real = [e for e in eps if e["source"]["kind"] == "real"]
     synthetic = [e for e in eps if e["source"]["kind"] != "real"]
-    costs = {
-        "all episodes": _cost(eps, quick),
-        "real runs (large results)": _cost(real, quick),
-        "synthetic (short results)": _cost(synthetic, quick),
+    parts = {
+        "all episodes": eps,
+        "real runs (large results)": real,
+        "synthetic (short results)": synthetic,
     }
+    costs = {what: _cost(part, quick) for what, part in parts.items()}
+    references = {what: _cost(part, quick, detectors=False) for what, part in parts.items()}
     if not quick:
         _write_results(eps, flags, deciders)
     return [
-        _goals(eps, flags, costs),
+        _goals(eps, flags, costs, references),
         _recall_table(eps, flags, skipped),
         _healthy_table(eps, flags, skipped),
         _deciders(eps, deciders),
