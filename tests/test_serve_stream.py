@@ -66,12 +66,14 @@ class Body(httpx.AsyncByteStream):
         self.closed = True
 
 
-def _server(body: Body, content_type: str = "text/event-stream") -> GuardServer:
+def _server(
+    body: Body, content_type: str = "text/event-stream", config: ag.GuardConfig | None = None
+) -> GuardServer:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": content_type}, stream=body)
 
     return GuardServer(
-        ag.GuardConfig.from_dict({}),
+        config or ag.GuardConfig.from_dict({}),
         "http://upstream.invalid/v1",
         transport=httpx.MockTransport(answer),
     )
@@ -81,10 +83,13 @@ async def _call(
     server: GuardServer,
     send: Callable[[dict[str, Any]], Any] | None = None,
     path: str = "/v1/chat/completions",
+    leave: Any = None,
+    session: str | None = None,
     **extra: Any,
 ) -> list[dict[str, Any]]:
     """One streamed chat request through the app (``extra``: more of its body; on
-    ``/v1/responses`` a Responses request); the ASGI messages sent back."""
+    ``/v1/responses`` a Responses request); the ASGI messages sent back. ``leave``: an event
+    after which the caller disconnects; ``session``: the session it names."""
     ask: dict[str, Any] = (
         {"input": "docs?"}
         if path == "/v1/responses"
@@ -105,6 +110,8 @@ async def _call(
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8080),
     }
+    if session is not None:
+        scope["headers"].append((b"x-agentguard-session", session.encode()))
     asked = False
     out: list[dict[str, Any]] = []
 
@@ -115,8 +122,8 @@ async def _call(
             return {"type": "http.request", "body": body, "more_body": False}
         import anyio
 
-        await anyio.Event().wait()  # the caller stays until the answer ends
-        raise AssertionError("unreachable")
+        await (leave or anyio.Event()).wait()  # the caller stays until the answer ends
+        return {"type": "http.disconnect"}
 
     async def record(message: dict[str, Any]) -> None:
         out.append(message)
@@ -222,6 +229,39 @@ async def test_a_caller_gone_before_the_head_went_out_leaves_no_stream_open() ->
         await _call(server, send)
     assert server.open_streams == 0
     assert body.closed
+
+
+async def test_a_caller_gone_mid_stream_settles_it() -> None:
+    """A caller that disconnects mid-answer ends the stream: the upstream's body is closed
+    without being read on, what went out is charged to the session and nothing stays held."""
+    import anyio
+
+    from agentguard.transport import caller_scope
+
+    left = anyio.Event()
+    # then a long generation: the upstream sends nothing more
+    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
+    config = ag.GuardConfig.from_dict(
+        {"token_budget": {"max_output_tokens": 500, "reserve": "strict"}}
+    )
+    server = _server(body, config=config)
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            left.set()  # the caller leaves once the head is there
+
+    with anyio.fail_after(30):  # a stream the caller's leaving did not end would wait for ever
+        messages = await _call(server, send, leave=left, session="s-1")
+    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
+    assert messages[1]["body"] == OPENING + WORDS[0]
+    assert body.closed
+    assert not body.ended
+    assert server.open_streams == 0
+    ledger = server.guard_for(caller_scope("Bearer sk-1")).pipeline.ledger
+    assert ledger is not None
+    usage = ledger.usage("s-1")
+    assert usage.session_reserved == 0
+    assert usage.session_tokens > 0
 
 
 async def test_a_call_written_as_text_goes_out_as_a_call_not_as_text() -> None:
