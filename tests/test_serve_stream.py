@@ -11,7 +11,7 @@ stream open.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -83,13 +83,14 @@ async def _call(
     server: GuardServer,
     send: Callable[[dict[str, Any]], Any] | None = None,
     path: str = "/v1/chat/completions",
-    leave: Any = None,
+    then: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     session: str | None = None,
     **extra: Any,
 ) -> list[dict[str, Any]]:
     """One streamed chat request through the app (``extra``: more of its body; on
-    ``/v1/responses`` a Responses request); the ASGI messages sent back. ``leave``: an event
-    after which the caller disconnects; ``session``: the session it names."""
+    ``/v1/responses`` a Responses request); the ASGI messages sent back. ``then``: the
+    caller's next message once the body is sent (default: none, it stays until the answer
+    ends); ``session``: the session it names."""
     ask: dict[str, Any] = (
         {"input": "docs?"}
         if path == "/v1/responses"
@@ -120,10 +121,12 @@ async def _call(
         if not asked:
             asked = True
             return {"type": "http.request", "body": body, "more_body": False}
+        if then is not None:
+            return await then()
         import anyio
 
-        await (leave or anyio.Event()).wait()  # the caller stays until the answer ends
-        return {"type": "http.disconnect"}
+        await anyio.Event().wait()  # the caller stays until the answer ends
+        raise AssertionError("unreachable")
 
     async def record(message: dict[str, Any]) -> None:
         out.append(message)
@@ -231,29 +234,37 @@ async def test_a_caller_gone_before_the_head_went_out_leaves_no_stream_open() ->
     assert body.closed
 
 
-async def test_a_caller_gone_mid_stream_settles_it() -> None:
-    """A caller that disconnects mid-answer ends the stream: the upstream's body is closed
-    without being read on, what went out is charged to the session and nothing stays held."""
+def _leaving(failure: Exception | None) -> tuple[Any, Any]:
+    """A caller that leaves once the stream's head is there (its ``send`` and ``then``): it
+    disconnects, or its server's ``receive`` fails with ``failure``."""
     import anyio
 
-    from agentguard.transport import caller_scope
-
-    left = anyio.Event()
-    # then a long generation: the upstream sends nothing more
-    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
-    config = ag.GuardConfig.from_dict(
-        {"token_budget": {"max_output_tokens": 500, "reserve": "strict"}}
-    )
-    server = _server(body, config=config)
+    head = anyio.Event()
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.body":
-            left.set()  # the caller leaves once the head is there
+            head.set()
 
-    with anyio.fail_after(30):  # a stream the caller's leaving did not end would wait for ever
-        messages = await _call(server, send, leave=left, session="s-1")
-    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
-    assert messages[1]["body"] == OPENING + WORDS[0]
+    async def then() -> dict[str, Any]:
+        await head.wait()
+        if failure is not None:
+            raise failure
+        return {"type": "http.disconnect"}
+
+    return send, then
+
+
+def _budgeted(body: Body) -> GuardServer:
+    config = ag.GuardConfig.from_dict(
+        {"token_budget": {"max_output_tokens": 500, "reserve": "strict"}}
+    )
+    return _server(body, config=config)
+
+
+def _settled(server: GuardServer, body: Body) -> None:
+    """The upstream's body was closed unread; what went out is charged, nothing held."""
+    from agentguard.transport import caller_scope
+
     assert body.closed
     assert not body.ended
     assert server.open_streams == 0
@@ -262,6 +273,36 @@ async def test_a_caller_gone_mid_stream_settles_it() -> None:
     usage = ledger.usage("s-1")
     assert usage.session_reserved == 0
     assert usage.session_tokens > 0
+
+
+async def test_a_caller_gone_mid_stream_settles_it() -> None:
+    """A caller that disconnects mid-answer ends the stream, as it is: the upstream's body is
+    closed without being read on, what went out is charged to the session and nothing stays
+    held."""
+    import anyio
+
+    # then a long generation: the upstream sends nothing more
+    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
+    server = _budgeted(body)
+    send, then = _leaving(None)
+    with anyio.fail_after(30):  # a stream the caller's leaving did not end would wait for ever
+        messages = await _call(server, send, then=then, session="s-1")
+    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
+    assert messages[1]["body"] == OPENING + WORDS[0]
+    _settled(server, body)
+
+
+async def test_a_receive_failing_mid_stream_ends_it_with_that_error() -> None:
+    """The server's ``receive`` failing while the stream is sent ends the stream (settled as
+    a caller's leaving does) and the request with that error."""
+    import anyio
+
+    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
+    server = _budgeted(body)
+    send, then = _leaving(OSError("receive broke"))
+    with anyio.fail_after(30), pytest.raises(OSError, match="receive broke"):
+        await _call(server, send, then=then, session="s-1")
+    _settled(server, body)
 
 
 async def test_a_call_written_as_text_goes_out_as_a_call_not_as_text() -> None:
