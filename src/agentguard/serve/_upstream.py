@@ -549,7 +549,8 @@ def _failed(event: Event, responses: bool) -> bool:
     stream's ``error`` event or ``response.failed``."""
     if responses:
         return (event.get("type") or event.name) in FAILURES
-    return isinstance(event.get("error"), Mapping)
+    error = event.get("error")  # none in a chunk: no ABC check for it
+    return error is not None and isinstance(error, Mapping)
 
 
 def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
