@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._fingerprint import arguments_object, fingerprint, safe_canonical_text
+from ._frozen import fast_init
 from ._redact import register_secret
 from .types import CALL_FIELDS, Message, Usage
 
@@ -257,6 +258,7 @@ class ModelResponse:
         )
 
 
+@fast_init  # a few built per streamed chunk
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
     """One streamed chunk in neutral form.

@@ -627,6 +627,8 @@ class _ChatEvents:
         self._replay = ChatReplay(lambda: forward.chat, _without_text, _usage_only)
 
     def _bytes(self, items: list[Any]) -> bytes:
+        if len(items) == 1 and not isinstance(items[0], StreamChunk):
+            return _sse(items[0].data, items[0].name)  # most chunks: the upstream's one event
         return b"".join(
             _made(i, self._forward) if isinstance(i, StreamChunk) else _sse(i.data, i.name)
             for i in items
