@@ -430,6 +430,24 @@ async def test_a_streams_content_type_is_the_upstreams(kind: str) -> None:
     assert [v for k, v in start["headers"] if k == b"content-type"] == [kind.encode()]
 
 
+@pytest.mark.parametrize(
+    ("kind", "coding"),
+    [
+        ("text/event-stream", "utf-8"),
+        ("text/event-stream; charset=iso-8859-1", "iso-8859-1"),
+        ("text/event-stream; Charset=ISO-8859-1", "iso-8859-1"),
+    ],
+)
+async def test_a_stream_is_read_in_the_charset_its_content_type_names(
+    kind: str, coding: str
+) -> None:
+    """An upstream's events are read in the charset its ``Content-Type`` names (UTF-8 when it
+    names none), and the caller gets their text."""
+    word = _event({"content": "Café "}).decode().replace("\\u00e9", "é").encode(coding)
+    sent = _sent(await _call(_server(Body([OPENING, word, FINISH, DONE]), kind)))
+    assert "Café " in sent.decode()
+
+
 class Cut(Body):
     """An upstream body whose connection drops after ``parts``."""
 
