@@ -11,7 +11,7 @@ stream open.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -66,12 +66,14 @@ class Body(httpx.AsyncByteStream):
         self.closed = True
 
 
-def _server(body: Body, content_type: str = "text/event-stream") -> GuardServer:
+def _server(
+    body: Body, content_type: str = "text/event-stream", config: ag.GuardConfig | None = None
+) -> GuardServer:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": content_type}, stream=body)
 
     return GuardServer(
-        ag.GuardConfig.from_dict({}),
+        config or ag.GuardConfig.from_dict({}),
         "http://upstream.invalid/v1",
         transport=httpx.MockTransport(answer),
     )
@@ -81,10 +83,14 @@ async def _call(
     server: GuardServer,
     send: Callable[[dict[str, Any]], Any] | None = None,
     path: str = "/v1/chat/completions",
+    then: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    session: str | None = None,
     **extra: Any,
 ) -> list[dict[str, Any]]:
     """One streamed chat request through the app (``extra``: more of its body; on
-    ``/v1/responses`` a Responses request); the ASGI messages sent back."""
+    ``/v1/responses`` a Responses request); the ASGI messages sent back. ``then``: the
+    caller's next message once the body is sent (default: none, it stays until the answer
+    ends); ``session``: the session it names."""
     ask: dict[str, Any] = (
         {"input": "docs?"}
         if path == "/v1/responses"
@@ -105,6 +111,8 @@ async def _call(
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8080),
     }
+    if session is not None:
+        scope["headers"].append((b"x-agentguard-session", session.encode()))
     asked = False
     out: list[dict[str, Any]] = []
 
@@ -113,6 +121,8 @@ async def _call(
         if not asked:
             asked = True
             return {"type": "http.request", "body": body, "more_body": False}
+        if then is not None:
+            return await then()
         import anyio
 
         await anyio.Event().wait()  # the caller stays until the answer ends
@@ -222,6 +232,77 @@ async def test_a_caller_gone_before_the_head_went_out_leaves_no_stream_open() ->
         await _call(server, send)
     assert server.open_streams == 0
     assert body.closed
+
+
+def _leaving(failure: Exception | None) -> tuple[Any, Any]:
+    """A caller that leaves once the stream's head is there (its ``send`` and ``then``): it
+    disconnects, or its server's ``receive`` fails with ``failure``."""
+    import anyio
+
+    head = anyio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            head.set()
+
+    async def then() -> dict[str, Any]:
+        await head.wait()
+        if failure is not None:
+            raise failure
+        return {"type": "http.disconnect"}
+
+    return send, then
+
+
+def _budgeted(body: Body) -> GuardServer:
+    config = ag.GuardConfig.from_dict(
+        {"token_budget": {"max_output_tokens": 500, "reserve": "strict"}}
+    )
+    return _server(body, config=config)
+
+
+def _settled(server: GuardServer, body: Body) -> None:
+    """The upstream's body was closed unread; what went out is charged, nothing held."""
+    from agentguard.transport import caller_scope
+
+    assert body.closed
+    assert not body.ended
+    assert server.open_streams == 0
+    ledger = server.guard_for(caller_scope("Bearer sk-1")).pipeline.ledger
+    assert ledger is not None
+    usage = ledger.usage("s-1")
+    assert usage.session_reserved == 0
+    assert usage.session_tokens > 0
+
+
+async def test_a_caller_gone_mid_stream_settles_it() -> None:
+    """A caller that disconnects mid-answer ends the stream, as it is: the upstream's body is
+    closed without being read on, what went out is charged to the session and nothing stays
+    held."""
+    import anyio
+
+    # then a long generation: the upstream sends nothing more
+    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
+    server = _budgeted(body)
+    send, then = _leaving(None)
+    with anyio.fail_after(30):  # a stream the caller's leaving did not end would wait for ever
+        messages = await _call(server, send, then=then, session="s-1")
+    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
+    assert messages[1]["body"] == OPENING + WORDS[0]
+    _settled(server, body)
+
+
+async def test_a_receive_failing_mid_stream_ends_it_with_that_error() -> None:
+    """The server's ``receive`` failing while the stream is sent ends the stream (settled as
+    a caller's leaving does) and the request with that error."""
+    import anyio
+
+    body = Body([OPENING, WORDS[0]], tail=anyio.Event().wait)
+    server = _budgeted(body)
+    send, then = _leaving(OSError("receive broke"))
+    with anyio.fail_after(30), pytest.raises(OSError, match="receive broke"):
+        await _call(server, send, then=then, session="s-1")
+    _settled(server, body)
 
 
 async def test_a_call_written_as_text_goes_out_as_a_call_not_as_text() -> None:
@@ -347,6 +428,24 @@ async def test_a_streams_content_type_is_the_upstreams(kind: str) -> None:
     server = _server(Body([OPENING, WORDS[0], FINISH, DONE]), kind)
     start = (await _call(server))[0]
     assert [v for k, v in start["headers"] if k == b"content-type"] == [kind.encode()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "coding"),
+    [
+        ("text/event-stream", "utf-8"),
+        ("text/event-stream; charset=iso-8859-1", "iso-8859-1"),
+        ("text/event-stream; Charset=ISO-8859-1", "iso-8859-1"),
+    ],
+)
+async def test_a_stream_is_read_in_the_charset_its_content_type_names(
+    kind: str, coding: str
+) -> None:
+    """An upstream's events are read in the charset its ``Content-Type`` names (UTF-8 when it
+    names none), and the caller gets their text."""
+    word = _event({"content": "Café "}).decode().replace("\\u00e9", "é").encode(coding)
+    sent = _sent(await _call(_server(Body([OPENING, word, FINISH, DONE]), kind)))
+    assert "Café " in sent.decode()
 
 
 class Cut(Body):

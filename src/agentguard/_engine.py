@@ -132,6 +132,7 @@ class Pull:
     """Read the next chunk of the open stream; the result is a StreamChunk or :data:`END`."""
 
 
+@fast_init  # one per chunk handed on
 @dataclass(frozen=True, slots=True)
 class Emit:
     """Hand ``chunk`` to the caller of a stream; the result is ``None``."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._fingerprint import arguments_object, fingerprint, safe_canonical_text
+from ._frozen import fast_init
 from ._redact import register_secret
 from .types import CALL_FIELDS, Message, Usage
 
@@ -257,6 +258,7 @@ class ModelResponse:
         )
 
 
+@fast_init  # a few built per streamed chunk
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
     """One streamed chunk in neutral form.
@@ -305,10 +307,12 @@ class StreamChunk:
         delta: Mapping[str, Any] = {}
         finish = None
         for choice in choices if isinstance(choices, list) else ():
-            index = choice.get("index") if isinstance(choice, Mapping) else 1
+            # a dict first: the ABC's check is slow, and this runs per streamed chunk
+            mapping = choice.__class__ is dict or isinstance(choice, Mapping)
+            index = choice.get("index") if mapping else 1
             if index == 0 or index.__class__ is not int:  # no number: the first answer's
                 found = choice.get("delta")
-                delta = found if isinstance(found, Mapping) else {}
+                delta = found if found.__class__ is dict or isinstance(found, Mapping) else {}
                 finish = choice.get("finish_reason")
                 break
         return cls(
@@ -477,7 +481,7 @@ def _join_fields(into: dict[str, Any], fragment: Mapping[str, Any]) -> None:
 def _answer_id(raw: Any) -> str | None:
     """The answer's id in a raw chunk: a chat chunk's ``id`` (JSON), or the ``response.id`` of
     a Responses API event that carries the response (JSON or the openai SDK's event object)."""
-    if isinstance(raw, Mapping):
+    if isinstance(raw, (dict, Mapping)):  # a dict (an event) first: no ABC check
         found = raw.get("id")
         if found is None:
             response = raw.get("response")
@@ -496,8 +500,9 @@ def reasoning_of(source: Any) -> str | None:
     """The reasoning text of a message or delta (a mapping or an SDK object):
     ``reasoning_content`` (llama.cpp, vLLM, DeepSeek) or ``reasoning`` (OpenRouter, Ollama);
     ``None`` when there is none or it is not text."""
+    mapping = source.__class__ is dict or isinstance(source, Mapping)  # a dict: no ABC check
     for key in ("reasoning_content", "reasoning"):
-        value = source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
+        value = source.get(key) if mapping else getattr(source, key, None)
         if isinstance(value, str) and value:
             return value
     return None

@@ -101,6 +101,8 @@ _THREADS = "guard:threads"
 _ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
 #: The roles of a conversation's standing instructions, kept in a compact conversation.
 _INSTRUCTIONS = frozenset({"system", "developer"})
+# what a stream's plan yields for each chunk: it holds nothing, one serves every read
+_PULL = Pull()
 _TRIGGER_OF = {
     ErrorClass.TIMEOUT: "timeout",
     ErrorClass.RATE_LIMITED: "rate_limited",
@@ -691,7 +693,7 @@ class Pipeline:
         # a call the model writes as text is handed over as a call: its text never goes out
         gate = call.gate = CallGate() if live and checked and cfg.repair else None
         while True:
-            chunk = yield Pull()
+            chunk = yield _PULL
             if chunk is END:
                 break
             if chunk.comment is not None:

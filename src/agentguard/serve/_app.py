@@ -13,6 +13,7 @@ store and one set of tier breakers that every caller, and every server on the sa
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import logging
@@ -626,6 +627,8 @@ class _ChatEvents:
         self._replay = ChatReplay(lambda: forward.chat, _without_text, _usage_only)
 
     def _bytes(self, items: list[Any]) -> bytes:
+        if len(items) == 1 and not isinstance(items[0], StreamChunk):
+            return _sse(items[0].data, items[0].name)  # most chunks: the upstream's one event
         return b"".join(
             _made(i, self._forward) if isinstance(i, StreamChunk) else _sse(i.data, i.name)
             for i in items
@@ -728,7 +731,8 @@ class _EventStream(StreamingResponse):
 
     Starlette's ``StreamingResponse`` sends everything from a task of its own, which starts on
     the event loop's next turn: on a busy server a turn is milliseconds, all of them added to
-    the caller's time to first token.
+    the caller's time to first token. The rest goes out from the request's task too, while a
+    plain task listens for the caller leaving.
     """
 
     def __init__(
@@ -746,13 +750,57 @@ class _EventStream(StreamingResponse):
         except BaseException:
             await self._events.aclose()  # settles the stream: the caller is gone
             raise
-        await super().__call__(scope, receive, send)
+        loop = _asyncio_loop()
+        if loop is None or scope["type"] != "http" or _spec(scope) >= (2, 4):
+            # a send to a caller gone raises (ASGI 2.4), or not asyncio: Starlette's own way
+            await super().__call__(scope, receive, send)
+            return
+        # Starlette's way for a server that reports a caller leaving only by a message (uvicorn
+        # says 2.3): the events sent while a task listens for it, and the sending cancelled
+        # when it comes. Here the sending stays in the request's task and one plain task
+        # listens: an anyio task group per stream costs several times as much.
+        with anyio.CancelScope() as sending:
+            listening = loop.create_task(_listen(receive, sending))
+            try:
+                await self.stream_response(send)
+            finally:
+                listening.cancel()
+        if listening.done() and not listening.cancelled():
+            failed = listening.exception()  # receive() itself failed: raised, as Starlette does
+            if failed is not None:
+                raise failed
 
     async def stream_response(self, send: Send) -> None:
         """The rest of the events (the head went out already)."""
         async for chunk in self._events:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop (``None`` under another async library)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _spec(scope: Scope) -> tuple[int, ...]:
+    """The ASGI spec version the server reports (``2.0`` when it names none)."""
+    version: str = scope.get("asgi", {}).get("spec_version", "2.0")
+    return tuple(map(int, version.split(".")))
+
+
+async def _listen(receive: Receive, sending: anyio.CancelScope) -> None:
+    """Wait for the caller to leave (``http.disconnect``), then cancel ``sending``; also when
+    ``receive`` fails."""
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    except Exception:
+        sending.cancel()
+        raise
+    sending.cancel()
 
 
 async def _settle(server: GuardServer, stream: AsyncGuardedStream) -> None:

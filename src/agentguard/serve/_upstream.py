@@ -549,7 +549,8 @@ def _failed(event: Event, responses: bool) -> bool:
     stream's ``error`` event or ``response.failed``."""
     if responses:
         return (event.get("type") or event.name) in FAILURES
-    return isinstance(event.get("error"), Mapping)
+    error = event.get("error")  # none in a chunk: no ABC check for it
+    return error is not None and isinstance(error, Mapping)
 
 
 def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
@@ -614,7 +615,7 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
     """The lines of ``response``'s body as they arrive: those of each piece read, together."""
     decoder = httpx_decoders.LineDecoder()  # the line splitting of httpx's ``aiter_lines``
     # the text decoding of httpx's ``aiter_text``, over the pieces as they come
-    texts = codecs.getincrementaldecoder(response.encoding or "utf-8")(errors="replace")
+    texts = codecs.getincrementaldecoder(_encoding(response))(errors="replace")
     async for piece in body_pieces(response):
         text = texts.decode(piece)
         if not text:
@@ -632,6 +633,17 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
     lines = (decoder.decode(text) if text else []) + decoder.flush()
     if lines:
         yield lines
+
+
+def _encoding(response: httpx.Response) -> str:
+    """``response.encoding``: httpx reads it from the ``Content-Type`` through the email
+    package (microseconds per stream), needed only when that names a charset (or the encoding
+    was set); else it is the response's default."""
+    default = response.default_encoding
+    kind = response.headers.get("content-type", "").lower()
+    if isinstance(default, str) and "charset" not in kind and not hasattr(response, "_encoding"):
+        return default or "utf-8"
+    return response.encoding or "utf-8"
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[Event | str]:
