@@ -292,6 +292,31 @@ async def test_a_caller_gone_mid_stream_settles_it() -> None:
     _settled(server, body)
 
 
+async def test_a_caller_gone_while_its_connection_is_full_settles_the_stream_at_once() -> None:
+    """A caller that leaves while the server waits to send it more (its connection full): the
+    stream is settled when the request ends, not later by the garbage collector."""
+    import anyio
+
+    body = Body([OPENING, WORDS[0], WORDS[1]], tail=anyio.Event().wait)
+    server = _budgeted(body)
+    head = anyio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] != "http.response.body":
+            return
+        if head.is_set():
+            await anyio.Event().wait()  # the caller reads no more: the write never completes
+        head.set()
+
+    async def then() -> dict[str, Any]:
+        await head.wait()
+        return {"type": "http.disconnect"}
+
+    with anyio.fail_after(30):
+        await _call(server, send, then=then, session="s-1")
+    _settled(server, body)
+
+
 async def test_a_receive_failing_mid_stream_ends_it_with_that_error() -> None:
     """The server's ``receive`` failing while the stream is sent ends the stream (settled as
     a caller's leaving does) and the request with that error."""

@@ -750,6 +750,15 @@ class _EventStream(StreamingResponse):
         except BaseException:
             await self._events.aclose()  # settles the stream: the caller is gone
             raise
+        try:
+            await self._rest(scope, receive, send)
+        finally:
+            # a caller gone while a send waited (its connection full) leaves the events
+            # suspended after a piece: settled now, not once the garbage collector finds them
+            await self._events.aclose()
+
+    async def _rest(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The events after the head, until they end or the caller leaves."""
         loop = _asyncio_loop()
         if loop is None or scope["type"] != "http" or _spec(scope) >= (2, 4):
             # a send to a caller gone raises (ASGI 2.4), or not asyncio: Starlette's own way
