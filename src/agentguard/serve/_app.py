@@ -626,13 +626,15 @@ class _ChatEvents:
         self._forward = forward
         self._replay = ChatReplay(lambda: forward.chat, _without_text, _usage_only)
 
+    def _one(self, item: Any) -> bytes:
+        if isinstance(item, StreamChunk):
+            return _made(item, self._forward)
+        return _sse(item.data, item.name)
+
     def _bytes(self, items: list[Any]) -> bytes:
-        if len(items) == 1 and not isinstance(items[0], StreamChunk):
-            return _sse(items[0].data, items[0].name)  # most chunks: the upstream's one event
-        return b"".join(
-            _made(i, self._forward) if isinstance(i, StreamChunk) else _sse(i.data, i.name)
-            for i in items
-        )
+        if len(items) == 1:  # most chunks: the upstream's one event, without a join
+            return self._one(items[0])
+        return b"".join(map(self._one, items))
 
     def out(self, chunk: StreamChunk) -> bytes:
         if chunk.raw is None and bare(chunk) and not chunk.refusal:

@@ -637,11 +637,13 @@ async def _batches(response: httpx.Response) -> AsyncIterator[list[str]]:
 
 def _encoding(response: httpx.Response) -> str:
     """``response.encoding``: httpx reads it from the ``Content-Type`` through the email
-    package (microseconds per stream), needed only when that names a charset (or the encoding
-    was set); else it is the response's default."""
+    package (microseconds per stream), needed only when that names a charset; else it is the
+    response's default (the server never sets an encoding of its own)."""
     default = response.default_encoding
-    kind = response.headers.get("content-type", "").lower()
-    if isinstance(default, str) and "charset" not in kind and not hasattr(response, "_encoding"):
+    if (
+        isinstance(default, str)
+        and "charset" not in response.headers.get("content-type", "").lower()
+    ):
         return default or "utf-8"
     return response.encoding or "utf-8"
 
