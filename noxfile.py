@@ -33,6 +33,12 @@ LITELLM = "litellm[proxy]==1.105.3"
 OPENHANDS_SDK = "openhands-sdk==1.58.0"
 
 
+# The whole suite spread over every CPU by pytest-xdist (a worker process each; the tests share
+# no port, file or daemon): on a 2-core machine 2 min 11 s against 4 min 13 s in one process.
+# ``-- -n 0`` runs it in one process (the last ``-n`` given wins).
+_SPREAD = ("-n", "auto")
+
+
 def _install_for_tests(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
     session.install("--no-deps", BFCL)
@@ -42,7 +48,7 @@ def _install_for_tests(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the whole test suite (extra pytest arguments are passed through)."""
     _install_for_tests(session)
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *_SPREAD, *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -50,7 +56,7 @@ def tests_openai2(session: nox.Session) -> None:
     """The suite against openai 2.x on httpx (CrewAI and OpenHands still pin it)."""
     _install_for_tests(session)
     session.install("openai>=2,<3")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *_SPREAD, *session.posargs)
 
 
 # The newest crewai in the package index; it installs as is (its certifi floor is met there).
