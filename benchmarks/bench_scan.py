@@ -161,10 +161,12 @@ def run(quick: bool) -> list[Table]:
         base = n / base_cpu
         table.rows.append(["json.loads of the JSONL (baseline)", n, base_cpu, base, 1.0, "-"])
         # Every row but the baseline in one round-robin, each row its best round: on a machine
-        # whose speed comes and goes (other tenants of its cores: this one has run a row 45 %
-        # slower for tens of seconds, then at full speed again), a row measured in rounds of
-        # its own can fall wholly in a slow stretch; interleaved, every row meets the same
-        # stretches, and the rows compare with each other as well as with the goal.
+        # whose speed comes and goes (one has run the same command 45 % slower for tens of
+        # seconds, then at full speed again), a row measured in rounds of its own can fall
+        # wholly in a slow stretch; interleaved, every row meets the same stretches, and the
+        # rows compare with each other as well as with the goal. (The note's account of the
+        # scan's cost outside the detectors is the difference of their row and the first
+        # shape's, measured so in alternate rounds.)
         one = tmp / "one.jsonl"
         one.write_text(json.dumps({"role": "user", "content": "hello"}) + "\n")
         html = [str(shapes[0][1]), "--json", "--html", str(tmp / "report.html")]
