@@ -33,8 +33,9 @@ LITELLM = "litellm[proxy]==1.105.3"
 OPENHANDS_SDK = "openhands-sdk==1.58.0"
 
 
-# The whole suite spread over every CPU by pytest-xdist (a worker process each; the tests share
-# no port, file or daemon): on a 2-core machine 2 min 11 s against 4 min 13 s in one process.
+# The whole suite spread over every CPU by pytest-xdist (a worker process each; the tests use no
+# fixed port, file or daemon: each keeps its own in a temporary directory, on a port the OS hands
+# out): on a 2-core machine 2 min 11 s against 4 min 13 s in one process.
 # ``-- -n 0`` runs it in one process (the last ``-n`` given wins).
 _SPREAD = ("-n", "auto")
 
