@@ -12,6 +12,7 @@ report.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -144,6 +145,35 @@ async def chat_stream_text(client: Any) -> Any:
         )
     )
     return stream, [_dump(c) for c in await _chunks(stream)]
+
+
+async def chat_sdk_message_objects(client: Any) -> Any:
+    """The agent loop of OpenAI's guide appends the answer's message object itself (or puts
+    its ``tool_calls`` objects in a dict): the SDK sends them as their data, and so does the
+    guarded client (it left them out before)."""
+    first = await _maybe(client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS))
+    message = first.choices[0].message
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}
+    second = await _maybe(
+        client.chat.completions.create(
+            model="m", messages=[*MESSAGES, message, result], tools=TOOLS
+        )
+    )
+    as_dict = {"role": "assistant", "content": None, "tool_calls": message.tool_calls}
+    third = await _maybe(
+        client.chat.completions.create(
+            model="m", messages=[*MESSAGES, as_dict, result], tools=TOOLS
+        )
+    )
+    return third, [_dump(first), _dump(second), _dump(third)]
+
+
+async def chat_stream_response(client: Any) -> Any:
+    """A stream's ``response`` is the upstream's HTTP response (status, headers) once
+    ``create`` returned, as the SDK's is."""
+    stream = await _maybe(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    head = (stream.response.status_code, stream.response.headers.get("content-type"))
+    return stream, (head, [_dump(c) for c in await _chunks(stream)])
 
 
 async def chat_stream_tool_call(client: Any) -> Any:
@@ -321,6 +351,14 @@ async def chat_raw_parse(client: Any) -> Any:
     return completion, (raw.status_code, _dump(completion))
 
 
+async def responses_without_model_or_input(client: Any) -> Any:
+    """The API takes a call without ``model`` (a stored prompt names it) or without ``input``
+    (continuing by ``previous_response_id``): nothing is added to either."""
+    prompted = await _maybe(client.responses.create(prompt={"id": "pmpt_1"}))
+    continued = await _maybe(client.responses.create(model="m", previous_response_id="resp_0"))
+    return continued, (_dump(prompted), _dump(continued))
+
+
 async def responses_streaming_response(client: Any) -> Any:
     manager = client.responses.with_streaming_response.create(model="m", input="hi")
     if hasattr(manager, "__aenter__"):
@@ -341,6 +379,11 @@ SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
     "chat_capped": (chat_capped, [Reply.text("a"), Reply.text("b")]),
     "chat_stream_text": (chat_stream_text, [Reply.text("It is sunny in Paris today.")]),
     "chat_stream_tool_call": (chat_stream_tool_call, [WEATHER]),
+    "chat_sdk_message_objects": (
+        chat_sdk_message_objects,
+        [WEATHER, Reply.text("21 C in Paris."), Reply.text("21 C in Paris.")],
+    ),
+    "chat_stream_response": (chat_stream_response, [Reply.text("Sunny.")]),
     "chat_raw_response": (chat_raw_response, [WEATHER]),
     "chat_raw_response_stream": (chat_raw_response_stream, [Reply.text("Sunny, 21 C.")]),
     "chat_streaming_response": (chat_streaming_response, [Reply.text("Sunny.")]),
@@ -363,6 +406,10 @@ SCENARIOS: dict[str, tuple[Scenario, list[Reply]]] = {
     "beta_chat_parse": (beta_chat_parse, [JSON_ANSWER]),
     "chat_raw_parse": (chat_raw_parse, [JSON_ANSWER]),
     "responses_streaming_response": (responses_streaming_response, [Reply.text("hello")]),
+    "responses_without_model_or_input": (
+        responses_without_model_or_input,
+        [Reply.text("hello"), Reply.text("again")],
+    ),
 }
 
 
@@ -410,3 +457,109 @@ def test_no_cap_unless_configured() -> None:
     assert bodies[1]["max_completion_tokens"] == 100
     assert "max_tokens" not in bodies[1]
     assert bodies[2]["max_output_tokens"] == 100
+
+
+def _clients(answer: Callable[[Any], Any], asynchronous: bool) -> tuple[Any, Any, list[Any]]:
+    """A raw client and a wrapped one over one hand-written upstream ``answer``; the requests
+    it received, in order."""
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        seen.append(request)
+        return answer(request)
+
+    cls, http_client = (
+        (openai.AsyncOpenAI, http.AsyncClient) if asynchronous else (openai.OpenAI, http.Client)
+    )
+
+    def make() -> Any:
+        transport = http.MockTransport(handler)
+        return cls(
+            api_key="sk-test",
+            base_url="http://upstream.invalid/v1",
+            max_retries=0,
+            http_client=http_client(transport=transport),
+        )
+
+    return make(), ag.wrap(make(), CONFIG), seen
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_stream_without_a_finish_gets_no_chunk_of_the_guards(asynchronous: bool) -> None:
+    """A server that ends a stream without a ``finish_reason`` (cut off, or one that omits
+    it): the caller gets the upstream's chunks and no empty closing chunk of the guard's."""
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    deltas = [{"role": "assistant", "content": ""}, {"content": "Hi there"}]
+    body = "".join(
+        f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': d}]})}\n\n" for d in deltas
+    )
+
+    def answer(request: Any) -> Any:
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    raw, wrapped, _ = _clients(answer, asynchronous)
+    views = []
+    for client in (raw, wrapped):
+        stream = await _maybe(client.chat.completions.create(**_STREAMED))
+        views.append([_dump(c) for c in await _chunks(stream)])
+    assert views[1] == views[0]
+    assert len(views[0]) == len(deltas)
+
+
+_STREAMED: dict[str, Any] = {"model": "m", "messages": MESSAGES, "stream": True}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_stream_refused_upstream_raises_from_create(api: str, asynchronous: bool) -> None:
+    """``create(stream=True)`` sends the request before it returns, as the SDK's does: the
+    upstream's refusal is raised by ``create`` (where callers catch it), not on iteration."""
+    error = {"error": {"message": "bad key", "type": "invalid_request_error", "code": None}}
+
+    def answer(request: Any) -> Any:
+        return http.Response(401, json=error)
+
+    raw, wrapped, seen = _clients(answer, asynchronous)
+    for client in (raw, wrapped):
+        before = len(seen)
+        create = (
+            client.chat.completions.create
+            if api == "chat"
+            else functools.partial(client.responses.create, input="hi")
+        )
+        kwargs = _STREAMED if api == "chat" else {"model": "m", "stream": True}
+        with pytest.raises(openai.AuthenticationError):
+            await _maybe(create(**kwargs))
+        assert len(seen) == before + 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_an_explicit_no_timeout_goes_as_given(asynchronous: bool) -> None:
+    """``timeout=None`` on a call means no timeout at all: the guarded call's request carries
+    the same timeouts as the raw one's (not the client's default)."""
+
+    def answer(request: Any) -> Any:
+        return http.Response(200, json=_COMPLETION)
+
+    raw, wrapped, seen = _clients(answer, asynchronous)
+    for client in (raw, wrapped):
+        await _maybe(client.chat.completions.create(model="m", messages=MESSAGES, timeout=None))
+        await _maybe(client.responses.create(model="m", input="hi", timeout=None))
+    raw_timeouts = [r.extensions["timeout"] for r in seen[:2]]
+    assert [r.extensions["timeout"] for r in seen[2:]] == raw_timeouts
+    assert raw_timeouts[0] == {"connect": None, "read": None, "write": None, "pool": None}
+
+
+_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+}

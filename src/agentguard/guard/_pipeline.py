@@ -394,7 +394,8 @@ class Pipeline:
                         yield Emit(StreamChunk(content=held[len(gate.sent) :]))
                     for chunk in tool_call_chunks(final):
                         yield Emit(chunk)
-                    yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
+                    if final.finish_reason:  # (a stream that ended without one: none made)
+                        yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
                     if call.usage_chunk is not None:  # asked for with stream_options.include_usage
                         yield Emit(call.usage_chunk)
                     return (yield from self._report(call))

@@ -65,9 +65,12 @@ def _request(
     guard reads it and never sends it upstream)."""
     params = dict(kwargs)
     headers = dict(params.pop("extra_headers", None) or {})
+    given = "timeout" in params
     timeout = params.pop("timeout", None)
-    if timeout is not None and not isinstance(timeout, (int, float)):
-        params["timeout"] = timeout  # an httpx Timeout (or the SDK's NOT_GIVEN): as sent
+    if (given and timeout is None) or (
+        timeout is not None and not isinstance(timeout, (int, float))
+    ):  # no timeout at all (``None``), an httpx Timeout (or the SDK's NOT_GIVEN): as sent
+        params["timeout"] = timeout
     for key in ("extra_query", "extra_body"):
         if params.get(key) is None:
             params.pop(key, None)
@@ -77,12 +80,51 @@ def _request(
         if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
             del params["stream"]
         model = params.pop("model")
-        base = ModelRequest(model=str(model), messages=list(params.pop("messages")), params=params)
+        messages = _plain_messages(params.pop("messages"))
+        base = ModelRequest(model=str(model), messages=messages, params=params)
     seconds = float(timeout) if isinstance(timeout, (int, float)) else None
     # the caller's own messages, told from those the guard adds (see _transport._sanitised)
     caller = frozenset(id(m) for m in base.messages)
     extensions = {**base.extensions, **(extensions or {}), CALLER: caller}
     return dataclasses.replace(base, headers=headers, timeout=seconds, extensions=extensions)
+
+
+def _plain_messages(messages: Iterable[Any]) -> list[Any]:
+    """A chat call's ``messages`` as a new list, the SDK's objects in it as the data the SDK
+    sends for them.
+
+    An agent loop appends the answer's message object itself (``messages.append(
+    response.choices[0].message)``, as OpenAI's guide does), or its ``tool_calls`` objects in a
+    dict of its own; the SDK serialises them (``model_dump(exclude_unset=True, mode="json")``),
+    so the guard reads them as that data, which goes upstream as the same JSON. A history of
+    plain dicts is checked by one class test per message (and per call of a message with
+    calls), nothing copied but the list.
+    """
+    out = list(messages)
+    for i, message in enumerate(out):
+        if message.__class__ is dict:
+            calls = message.get("tool_calls")
+            if calls.__class__ is not list or all(c.__class__ is dict for c in calls):
+                continue
+        out[i] = _plain(message)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every SDK (pydantic) object in it dumped as the SDK sends it; the same
+    object when it holds none."""
+    if isinstance(value, Mapping):
+        items = {k: _plain(v) for k, v in value.items()}
+        same = value.__class__ is dict and all(items[k] is v for k, v in value.items())
+        return value if same else items
+    if isinstance(value, (list, tuple)):
+        entries = [_plain(v) for v in value]
+        return value if all(a is b for a, b in zip(entries, value, strict=True)) else entries
+    dump_of = getattr(value, "model_dump", None)
+    if callable(dump_of) and not isinstance(value, type):
+        exclude = getattr(value, "__api_exclude__", None)
+        return dump_of(mode="json", exclude_unset=True, exclude=exclude, warnings=False)
+    return value
 
 
 def _rebuild(raw: Any, data: Mapping[str, Any]) -> Any:
@@ -299,8 +341,9 @@ class _Completions(_Resource):
         mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
             stream = Stream(self._guard.stream(request), request.model, raw)
-            if mode is not None:
-                stream.prime()  # the raw response's headers exist once the upstream answered
+            # the call starts now, as the SDK's does: an upstream error is raised here, and
+            # the upstream's response (its status and headers) exists once this returns
+            stream.prime()
             return _served(mode, raw, stream, changed=True, asynchronous=False)
         response, report = _guarded(self._guard, request)
         out = _completion(response, report, self._guard, request)
@@ -335,8 +378,7 @@ class _AsyncCompletions(_Resource):
         mode, raw, request = _call(kwargs)
         if kwargs.get("stream"):
             stream = AsyncStream(self._guard.astream(request), request.model, raw)
-            if mode is not None:
-                await stream.prime()
+            await stream.prime()  # (the call starts now: see _Completions.create)
             return _served(mode, raw, stream, changed=True, asynchronous=True)
         response, report = await _aguarded(self._guard, request)
         out = _completion(response, report, self._guard, request)
@@ -368,8 +410,7 @@ class _Responses(_Resource):
         mode, raw, request = _call(kwargs, responses=True)
         if raw is not None and kwargs.get("stream"):
             stream = ResponsesStream(self._guard.stream(request), raw)
-            if mode is not None:
-                stream.prime()
+            stream.prime()  # (the call starts now: see _Completions.create)
             return _served(mode, raw, stream, changed=True, asynchronous=False)
         response, report = _guarded(self._guard, request)
         out = _responses_result(response, report)
@@ -397,8 +438,7 @@ class _AsyncResponses(_Resource):
         mode, raw, request = _call(kwargs, responses=True)
         if raw is not None and kwargs.get("stream"):
             stream = AsyncResponsesStream(self._guard.astream(request), raw)
-            if mode is not None:
-                await stream.prime()
+            await stream.prime()  # (the call starts now: see _Completions.create)
             return _served(mode, raw, stream, changed=True, asynchronous=True)
         response, report = await _aguarded(self._guard, request)
         out = _responses_result(response, report)

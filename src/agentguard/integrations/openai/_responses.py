@@ -227,12 +227,19 @@ class ResponsesCall:
         input: the caller's ``input`` argument as given (a string, or items).
         messages: the messages made of it: while the request still carries exactly these,
             ``input`` goes upstream as given.
+        has_input: whether the caller gave ``input`` at all (a call continuing a stored
+            conversation by ``previous_response_id`` may give none: then none goes upstream
+            while the request carries no message of the guard's).
+        has_model: whether the caller gave ``model`` (a stored prompt may name it): without
+            one, none goes upstream unless a tier names its own.
     """
 
     tools: Any = None
     has_tools: bool = False
     input: Any = None
     messages: Sequence[Mapping[str, Any]] = ()
+    has_input: bool = True
+    has_model: bool = True
 
 
 def is_responses(request: ModelRequest) -> bool:
@@ -241,14 +248,16 @@ def is_responses(request: ModelRequest) -> bool:
 
 
 def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
-    """The neutral request of ``responses.create(**kwargs)`` (``model`` and ``input`` required).
+    """The neutral request of ``responses.create(**kwargs)`` (``model`` and ``input`` may be
+    left out, as the API allows: the request's model is then ``""``).
 
     ``headers`` and ``timeout`` are left to the caller, as for chat requests.
     """
     params = dict(kwargs)
     if params.get("stream"):  # an explicit ``stream=False`` goes upstream as sent
         del params["stream"]
-    model = params.pop("model")
+    has_model, has_input = "model" in params, "input" in params
+    model = params.pop("model", None)
     raw_input = params.pop("input", None)
     if not isinstance(raw_input, (str, Sequence)):  # None, or the SDK's omit
         raw_input = []
@@ -260,12 +269,16 @@ def request_from_responses(kwargs: Mapping[str, Any]) -> ModelRequest:
     items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
     messages = [_message(item) for item in items if isinstance(item, Mapping)]
     return ModelRequest(
-        model=str(model),
+        model="" if model is None and not has_model else str(model),
         messages=messages,
         params=params,
         tools=chat_tools(tools),
         max_output_tokens=cap if isinstance(cap, int) else None,
-        extensions={RESPONSES: ResponsesCall(tools, has_tools, kwargs.get("input"), messages)},
+        extensions={
+            RESPONSES: ResponsesCall(
+                tools, has_tools, kwargs.get("input"), messages, has_input, has_model
+            )
+        },
     )
 
 
@@ -275,8 +288,13 @@ def responses_body(request: ModelRequest, *, stream: bool = False) -> dict[str, 
     unchanged = isinstance(call, ResponsesCall) and (
         request.messages is call.messages or list(request.messages) == list(call.messages)
     )
-    items = call.input if unchanged and call is not None else messages_to_items(request.messages)
-    body: dict[str, Any] = {"model": request.model, "input": items}
+    body: dict[str, Any] = {}
+    if request.model or call is None or call.has_model:
+        body["model"] = request.model
+    if not unchanged or call is None:
+        body["input"] = messages_to_items(request.messages)
+    elif call.has_input:
+        body["input"] = call.input
     body.update(request.params)
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):

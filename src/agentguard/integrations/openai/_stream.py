@@ -79,7 +79,8 @@ class _Response:
     """``stream.response`` of a guarded stream: closing it closes the guarded stream.
 
     The SDK's stream helpers keep their stream's ``response`` only to close it; other
-    attributes are the upstream's HTTP response's (of a raw-response call, once started).
+    attributes are the upstream's HTTP response's (status, headers: the served attempt's, once
+    the call started, which ``create`` does before it returns).
     """
 
     def __init__(self, stream: Any, raw: Any) -> None:
@@ -97,9 +98,10 @@ class _Response:
 
     def __getattr__(self, name: str) -> Any:
         upstream = getattr(self._raw, "response", None)
-        if upstream is None:
+        http = upstream.http_response if upstream is not None else getattr(self._raw, "http", None)
+        if http is None:
             raise AttributeError(f"{name!r}: the guarded stream has not reached the upstream yet")
-        return getattr(upstream.http_response, name)
+        return getattr(http, name)
 
 
 def _without_text(raw: Any, neutral: StreamChunk) -> Any:

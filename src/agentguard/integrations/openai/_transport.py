@@ -61,12 +61,15 @@ class RawCall:
     dated by). ``chunks``: every chunk of the last streamed chat attempt, in order, each with
     its neutral reading (what the wrapped client's stream hands on where the guard changed
     nothing). ``events``: every event of the last streamed Responses attempt, in order.
+    ``http``: the upstream's HTTP response of the last streamed attempt made without a
+    raw-response mode (what the SDK's stream gives as its ``response``: status, headers).
     """
 
-    __slots__ = ("chunk", "chunks", "events", "response")
+    __slots__ = ("chunk", "chunks", "events", "http", "response")
 
     def __init__(self) -> None:
         self.response: Any = None
+        self.http: Any = None
         self.chunk: Any = None
         self.chunks: list[tuple[Any, StreamChunk]] = []
         self.events: list[Any] = []
@@ -224,9 +227,11 @@ def _is_raw(result: Any) -> bool:
 
 def _unwrap(request: ModelRequest, result: Any) -> Any:
     """The SDK object of an endpoint's result; a raw response is kept for the caller, parsed."""
-    if not _is_raw(result):
-        return result
     holder = request.extensions.get(RAW)
+    if not _is_raw(result):
+        if isinstance(holder, RawCall):  # a stream's HTTP response, as the SDK's stream has it
+            holder.http = getattr(result, "response", None)
+        return result
     if isinstance(holder, RawCall):
         holder.response = result
     return result.parse()
