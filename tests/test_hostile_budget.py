@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import math
 import random
@@ -237,6 +238,40 @@ def test_a_reused_upstream_id_never_hides_usage() -> None:
     for session in ("alice", "bob", "carol"):
         assert ledger.usage(session).session_tokens == 100, session
     assert ledger.usage().hour_tokens == 300
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_several_answers_without_usage_are_each_counted(stream: bool) -> None:
+    """``n=3`` from a server that sends no usage: the guard reads the first answer only, and
+    charges each of the three as long as it (charged as one, a session passed its hard_stop
+    about three times over)."""
+    text = " ".join(f"word{i}" for i in range(400))  # about 500 tokens at the estimate's rate
+    answers = [
+        {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        for i in range(3)
+    ]
+    opening = chunk({"role": "assistant", "content": text})
+    pieces = [{**opening, "choices": [{**opening["choices"][0], "index": i}]} for i in range(3)]
+    body = (
+        sse([*pieces, chunk({}, finish="stop")])
+        if stream
+        else encode(completion(choices=answers, usage=None))
+    )
+    kind = "text/event-stream" if stream else "application/json"
+    alone, three = (_ledger(per_session=None, per_hour=None) for _ in range(2))
+    for ledger, n in ((alone, 1), (three, 3)):
+        upstream = RawUpstream([(200, kind, body)])
+        client = guarded_client(upstream, _budget_config(), ledger=ledger)
+        with ag.session("s"):
+            got = outcome(functools.partial(_ask_for, client, n, stream))
+        assert_only(got.error)
+    # (the prompt, a few tokens, counted once: three answers cost more than twice one)
+    assert three.usage("s").session_tokens > 2 * alone.usage("s").session_tokens
+
+
+def _ask_for(client: Any, n: int, stream: bool) -> Any:
+    answer = client.chat.completions.create(model="fast", messages=MESSAGES, n=n, stream=stream)
+    return list(answer) if stream else answer
 
 
 @pytest.mark.parametrize(

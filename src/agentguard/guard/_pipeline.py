@@ -593,7 +593,7 @@ class Pipeline:
             call.tier = b.tier = yield from self._failed(call, classification.error_class, exc)
             return None
         breaker.record_success()
-        usage = response.usage or estimate_usage(call.messages, response.message, tools=call.tools)
+        usage = response.usage or _estimated(call, response.message)
         cost = None
         if ledger is not None and reservation is not None:
             # keyed on the reservation (one per call), never on the upstream's response id:
@@ -1647,7 +1647,18 @@ def _delivered_usage(call: _Call) -> Usage:
         return call.usage_chunk.usage
     streamed = call.streamed
     message = streamed.response(cut=True).message if streamed is not None else None
-    return estimate_usage(call.messages, message, tools=call.tools)
+    return _estimated(call, message)
+
+
+def _estimated(call: _Call, message: Mapping[str, Any] | None) -> Usage:
+    """The estimated usage of an answer that came without its count: the prompt, and the
+    output of each of the ``n`` answers asked for, which the guard reads only the first of
+    (the others counted as long as it: a call asking for three answers is charged three)."""
+    usage = estimate_usage(call.messages, message, tools=call.tools)
+    answers = _answers(call.request.params.get("n"))
+    if answers == 1:
+        return usage
+    return dataclasses.replace(usage, completion_tokens=usage.completion_tokens * answers)
 
 
 def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> ModelResponse:
