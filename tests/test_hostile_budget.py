@@ -274,6 +274,102 @@ def _ask_for(client: Any, n: int, stream: bool) -> Any:
     return list(answer) if stream else answer
 
 
+def _long_stream(chars: int, *, usage: dict[str, int] | None = None) -> bytes:
+    """An SSE answer of ``chars`` characters of prose, 400 to a chunk (no finish cut short)."""
+    # prose that never repeats itself (a repeating text is cut as degenerate, budget or not)
+    words = [
+        "river",
+        "stone",
+        "quiet",
+        "north",
+        "bright",
+        "paper",
+        "window",
+        "seven",
+        "garden",
+        "copper",
+        "valley",
+    ]
+    pick = random.Random(0).choice
+    text = " ".join(pick(words) + str(i) for i in range(chars // 6))[:chars]
+    pieces = [chunk({"content": text[i : i + 400]}) for i in range(0, len(text), 400)]
+    closing = [chunk({}, finish="stop")]
+    if usage is not None:  # (as OpenAI sends it with include_usage: a chunk without choices)
+        closing.append({**chunk({}), "choices": [], "usage": usage})
+    return sse([*pieces, *closing])
+
+
+@pytest.mark.parametrize("reserve", ["strict", "learned"])
+@pytest.mark.parametrize("max_tokens", [None, 300], ids=["uncapped", "cap-ignored"])
+def test_a_stream_past_its_admitted_output_never_passes_hard_stop(
+    reserve: str, max_tokens: int | None
+) -> None:
+    """A server that ignores ``max_tokens``, or an uncapped answer longer than the output the
+    ledger counts for it: the stream is held room for as it runs past its admitted output,
+    and cut (``finish_reason: length``) where the budget has none left; the limit is never
+    passed, and every extra hold is given back."""
+    limit = 3_000
+    config = ag.GuardConfig.from_dict(
+        {
+            "tiers": {"fast": {"model": "small"}},
+            "escalation": {"chain": ["fast"]},
+            "memory_pressure": {"enabled": False},
+            "token_budget": {"per_session": limit, "per_hour": None, "policy": "hard_stop"},
+        },
+        env={},
+    )
+    ledger = _ledger(per_session=limit, per_hour=None, max_output_tokens=1_000, reserve=reserve)
+    upstream = RawUpstream([(200, "text/event-stream", _long_stream(40_000))])
+    client = guarded_client(upstream, config, ledger=ledger)
+    extra = {} if max_tokens is None else {"max_tokens": max_tokens}
+    with ag.session("s"):
+        stream = client.chat.completions.create(
+            model="fast", messages=MESSAGES, stream=True, **extra
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    used = ledger.usage("s")
+    assert used.session_tokens <= limit
+    assert used.session_reserved == 0
+    assert 1_000 * 4 <= len(text) < 40_000  # past its admitted output, cut before the end
+    assert finishes == ["length"]
+    report = ag.report_of(stream)
+    assert report is not None
+    assert any("budget held room for" in w for w in report.warnings)
+
+
+def test_a_stream_past_its_admitted_output_runs_on_while_the_budget_has_room() -> None:
+    """Room is held as the stream runs past its admitted output: with a budget that has it,
+    the whole answer reaches the caller as the upstream sent it, and the holds come back."""
+    config = ag.GuardConfig.from_dict(
+        {
+            "tiers": {"fast": {"model": "small"}},
+            "escalation": {"chain": ["fast"]},
+            "memory_pressure": {"enabled": False},
+            "token_budget": {"per_session": 100_000, "per_hour": None, "policy": "hard_stop"},
+        },
+        env={},
+    )
+    ledger = _ledger(per_session=100_000, per_hour=None, max_output_tokens=1_000)
+    usage = {"prompt_tokens": 9, "completion_tokens": 9_000, "total_tokens": 9_009}
+    body = _long_stream(36_000, usage=usage)
+    upstream = RawUpstream([(200, "text/event-stream", body)])
+    client = guarded_client(upstream, config, ledger=ledger)
+    with ag.session("s"):
+        chunks = list(
+            client.chat.completions.create(
+                model="fast", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            )
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text) == 36_000
+    assert ledger.usage("s").session_tokens == 9_009  # the upstream's own count
+    assert ledger.usage("s").session_reserved == 0
+
+
 @pytest.mark.parametrize(
     "usage",
     [

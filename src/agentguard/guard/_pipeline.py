@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import json
 import logging
+import math
 import random
 import sys
 import uuid
@@ -373,8 +374,8 @@ class Pipeline:
                 if response is None:
                     continue
                 if call.cut:
-                    verdict = self._check_response(call, response)
-                    call.b.warnings.append(f"stream cut: {verdict.message}")
+                    reason = call.cut_reason or self._check_response(call, response).message
+                    call.b.warnings.append(f"stream cut: {reason}")
                     final: ModelResponse | None = response
                 else:
                     final = yield from self._check(call, response)
@@ -540,6 +541,7 @@ class Pipeline:
             # hold the attempt did not settle is given back now, not kept (and renewed) as a
             # call in flight. One blocking store operation, as for an abandoned stream.
             self._abandon(reservation)
+            self._abandon_room(call)
             raise
 
     def _send(
@@ -572,6 +574,7 @@ class Pipeline:
         except Exception as exc:
             broken_off = stream and call.handed_on
             yield from self._free(call, reservation, delivered=broken_off)
+            yield from self._free_room(call)
             classification = self._classified(call, exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -600,6 +603,7 @@ class Pipeline:
             # servers that answer "chatcmpl-123" every time would have their calls count once
             settlement = yield from perform(ledger.commit, ledger.acommit, reservation, usage)
             usage, cost = settlement.usage, settlement.cost  # checked: absurd numbers corrected
+            yield from self._free_room(call)  # (after the commit: its overrun is counted now)
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
@@ -608,6 +612,7 @@ class Pipeline:
         self, call: _Call, tier: Tier, request: ModelRequest, reservation: Reservation | None
     ) -> Plan[ModelResponse]:
         """:meth:`_stream_once`, settling the reservation if the caller abandons the stream."""
+        call.room = _room(reservation, call.request, self.config.token_budget.chars_per_token)
         try:
             return (yield from self._stream_once(call, tier, request))
         except GeneratorExit:  # the caller closed (or dropped) the stream mid-answer
@@ -617,6 +622,46 @@ class Pipeline:
             if not isinstance(exc, Exception):  # cancelled mid-answer (a task cancelled by a
                 self._settle_abandoned(call, reservation)  # client gone, a server stopping)
             raise
+
+    def _more_room(self, call: _Call, room: _Room) -> Plan[bool]:
+        """Hold more of the budget for a stream past the output its call was admitted for,
+        until it covers what streamed; ``False`` when the budget refuses (``hard_stop``): the
+        stream is cut there, before a limit is passed."""
+        ledger = self.ledger
+        assert ledger is not None  # (a room is made only with a ledger)
+        while room.streamed > room.allowed:
+            try:
+                extra = yield from perform(
+                    ledger.reserve,
+                    ledger.areserve,
+                    call.b.session,
+                    room.step,
+                    max_output_tokens=0,
+                )
+            except BudgetExceeded as exc:
+                call.cut_reason = (
+                    f"the answer passed the {room.allowed:,} output tokens its budget held "
+                    f"room for ({exc.budget} budget exhausted)"
+                )
+                return False
+            room.extra.append(extra)
+            room.allowed += room.step
+        return True
+
+    def _free_room(self, call: _Call) -> Plan[None]:
+        """Give back what the budget held for a stream past its admitted output (the attempt's
+        own reservation settled first: the output it counts is held until then)."""
+        room, call.room = call.room, None
+        if room is not None:
+            for extra in room.extra:
+                yield from self._release(extra)
+
+    def _abandon_room(self, call: _Call) -> None:
+        """:meth:`_free_room` where nothing can be yielded (see :meth:`_abandon`)."""
+        room, call.room = call.room, None
+        if room is not None:
+            for extra in room.extra:
+                self._abandon(extra)
 
     def _settle_abandoned(self, call: _Call, reservation: Reservation | None) -> None:
         """Count what an abandoned stream delivered and free the rest of its hold, right away.
@@ -633,6 +678,7 @@ class Pipeline:
             ledger.commit(reservation, _delivered_usage(call))
         except Exception:  # see the docstring: the lease frees the hold
             logger.debug("could not settle an abandoned stream", exc_info=True)
+        self._abandon_room(call)
 
     def _abandon(self, reservation: Reservation | None) -> None:
         """Give back a hold its attempt did not settle (one it settled stays settled).
@@ -675,6 +721,8 @@ class Pipeline:
         yield Open(tier, request, call.b.session)
         call.usage_chunk = None
         call.handed_on = False
+        call.cut_reason = None
+        room = call.room
         acc = call.streamed = Accumulator()
         cfg = self.config.tool_validation
         checked = call.validator is not None and cfg.enabled
@@ -704,6 +752,13 @@ class Pipeline:
                 yield Emit(chunk)
                 continue
             acc.add(chunk)
+            if (
+                room is not None
+                and room.counted(chunk)
+                and not (yield from self._more_room(call, room))
+            ):
+                call.cut = True  # (this chunk not handed on: the budget holds no room for it)
+                return acc.response(cut=True)
             if (
                 chunk.usage is not None
                 and acc.finish is not None  # before the finish: a running count
@@ -1455,6 +1510,65 @@ class Pipeline:
         return _worst(run.detector.observe(message))
 
 
+#: The least a stream past its admitted output holds of the budget at a time.
+_ROOM_STEP = 512
+
+
+class _Room:
+    """The output a streamed attempt may produce within what its budget holds: the worst case
+    its call was admitted for (``allowed``), then what it holds more as it runs past that
+    (``extra``, ``step`` at a time: see :meth:`Pipeline._more_room`). A server that ignores the
+    cap, or an uncapped answer longer than the output the ledger counts for it, would otherwise
+    pass a ``hard_stop`` limit by everything it streams past its hold.
+
+    What streamed is estimated as a whole answer without usage is (the text, reasoning and
+    call fragments; characters, not tokens), kept as two running counts: a check per chunk,
+    not a pass over the answer.
+    """
+
+    __slots__ = ("allowed", "answers", "ascii", "extra", "other", "rate", "step")
+
+    def __init__(self, allowed: int, answers: int, rate: float) -> None:
+        self.allowed = allowed
+        self.answers = answers
+        self.rate = rate
+        self.step = max(allowed // 4, _ROOM_STEP)
+        self.ascii = self.other = 0
+        self.extra: list[Reservation] = []
+
+    @property
+    def streamed(self) -> int:
+        """The output streamed so far, estimated (each of ``n`` answers as long as the first)."""
+        return (math.ceil(self.ascii / self.rate) + self.other) * self.answers
+
+    def counted(self, chunk: StreamChunk) -> bool:
+        """Count ``chunk``'s output; whether the stream is now past its room."""
+        pieces: list[Any] = [chunk.content, chunk.reasoning]
+        for fragment in chunk.tool_calls or ():
+            fn = fragment.get("function") if isinstance(fragment, Mapping) else None
+            if isinstance(fn, Mapping):
+                pieces += (fn.get("name"), fn.get("arguments"))
+        for piece in pieces:
+            if piece.__class__ is str and piece:
+                if piece.isascii():
+                    self.ascii += len(piece)
+                else:
+                    ascii_chars = len(piece.encode("ascii", "ignore"))
+                    self.ascii += ascii_chars
+                    self.other += len(piece) - ascii_chars
+        return self.streamed > self.allowed
+
+
+def _room(reservation: Reservation | None, request: ModelRequest, rate: float) -> _Room | None:
+    """The room of a streamed attempt held by ``reservation``; ``None`` without a budget limit
+    (nothing to pass) or an output count to start from."""
+    if reservation is None or not reservation.output_tokens:
+        return None
+    if reservation.session_limit is None and reservation.hour_limit is None:
+        return None
+    return _Room(reservation.output_tokens, _answers(request.params.get("n")), rate)
+
+
 @dataclass
 class _Call:
     """The mutable state of one guarded call while its plan runs."""
@@ -1477,7 +1591,9 @@ class _Call:
     choice: Any = None  # the caller's tool_choice (the guard may turn tools off: _asked_choice)
     content_sent: bool = False  # streaming: some text already reached the caller
     usage_chunk: StreamChunk | None = None  # streaming: the served attempt's usage chunk
-    cut: bool = False  # streaming: the answer degenerated and was cut
+    cut: bool = False  # streaming: the answer was cut (degenerated, or past its budget)
+    cut_reason: str | None = None  # streaming: why, when not degeneration
+    room: _Room | None = None  # streaming: the output the budget holds room for (see _room)
     streamed: Accumulator | None = None  # streaming: what the current attempt has delivered
     handed_on: bool = False  # streaming: the current attempt passed part of its answer on
     gate: CallGate | None = None  # streaming: the live attempt's hold on text-written calls
