@@ -563,3 +563,24 @@ _COMPLETION = {
     ],
     "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
 }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_an_error_in_a_streams_body_is_raised_on_reading(asynchronous: bool) -> None:
+    """An error the upstream sends in a stream's body (after answering 200) is raised by the
+    SDK's stream as it is read, not by ``create``: the same through the guard, which starts
+    the call in ``create`` (after its retries, the same error)."""
+    body = 'data: {"error": {"message": "the model crashed", "type": "server_error"}}\n\n'
+
+    def answer(request: Any) -> Any:
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    raw, wrapped, _ = _clients(answer, asynchronous)
+    raised = []
+    for client in (raw, wrapped):
+        stream = await _maybe(client.chat.completions.create(**_STREAMED))  # (no error yet)
+        with pytest.raises(openai.APIError) as error:
+            await _chunks(stream)
+        raised.append((type(error.value), error.value.message))
+    assert raised[1] == raised[0]

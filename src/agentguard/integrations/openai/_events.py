@@ -34,7 +34,7 @@ from ._responses import (
     responses_output,
     unchanged_text,
 )
-from ._stream import AsyncIterating, Iterating, _Response
+from ._stream import AsyncIterating, Iterating, _Response, deferred
 from ._transport import RawCall, dump
 
 __all__ = ["AsyncResponsesStream", "ResponsesStream"]
@@ -229,6 +229,7 @@ class ResponsesStream(Iterating):
         self._raw = raw
         self._events = _Events(raw)
         self._head: list[Any] = []
+        self._failure: Exception | None = None  # (see Stream.prime)
         self.owners = self._events.owners
         self._iterator = self._chunks()
 
@@ -240,14 +241,19 @@ class ResponsesStream(Iterating):
     def prime(self) -> None:
         """Start the guarded call now (see :meth:`Stream.prime`)."""
         if not self._head:
-            for chunk in self._inner:
-                self._head.append(chunk)
-                break
+            try:
+                for chunk in self._inner:
+                    self._head.append(chunk)
+                    break
+            except Exception as exc:
+                self._failure = deferred(exc, self._raw)
 
     def _chunks(self) -> Iterator[Any]:
         while self._head:
             yield from self._events.of(self._head.pop(0))
         try:
+            if self._failure is not None:
+                raise self._failure
             for chunk in self._inner:
                 yield from self._events.of(chunk)
         except ReportedError as error:
@@ -265,6 +271,7 @@ class AsyncResponsesStream(AsyncIterating):
         self._raw = raw
         self._events = _Events(raw)
         self._head: list[Any] = []
+        self._failure: Exception | None = None  # (see Stream.prime)
         self.owners = self._events.owners
         self._iterator = self._chunks()
 
@@ -276,15 +283,20 @@ class AsyncResponsesStream(AsyncIterating):
     async def prime(self) -> None:
         """Async twin of :meth:`ResponsesStream.prime`."""
         if not self._head:
-            async for chunk in self._inner:
-                self._head.append(chunk)
-                break
+            try:
+                async for chunk in self._inner:
+                    self._head.append(chunk)
+                    break
+            except Exception as exc:
+                self._failure = deferred(exc, self._raw)
 
     async def _chunks(self) -> AsyncIterator[Any]:
         while self._head:
             for event in self._events.of(self._head.pop(0)):
                 yield event
         try:
+            if self._failure is not None:
+                raise self._failure
             async for chunk in self._inner:
                 for event in self._events.of(chunk):
                     yield event

@@ -104,6 +104,16 @@ class _Response:
         return getattr(http, name)
 
 
+def deferred(error: Exception, raw: RawCall | None) -> Exception:
+    """``error``, raised while a stream was started, if the stream's reader is to get it: an
+    error raised once the upstream had answered (an error event in the body, the connection
+    lost mid-answer) is raised by the SDK's stream as it is read, not by ``create``; one
+    raised before (a refusal, a connection never made, the guard's own) is raised at once."""
+    if raw is None or (raw.http is None and raw.response is None):
+        raise error
+    return error
+
+
 def _without_text(raw: Any, neutral: StreamChunk) -> Any:
     """An SDK chunk without the first answer's text (``None`` when nothing else is in it)."""
     choices = getattr(raw, "choices", None)
@@ -137,6 +147,7 @@ class _Base:
         self._raw = raw
         self._head: list[Any] = []  # chunks read ahead by prime()
         self._primed = False
+        self._failure: Exception | None = None  # raised in the body, read ahead by prime()
         self.owners: list[Any] = []  # objects that get the report too
 
     @property
@@ -186,18 +197,25 @@ class Stream(Iterating, _Base):
         self._iterator = self._chunks()
 
     def prime(self) -> None:
-        """Start the guarded call now (the first chunk is read ahead): a raw response's
-        headers exist once the upstream answered, and errors surface here as the SDK's do."""
+        """Start the guarded call now (the first chunk is read ahead): the upstream's response
+        exists once it answered, and an error raised before it did is raised here, as the
+        SDK's ``create`` raises it; one raised by the answer's body is raised on iteration, as
+        the SDK's stream raises it (see :func:`deferred`)."""
         if not self._primed:
             self._primed = True
-            for chunk in self._inner:
-                self._head.extend(self._out(self._replay.of(chunk)))
-                break
+            try:
+                for chunk in self._inner:
+                    self._head.extend(self._out(self._replay.of(chunk)))
+                    break
+            except Exception as exc:
+                self._failure = deferred(exc, self._raw)
 
     def _chunks(self) -> Iterator[Any]:
         self._primed = True
         while self._head:
             yield self._head.pop(0)
+        if self._failure is not None:
+            raise self._failure
         for chunk in self._inner:
             yield from self._out(self._replay.of(chunk))
         yield from self._out(self._replay.end())
@@ -240,14 +258,19 @@ class AsyncStream(AsyncIterating, _Base):
         """Async twin of :meth:`Stream.prime`."""
         if not self._primed:
             self._primed = True
-            async for chunk in self._inner:
-                self._head.extend(self._out(self._replay.of(chunk)))
-                break
+            try:
+                async for chunk in self._inner:
+                    self._head.extend(self._out(self._replay.of(chunk)))
+                    break
+            except Exception as exc:
+                self._failure = deferred(exc, self._raw)
 
     async def _chunks(self) -> AsyncIterator[Any]:
         self._primed = True
         while self._head:
             yield self._head.pop(0)
+        if self._failure is not None:
+            raise self._failure
         async for chunk in self._inner:
             for out in self._out(self._replay.of(chunk)):
                 yield out

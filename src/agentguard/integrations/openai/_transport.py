@@ -220,6 +220,12 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
     return chunk
 
 
+def _started(holder: Any) -> None:
+    """A new streamed attempt: no upstream response yet (an earlier attempt's is not its)."""
+    if isinstance(holder, RawCall):
+        holder.http = holder.response = None
+
+
 def _is_raw(result: Any) -> bool:
     """Whether an endpoint returned the SDK's raw response (the call carried its raw header)."""
     return hasattr(result, "http_response") and callable(getattr(result, "parse", None))
@@ -492,6 +498,7 @@ class OpenAITransport:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
         holder = request.extensions.get(RAW)
+        _started(holder)
         see = _watch(request, holder)
         with _unwrap(request, endpoint.create(**kwargs)) as stream:
             for chunk in stream:
@@ -527,6 +534,7 @@ class AsyncOpenAITransport:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
         endpoint, kwargs = _call(self._client, request, stream=True)
         holder = request.extensions.get(RAW)
+        _started(holder)
         see = _watch(request, holder)
         async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
             async for chunk in stream:
