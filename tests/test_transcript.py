@@ -232,6 +232,57 @@ def test_a_continuation_is_judged_incrementally_even_when_trimmed() -> None:
     assert run.last[0] == len(messages) - 2  # the latest answer, where the request has it
 
 
+@pytest.mark.parametrize("edit", ["sliding-window", "system-prompt-with-the-time"])
+def test_a_conversation_whose_opening_changes_keeps_its_run(edit: str) -> None:
+    """An agent that keeps a window of its last turns drops the opening too (the first user
+    message), and one whose system prompt carries the time changes it every turn: the request
+    still carries the run's latest answer, and continues that run (one session, one budget)
+    instead of starting a new one each turn."""
+    model = ScriptedModel([Reply.text(f"Answer {i}: step {i} is done.") for i in range(8)])
+    guard = Guard(model, _config())
+    history: list[dict[str, Any]] = []
+    sessions = []
+    for turn in range(8):
+        history.append({"role": "user", "content": f"Question {turn}: what comes next?"})
+        system = SYSTEM
+        window = history
+        if edit == "sliding-window":
+            window = history[-3:]
+        else:
+            system = {"role": "system", "content": f"You help. The time is 10:0{turn}."}
+        response = guard.complete(ModelRequest(model="m", messages=[system, *window]))
+        report = ag.report_of(response)
+        assert report is not None
+        sessions.append(report.session)
+        history.append(dict(response.message))
+    assert len(set(sessions)) == 1, sessions
+    assert len(guard.pipeline._runs) == 1
+
+
+def test_two_runs_ending_on_the_same_answer_are_not_joined_without_their_opening() -> None:
+    """Two conversations of one caller whose latest answers are the same text: a request that
+    carries that answer under a third opening continues neither (which one it follows, the
+    transcript does not say), and each conversation still continues its own run."""
+    model = ScriptedModel([Reply.text("Done.")], cycle=True)
+    guard = Guard(model, _config())
+    runs = {}
+    for topic in ("alpha", "beta"):
+        first = [SYSTEM, {"role": "user", "content": f"Do {topic}."}]
+        response = guard.complete(ModelRequest(model="m", messages=first))
+        runs[topic] = (first, dict(response.message), ag.report_of(response))
+    after = {"role": "user", "content": "And now?"}
+    stranger = [{"role": "system", "content": "Another prompt."}, runs["alpha"][1], after]
+    report = ag.report_of(guard.complete(ModelRequest(model="m", messages=stranger)))
+    assert report is not None
+    assert report.session not in {r[2].session for r in runs.values()}
+    for first, answer, before in runs.values():
+        again = ag.report_of(
+            guard.complete(ModelRequest(model="m", messages=[*first, answer, after]))
+        )
+        assert again is not None
+        assert again.session == before.session
+
+
 def test_forgotten_runs_free_their_memory() -> None:
     """Past ``max_sessions`` the least recently used runs are forgotten, with their indexes."""
     model = ScriptedModel([CALL], cycle=True)

@@ -243,7 +243,10 @@ class Pipeline:
             realm = namespace = f"session:{sid}"
             new_id = lambda: sid  # noqa: E731
         if thread is None:
-            run, new, tokens = self._runs.locate(namespace, request.messages, new_id)
+            found_by = realm if source == "fingerprint" else None
+            run, new, tokens = self._runs.locate(
+                namespace, request.messages, new_id, realm=found_by
+            )
             end = len(request.messages)
         else:
             run, new, tokens = self._runs.follow(realm, thread, namespace, request.messages, new_id)

@@ -19,7 +19,9 @@ request, the run it continues:
 Runs live in a *namespace*: an explicit session, or — without one — the caller's scope (a key,
 a ``user``) and the conversation's opening. Strangers never share a run: two conversations that
 share only their opening part ways at their first differing message, and an identical re-send is
-a fork, not a continuation.
+a fork, not a continuation. A request whose opening changed (trimmed away, or edited: a system
+prompt carrying the time) continues the caller's run whose latest answer it carries, when that
+answer is the latest of that run alone.
 
 A request whose history the upstream keeps (the Responses API's ``previous_response_id`` or
 ``conversation``) carries only what is new: it names the *thread* it follows instead
@@ -72,12 +74,15 @@ class Run:
         "media",
         "memory",
         "namespace",
+        "realm",
         "rung",
     )
 
     def __init__(self, run_id: str, namespace: str, detector: LoopDetector, memory: int) -> None:
         self.id = run_id
         self.namespace = namespace
+        #: the caller's realm of a run found without a named session (see Runs.locate)
+        self.realm: str | None = None
         self.detector = detector
         #: message key -> (its index in the conversation, tokens of the conversation up to it),
         #: least recently seen first
@@ -115,6 +120,9 @@ class Runs:
         self._seen: dict[tuple[str, str], Run] = {}
         #: (namespace, key of a run's latest message) -> the runs whose latest message it is
         self._tips: dict[tuple[str, str], list[Run]] = {}
+        #: (realm, key of the answer a run ended on) -> those runs, of every opening: a
+        #: conversation whose opening was trimmed away is found by its latest answer
+        self._answers: dict[tuple[str, str], list[Run]] = {}
         #: (realm, thread) -> the run that answered it, the index of that answer, and the tier
         #: that gave it
         self._threads: collections.OrderedDict[tuple[str, str], tuple[Run, int, Tier | None]] = (
@@ -132,6 +140,8 @@ class Runs:
         namespace: str,
         messages: Sequence[Mapping[str, Any]],
         new_id: Callable[[], str],
+        *,
+        realm: str | None = None,
     ) -> tuple[Run, list[New], int]:
         """The run a request continues (or a new one), its unseen messages, and the estimated
         tokens of the whole history.
@@ -140,12 +150,19 @@ class Runs:
             namespace: where the request's runs live.
             messages: the request's history.
             new_id: gives the id of a new run.
+            realm: the caller's realm, when the namespace is made of it and the conversation's
+                opening (no session named): a request that continues none of the namespace's
+                runs continues the realm's run whose latest message is the answer the guard
+                returned it, when that answer is in the request and is the latest of that run
+                alone (an agent that trims its history drops the opening too, or edits it: a
+                system prompt carrying the time).
         """
         end = len(messages)
         floor = max(0, end - self._memory)
         keys: list[str] = []  # of the messages after the match, last first
         run: Run | None = None
         parent: Run | None = None
+        answered: tuple[Run, int] | None = None  # the realm's run ending on an answer here
         start = end
         while start > floor:
             key = message_key(messages[start - 1])
@@ -154,15 +171,25 @@ class Runs:
                 run = _continued(waiting, start - 1, messages)
                 if run is not None:
                     break
+            if realm is not None and answered is None:
+                ending = self._answers.get((realm, key))
+                if ending is not None and len(ending) == 1:  # (two runs on one answer: neither)
+                    answered = (ending[0], start - 1)
             if parent is None:
                 parent = self._seen.get((namespace, key))
             keys.append(key)
             start -= 1
+        if run is None and answered is not None:
+            run = _continued([answered[0]], answered[1], messages)
+            if run is not None:
+                start = answered[1] + 1
+                keys = keys[: end - start]
         base: int | None = None
         if run is None:
             # A new run (or a fork of ``parent``): a fresh detector judges the whole transcript,
             # as far back as a run remembers.
             run = Run(new_id(), namespace, self._detector(), self._memory)
+            run.realm = realm
             if parent is not None:
                 run.forced_tier = parent.forced_tier
             self._add(run)
@@ -261,6 +288,8 @@ class Runs:
         run.last = (index, key, tokens)
         run.answered = answer
         self._tips.setdefault((namespace, key), []).append(run)
+        if answer and run.realm is not None:
+            self._answers.setdefault((run.realm, key), []).append(run)
         run.marks[key] = (index, tokens)
         run.marks.move_to_end(key)
         self._seen[(namespace, key)] = run
@@ -286,11 +315,18 @@ class Runs:
         """``run`` no longer waits at its latest message (it moves on, or is forgotten)."""
         if run.last is None:
             return
-        tip = self._tips.get((run.namespace, run.last[1]))
-        if tip is not None and run in tip:
-            tip.remove(run)
-            if not tip:
-                del self._tips[(run.namespace, run.last[1])]
+        _drop(self._tips, (run.namespace, run.last[1]), run)
+        if run.realm is not None:
+            _drop(self._answers, (run.realm, run.last[1]), run)
+
+
+def _drop(tips: dict[tuple[str, str], list[Run]], at: tuple[str, str], run: Run) -> None:
+    """``run`` no longer among the runs waiting at ``at``."""
+    tip = tips.get(at)
+    if tip is not None and run in tip:
+        tip.remove(run)
+        if not tip:
+            del tips[at]
 
 
 def _continued(waiting: list[Run], index: int, messages: Sequence[Mapping[str, Any]]) -> Run | None:
