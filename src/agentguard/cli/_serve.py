@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
+import logging
 import sys
 from typing import Any
 
+from agentguard._redact import redact
 from agentguard.config import GuardConfig
 from agentguard.exceptions import ConfigError
 
@@ -73,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        log_config=_log_config(uvicorn.config.LOGGING_CONFIG),
         # the access log's line per request only where the log level shows it
         access_log=args.log_level.lower() in ("trace", "debug", "info"),
         timeout_graceful_shutdown=args.graceful_timeout,
@@ -85,6 +89,27 @@ def _serve(args: argparse.Namespace) -> int:
         date_header=False,
     )
     return 0
+
+
+class RedactedRequestLine(logging.Filter):
+    """Takes the secrets out of an access log line's request (``?key=...``, ``&api-key=...``,
+    a key the server forwarded upstream: see :func:`agentguard._redact.redact`), keeping the
+    line's arguments, which uvicorn's access formatter reads one by one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def _log_config(default: dict[str, Any]) -> dict[str, Any]:
+    """uvicorn's logging configuration (``default``), its access log's lines redacted: a
+    caller's key in a query string (Google's ``?key=``, Azure's ``?api-key=``) is never
+    written to the log."""
+    config = copy.deepcopy(default)
+    config.setdefault("filters", {})["redacted"] = {"()": RedactedRequestLine}
+    config["loggers"].setdefault("uvicorn.access", {})["filters"] = ["redacted"]
+    return config
 
 
 def _warm() -> None:

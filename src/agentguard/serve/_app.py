@@ -74,7 +74,6 @@ from agentguard.types import Tier
 from ._meter import Metered, meter
 from ._upstream import (
     FORWARD,
-    HOP_BY_HOP,
     Answer,
     Event,
     Forward,
@@ -82,7 +81,8 @@ from ._upstream import (
     Pool,
     UpstreamError,
     body_pieces,
-    hop_by_hop,
+    end_to_end,
+    json_object,
     read_by_server,
     read_whole,
     readable,
@@ -99,6 +99,9 @@ logger = logging.getLogger("agentguard.serve")
 _KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 # What a forwarded model call's metering reads of its headers: the caller's key, the session.
 _METER_HEADERS = frozenset(h.encode() for h in (*_KEY_HEADERS, SESSION_HEADER))
+# A request's header that goes upstream with its body only when the body goes as it came.
+_CODING = frozenset({b"content-encoding"})
+_SESSION = SESSION_HEADER.encode()
 
 
 class GuardServer:
@@ -291,9 +294,10 @@ def _caller(headers: Mapping[str, str]) -> str:
 # -- answers --------------------------------------------------------------------------------
 
 
-def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """An upstream answer's headers to pass on (not those of its connection or encoding)."""
-    return {k: v for k, v in headers.items() if not hop_by_hop(k)}
+def _upstream_headers(headers: httpx.Headers) -> dict[str, str]:
+    """An upstream answer's headers to pass on (not those of its connection or encoding: see
+    :func:`end_to_end`), by name (:func:`_repeated` puts back a header sent twice)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in end_to_end(headers.raw)}
 
 
 class _Whole(Response):
@@ -325,18 +329,11 @@ def _whole(
     not send)."""
     added = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]
     names = {k for k, _ in added}
-    out: list[tuple[bytes, bytes]] = []
-    length: list[tuple[bytes, bytes]] = []
-    for key, value in upstream.raw:
-        name = key.lower()
-        if name not in HOP_BY_HOP:
-            if name not in names:
-                out.append((name, value))
-        elif name == b"content-length":
-            length = [(name, value)]
+    out = [(k, v) for k, v in end_to_end(upstream.raw) if k not in names]
     out += added
     if head:
-        out += length
+        length = [(b"content-length", v) for k, v in upstream.raw if k.lower() == b"content-length"]
+        out += length[-1:]
     elif status >= 200 and status not in (204, 304):
         out.append((b"content-length", b"%d" % len(body)))
     return _Whole(status, body, out)
@@ -347,13 +344,12 @@ def _repeated(response: Response, upstream: Mapping[str, str]) -> Response:
     came, not joined into one (a ``Mapping`` of headers holds one value per name)."""
     if not isinstance(upstream, httpx.Headers):
         return response
-    pairs = [(k.lower(), v) for k, v in upstream.multi_items() if not hop_by_hop(k)]
+    pairs = end_to_end(upstream.raw)
     counts = collections.Counter(k for k, _ in pairs)
-    repeated = {k.encode("latin-1") for k, n in counts.items() if n > 1}
+    repeated = {k for k, n in counts.items() if n > 1}
     if repeated:
         kept = [h for h in response.raw_headers if h[0] not in repeated]
-        again = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
-        response.raw_headers = kept + [h for h in again if h[0] in repeated]
+        response.raw_headers = kept + [h for h in pairs if h[0] in repeated]
     return response
 
 
@@ -452,22 +448,27 @@ def _responses_body(answer: Answer, guarded: ModelResponse) -> bytes:
 
 
 def _forwarded(request: Request) -> dict[str, str]:
-    """The caller's headers to send upstream (not those of its connection), by name, read in
-    one pass over the request's raw pairs (ASGI gives the names in lowercase)."""
+    """The caller's headers (not those of its connection), by name, for the guard to read:
+    the caller's key, the session it names, its trace context (what goes upstream is
+    :func:`_sent`'s)."""
     return {
-        k.decode("latin-1"): v.decode("latin-1")
-        for k, v in request.scope["headers"]
-        if k not in HOP_BY_HOP
+        k.decode("latin-1"): v.decode("latin-1") for k, v in end_to_end(request.scope["headers"])
     }
 
 
+def _sent(scope: Scope, *, keep: frozenset[bytes] = frozenset()) -> list[tuple[bytes, bytes]]:
+    """The caller's header pairs that go upstream: as they came (a header sent twice stays
+    two, each value its bytes, ``Content-Type`` as sent), but those of its connection (see
+    :func:`end_to_end`, ``keep`` kept) and the guard's own ``x-agentguard-session``, which
+    never goes upstream, whatever the route."""
+    return [(k, v) for k, v in end_to_end(scope["headers"], keep=keep) if k != _SESSION]
+
+
 async def _read(request: Request) -> tuple[bytes, dict[str, Any] | None]:
+    """The request's body, and the JSON object it holds (``None``: none the guard can read,
+    deep nesting included: the body then goes upstream as it came)."""
     content = await request.body()
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return content, None
-    return content, body if isinstance(body, dict) else None
+    return content, json_object(content)
 
 
 def _chat_request(
@@ -498,7 +499,8 @@ def _build(
         return None
     headers = _forwarded(request)
     caller = _caller(headers)
-    extensions: dict[str, Any] = {FORWARD: Forward(path, body, content, _query(request.scope))}
+    forward = Forward(path, body, content, _query(request.scope), sent=_sent(request.scope))
+    extensions: dict[str, Any] = {FORWARD: forward}
     if caller:
         extensions[SCOPE] = caller
     # the caller's trace context: the guard's spans join the caller's trace (they go upstream
@@ -542,7 +544,7 @@ async def _guarded(server: GuardServer, request: Request, path: str) -> Response
     if not isinstance(raw, Answer):  # nothing else comes from this transport
         return JSONResponse(dict(response.message), headers=headers)
     make = _responses_body if path == "/responses" else _completion_body
-    return _whole(200, make(raw, response), raw.headers, headers)
+    return _whole(raw.status, make(raw, response), raw.headers, headers)
 
 
 async def chat_completions(server: GuardServer, request: Request) -> Response:
@@ -715,9 +717,7 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
     except BaseException:
         await _settle(server, stream)
         raise
-    headers = _upstream_headers(forward.headers)
-    if not headers.get("content-type", "").startswith("text/event-stream"):
-        headers.pop("content-type", None)  # the stream's own type, below
+    headers = _upstream_headers(forward.headers)  # an event stream's (see HTTPUpstream)
     events = _events(server, stream, first, forward)
     try:
         opening = await anext(events)  # the stream's head, up to its first chunk
@@ -996,6 +996,17 @@ def _target(server: GuardServer, path: str) -> str:
     return str(origin).rstrip("/") + path
 
 
+def _wire_path(scope: Scope) -> str:
+    """The request's path as its caller encoded it, what the server routes and forwards by:
+    ASGI's ``raw_path`` (``/v1/files/a%2Fb``, where ``path`` has ``a/b``, and ``%3F`` would
+    become a query), less the ``root_path`` the app is served under; ``path`` from a server
+    that gives no ``raw_path``."""
+    raw: bytes | None = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw is not None else scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 def _query(scope: Scope) -> str:
     """The request's query string as it came, with its ``?`` (``""`` when it has none)."""
     query: bytes = scope.get("query_string") or b""
@@ -1016,12 +1027,10 @@ async def _forward(server: GuardServer, scope: Scope, body: bytes) -> Response:
     """The request of ``scope`` with ``body``, sent upstream: its target as the caller gave it
     (the query string's bytes as they came) and its headers' raw pairs (a header sent twice
     stays two), but those of its connection (its body's ``Content-Encoding`` kept)."""
-    url = _target(server, scope.get("root_path", "") + scope["path"]) + _query(scope)
+    url = _target(server, _wire_path(scope)) + _query(scope)
     # the body goes as it came, so its coding goes with it (a gzip body without its
     # Content-Encoding cannot be read upstream)
-    headers = [
-        (k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP or k == b"content-encoding"
-    ]
+    headers = _sent(scope, keep=_CODING)
     method = scope["method"]
     metered: Metered | None = None
     if method == "POST" and server.config.token_budget.enabled:
@@ -1120,13 +1129,13 @@ async def models(server: GuardServer, request: Request) -> Response:
         answer = await server.pool.send(
             "GET",
             server.upstream + "/models" + _query(request.scope),
-            headers=read_by_server(_forwarded(request)),
+            headers=read_by_server(_sent(request.scope)),
             content=b"",
         )
         content = await read_whole(answer)
         if answer.status_code == 200:
-            data = json.loads(content)
-            listed = list(data.get("data") or []) if isinstance(data, dict) else []
+            data = json_object(content)
+            listed = list(data.get("data") or []) if data is not None else []
             headers = _upstream_headers(answer.headers)
     except (AgentGuardError, httpx.HTTPError, ValueError):
         listed = []  # the tiers are models the server serves all the same
@@ -1177,7 +1186,13 @@ def add_route(method: str, path: str, endpoint: Endpoint) -> None:
 
 
 def _route(server: GuardServer, method: str, path: str, endpoint: Endpoint) -> Route:
+    fixed = "{" not in path
+
     async def handle(request: Request) -> Response:
+        if fixed and _wire_path(request.scope) != path:
+            # Starlette matched the decoded path (``/v1/chat%2Fcompletions``): a route of
+            # fixed path serves only itself as sent, as on the server's own way (GuardApp)
+            return await forward(server, request)
         return await endpoint(server, request)
 
     return Route(path, handle, methods=[method])
@@ -1230,7 +1245,7 @@ class GuardApp(Starlette):
         if scope["type"] == "http":
             send = _dated(send)
         if scope["type"] == "http" and not scope.get("root_path") and not self.user_middleware:
-            method, path = scope["method"], scope["path"]
+            method, path = scope["method"], _wire_path(scope)
             endpoint = self._exact.get((method, path))
             if endpoint is not None:
                 scope["app"] = self

@@ -13,7 +13,6 @@ the answer changes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Mapping
@@ -23,6 +22,8 @@ from agentguard.budget._estimate import UNCAPPED_OUTPUT
 from agentguard.integrations.openai._responses import read_usage
 from agentguard.transport import split_session_header
 from agentguard.types import Usage
+
+from ._upstream import json_object
 
 __all__ = ["AnswerReader", "Metered", "meter", "metered_call", "usage_of"]
 
@@ -45,11 +46,8 @@ def metered_call(body: bytes) -> tuple[str, int, int | None] | None:
     start = body[:64].lstrip()
     if not start.startswith(b"{"):
         return None
-    try:
-        data = json.loads(body)
-    except ValueError:  # not JSON after all: the upstream answers it
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), str) or not data["model"]:
+    data = json_object(body)  # none the server can read: the upstream answers it
+    if data is None or not isinstance(data.get("model"), str) or not data["model"]:
         return None
     cap = None
     options = data.get("options")
@@ -170,11 +168,9 @@ class AnswerReader:
             line = line[5:].strip()
         if not line.startswith(b"{"):
             return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        self._read(event)
+        event = json_object(line)
+        if event is not None:
+            self._read(event)
 
     def _read(self, event: object) -> None:
         usage = usage_of(event)
@@ -189,8 +185,9 @@ class AnswerReader:
         (at most ``output_cap`` when the request capped its output)."""
         self._end_line()
         if self.usage is None and not self._text and len(self._whole) <= _LINE_BYTES:
-            with contextlib.suppress(ValueError):  # one JSON document over several lines
-                self._read(json.loads(bytes(self._whole)))
+            whole = json_object(bytes(self._whole))  # one JSON document over several lines
+            if whole is not None:
+                self._read(whole)
         if self.usage is not None:
             return self.usage
         output = estimate_tokens("".join(self._text))

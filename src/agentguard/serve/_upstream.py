@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +48,10 @@ __all__ = [
     "UpstreamError",
     "accepted",
     "body_pieces",
+    "end_to_end",
     "failure",
     "hop_by_hop",
+    "json_object",
     "read_by_server",
     "read_whole",
     "readable",
@@ -89,6 +91,32 @@ def hop_by_hop(name: str) -> bool:
     return name.lower() in _HOP
 
 
+def end_to_end(
+    pairs: Iterable[tuple[bytes, bytes]], *, keep: frozenset[bytes] = frozenset()
+) -> list[tuple[bytes, bytes]]:
+    """A message's raw header pairs that go on to the other side (names in lowercase, in
+    order, a header sent twice still two): not those of :data:`HOP_BY_HOP` (but the names in
+    ``keep``), nor any its ``Connection`` header names, which a proxy must remove as well
+    (RFC 9110 §7.6.1: ``Connection: keep-alive, X-Hop`` makes ``X-Hop`` the connection's)."""
+    lowered = [(k.lower(), v) for k, v in pairs]
+    dropped = HOP_BY_HOP - keep
+    for name, value in lowered:
+        if name == b"connection":
+            dropped = dropped | {n.strip().lower() for n in value.split(b",")}
+    return [(k, v) for k, v in lowered if k not in dropped]
+
+
+def json_object(content: bytes | str) -> dict[str, Any] | None:
+    """The JSON object ``content`` holds, or ``None`` when it holds none the server can read:
+    no JSON, JSON of another type, or JSON nested deeper than the parser goes (which raises
+    ``RecursionError``, not ``ValueError``)."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 #: The content codings whose answers the server reads (httpx undoes them): ``gzip`` and
 #: ``deflate``, and ``br`` / ``zstd`` when their packages are installed.
 DECODABLE = frozenset(
@@ -120,11 +148,18 @@ def accepted(value: str) -> str:
 
 
 class Answer(dict[str, Any]):
-    """An upstream JSON answer as data, with the bytes and headers it came in."""
+    """An upstream JSON answer as data, with the status, bytes and headers it came in."""
 
-    def __init__(self, body: Mapping[str, Any], content: bytes, headers: Mapping[str, str]):
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        content: bytes,
+        headers: Mapping[str, str],
+        status: int = 200,
+    ) -> None:
         super().__init__(body)
         self.content = content
+        self.status = status
         # as httpx.Headers: a header sent twice (Set-Cookie) stays two
         self.headers = headers if isinstance(headers, httpx.Headers) else httpx.Headers(headers)
 
@@ -151,6 +186,9 @@ class Forward:
         content: the caller's body bytes, forwarded as they are while the guard changes nothing.
         query: the caller's query string as it came, with its ``?`` (``?api-version=...``), or
             ``""``: it goes upstream with the request.
+        sent: the caller's header pairs that go upstream, as they came (a header sent twice
+            stays two, each value its bytes): every attempt sends them, the transport's own
+            (a tier's key) over them.
         headers: the upstream's answer headers of the last attempt (set by the transport).
         last: the last chunk the upstream streamed (what chunks the guard makes are dated by).
         chat: every event of the last attempt's chat stream, in order, each with the chunk the
@@ -165,6 +203,7 @@ class Forward:
     body: Mapping[str, Any]
     content: bytes
     query: str = ""
+    sent: list[tuple[bytes, bytes]] = field(default_factory=list)
     headers: httpx.Headers = field(default_factory=httpx.Headers)
     last: Event | None = None
     chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
@@ -313,14 +352,14 @@ def _request(
     return request
 
 
-def read_by_server(headers: dict[str, str]) -> dict[str, str]:
-    """The headers (lowercase names) of a request whose answer the server reads itself (a
-    guarded call, the model list it adds the tiers to): its ``Accept-Encoding`` as
+def read_by_server(pairs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The header pairs (lowercase names) of a request whose answer the server reads itself (a
+    guarded call, the model list it adds the tiers to): each ``Accept-Encoding`` as
     :func:`accepted` leaves it."""
-    coding = headers.get("accept-encoding")
-    if coding is not None:
-        headers["accept-encoding"] = accepted(coding)
-    return headers
+    return [
+        (k, accepted(v.decode("latin-1")).encode("latin-1")) if k == b"accept-encoding" else (k, v)
+        for k, v in pairs
+    ]
 
 
 class UpstreamCut(UpstreamError, ConnectionError):
@@ -404,6 +443,29 @@ def _unchanged(body: Mapping[str, Any], caller: Mapping[str, Any]) -> bool:
 CREDENTIALS = frozenset(
     {"authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "cookie"}
 )
+_CREDENTIALS = frozenset(name.encode() for name in CREDENTIALS)
+
+
+def _event_stream(headers: httpx.Headers) -> bool:
+    """Whether an answer's ``Content-Type`` is an event stream (``text/event-stream``)."""
+    kind: str = headers.get("content-type", "")
+    return kind.lower().startswith("text/event-stream")
+
+
+def _as_answered(response: httpx.Response, content: bytes, model: str) -> UpstreamError:
+    """An upstream answer that is no answer the guard can read (an error status, a redirect, a
+    2xx whose body is no JSON object or, to a stream, no event stream) as the error that
+    passes it on as it came: its status, headers and body. The guard classifies it by that
+    status: retried when it is a 429 or a 5xx, else raised at once."""
+    status = response.status_code
+    unread = "" if status >= 400 else ", no answer the guard can read"
+    return UpstreamError(
+        f"HTTP {status} from the upstream{unread}",
+        status_code=status,
+        headers=response.headers,
+        content=content,
+        model=model,
+    )
 
 
 class HTTPUpstream:
@@ -429,8 +491,14 @@ class HTTPUpstream:
     ) -> None:
         self._pool = pool
         self._base = base_url.rstrip("/")
-        self._headers = dict(headers or {})
-        self._keep_credentials = keep_credentials
+        self._own = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()
+        ]
+        # the caller's headers that do not go: those the transport sends its own of, and the
+        # caller's credentials where they may not go
+        self._replaced = frozenset(k for k, _ in self._own) | (
+            frozenset() if keep_credentials else _CREDENTIALS
+        )
 
     async def _open(self, request: ModelRequest, *, stream: bool) -> httpx.Response:
         forward = request.extensions.get(FORWARD)
@@ -441,28 +509,34 @@ class HTTPUpstream:
             content = forward.content  # unchanged: the caller's bytes, exactly
         else:
             content = json.dumps(body, ensure_ascii=False).encode()
-        caller = request.headers
-        if not self._keep_credentials:
-            caller = {k: v for k, v in caller.items() if k.lower() not in CREDENTIALS}
-        headers = read_by_server({**caller, **self._headers, "content-type": "application/json"})
+        # the caller's headers as sent (repeats, each value's bytes), the transport's own over
+        # them; the caller's Content-Type, else JSON's
+        caller = (
+            forward.sent
+            if forward is not None
+            else [
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
+                for k, v in request.headers.items()
+            ]
+        )
+        pairs = [(k, v) for k, v in caller if k not in self._replaced] + self._own
+        if not any(k == b"content-type" for k, _ in pairs):
+            pairs.append((b"content-type", b"application/json"))
         response = await self._pool.send(
             "POST",
             self._base + path,
-            headers=headers,
+            headers=read_by_server(pairs),
             content=content,
             timeout=request.timeout,
             model=request.model,
         )
         if forward is not None:
             forward.headers = response.headers
-        if response.status_code >= 400:
-            content = await read_whole(response, model=request.model)
-            raise UpstreamError(
-                f"HTTP {response.status_code} from the upstream",
-                status_code=response.status_code,
-                headers=response.headers,
-                content=content,
-                model=request.model,
+        if not 200 <= response.status_code < 300 or (
+            stream and not _event_stream(response.headers)
+        ):
+            raise _as_answered(
+                response, await read_whole(response, model=request.model), request.model
             )
         return response
 
@@ -470,11 +544,10 @@ class HTTPUpstream:
         """One non-streaming call."""
         response = await self._open(request, stream=False)
         content = await read_whole(response, model=request.model)
-        try:
-            data = json.loads(content)
-        except ValueError:
-            data = None
-        answer = Answer(data if isinstance(data, dict) else {}, content, response.headers)
+        data = json_object(content)
+        if data is None:
+            raise _as_answered(response, content, request.model)
+        answer = Answer(data, content, response.headers, response.status_code)
         forward = request.extensions.get(FORWARD)
         responses = _is_responses(forward if isinstance(forward, Forward) else None)
         if responses:
@@ -600,11 +673,8 @@ def _event(data: list[str], name: str | None) -> Event | None:
     text = "\n".join(data)
     if text.strip() == "[DONE]":
         return _DONE
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return None
-    return Event(body, text, name) if isinstance(body, dict) else None
+    body = json_object(text)
+    return Event(body, text, name) if body is not None else None
 
 
 #: A comment's text goes on to at most this many characters (a keep-alive is a few words).
