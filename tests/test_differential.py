@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from importlib import import_module
 from typing import Any
@@ -24,6 +25,7 @@ from pydantic import BaseModel
 
 import agentguard as ag
 from _openai_upstream import Upstream
+from agentguard._redact import redact
 from agentguard.testing import Reply
 
 openai = pytest.importorskip("openai")
@@ -584,3 +586,149 @@ async def test_an_error_in_a_streams_body_is_raised_on_reading(asynchronous: boo
             await _chunks(stream)
         raised.append((type(error.value), error.value.message))
     assert raised[1] == raised[0]
+
+
+# -- copies of a wrapped client: with_options() / copy() ---------------------------------------
+
+COPIES: dict[str, Callable[[Any], Any]] = {
+    "with_options": lambda c: c.with_options(
+        timeout=7.0,
+        default_headers={"X-Tenant": "t1"},
+        default_query={"api-version": "1"},
+        base_url="http://other.invalid/v2",
+        api_key="sk-other",
+        organization="org-1",
+    ),
+    "copy": lambda c: c.copy(
+        timeout=http.Timeout(3.0, connect=1.0), set_default_headers={"X-Only": "1"}
+    ),
+    "nested": lambda c: c.with_options(default_headers={"X-A": "1"}, api_key="sk-a").copy(
+        default_headers={"X-B": "2"}, default_query={"q": "2"}, timeout=5.0
+    ),
+}
+COPY_SCENARIOS = [
+    "chat_text",
+    "chat_stream_text",
+    "chat_raw_response",
+    "chat_stream_helper",
+    "responses_text",
+    "responses_stream_text",
+]
+
+
+def _recorded(side: Upstream, asynchronous: bool) -> tuple[Any, list[Any]]:
+    """A client of ``side``'s upstream; what each request it sent carries besides what ``side``
+    records: its full URL (query included) and its timeouts."""
+    sent: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        sent.append((str(request.url), request.extensions.get("timeout")))
+        return side.transport.handler(request)
+
+    cls, http_client = (
+        (openai.AsyncOpenAI, http.AsyncClient) if asynchronous else (openai.OpenAI, http.Client)
+    )
+    client = cls(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http_client(transport=http.MockTransport(handler)),
+    )
+    return client, sent
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("copy", list(COPIES))
+@pytest.mark.parametrize("name", COPY_SCENARIOS)
+async def test_a_guarded_copy_sends_what_the_raw_copy_sends(
+    name: str, copy: str, asynchronous: bool
+) -> None:
+    """A copy of a wrapped client (``with_options()``, ``copy()``, one of another) sends its own
+    options as the raw copy does: URL, query, headers, key, timeout; the answer is guarded."""
+    scenario, replies = SCENARIOS[name]
+    raw_side, guarded_side = Upstream(http, replies), Upstream(http, replies)
+    raw, raw_sent = _recorded(raw_side, asynchronous)
+    inner, guarded_sent = _recorded(guarded_side, asynchronous)
+    _, raw_view = await scenario(COPIES[copy](raw))
+    answer, guarded_view = await scenario(COPIES[copy](ag.wrap(inner, CONFIG)))
+
+    assert _wire(guarded_side.seen) == _wire(raw_side.seen)
+    assert guarded_sent == raw_sent
+    assert guarded_view == raw_view
+    assert ag.report_of(answer) is not None
+
+
+def test_a_copy_keeps_the_tiers_own_endpoint() -> None:
+    """A tier with its own ``base_url`` keeps it on a copy (and gets no key of the copy's
+    origin); the copy's headers go with every tier's call, its URL and key with the others'."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    def answer(request: Any) -> Any:
+        seen.append(
+            (str(request.url), request.headers["authorization"], request.headers.get("x-tenant"))
+        )
+        if request.url.host == "copy.invalid":
+            return http.Response(503, json={"error": {"message": "down", "type": "server_error"}})
+        return http.Response(200, json=_COMPLETION)
+
+    config = ag.GuardConfig.from_dict(
+        {
+            "tiers": {
+                "fast": {"model": "small"},
+                "premium": {"model": "big", "base_url": "https://premium.invalid/v1"},
+            },
+            "escalation": {"chain": ["fast", "premium"], "max_retries_before_escalate": 0},
+            "memory_pressure": {"enabled": False},
+        },
+        env={},
+    )
+    raw = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://upstream.invalid/v1",
+        http_client=http.Client(transport=http.MockTransport(answer)),
+    )
+    client = ag.wrap(raw, config).with_options(
+        base_url="http://copy.invalid/v1", api_key="sk-copy", default_headers={"X-Tenant": "t"}
+    )
+    client.chat.completions.create(model="fast", messages=MESSAGES)
+    assert seen == [
+        ("http://copy.invalid/v1/chat/completions", "Bearer sk-copy", "t"),
+        ("https://premium.invalid/v1/chat/completions", "Bearer agentguard-tier-without-key", "t"),
+    ]
+
+
+def test_a_copys_key_is_redacted() -> None:
+    """A key given to a copy is sent upstream, so it is redacted from logs and reports too."""
+    key = f"zq{uuid.uuid4().hex}"  # no pattern knows it (see test_redact)
+    raw, _, _ = _clients(lambda request: http.Response(200, json=_COMPLETION), False)
+    wrapped = ag.wrap(raw, CONFIG)
+    assert key in redact(f"invalid key {key}")
+    wrapped.with_options(api_key=key)
+    assert key not in redact(f"invalid key {key}")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_copy_shares_the_budget_of_the_original(asynchronous: bool) -> None:
+    """A copy goes through the same guard: a session budget spent through the original refuses
+    the same session's call made through a copy, before anything is sent."""
+    long_text = " ".join(f"w{i}" for i in range(130))  # no degenerate text: the budget stops it
+    side = Upstream(http, [Reply.text(long_text)] * 10)
+    config = ag.GuardConfig.from_dict(
+        {
+            "memory_pressure": {"enabled": False},
+            "token_budget": {"per_session": 300, "policy": "hard_stop", "max_output_tokens": 100},
+        },
+        env={},
+    )
+    client = ag.wrap(side.client(openai, asynchronous=asynchronous), config)
+    copy = client.with_options(default_headers={"X-Tenant": "t1"})
+    session = {"extra_headers": {"x-agentguard-session": "s1"}}
+    with pytest.raises(ag.BudgetExceeded):  # noqa: PT012 - the loop runs until refused
+        for _ in range(10):
+            await _maybe(client.chat.completions.create(model="m", messages=MESSAGES, **session))
+    sent = len(side.seen)
+    with pytest.raises(ag.BudgetExceeded) as info:
+        await _maybe(copy.chat.completions.create(model="m", messages=MESSAGES, **session))
+    assert info.value.budget == "session"
+    assert len(side.seen) == sent

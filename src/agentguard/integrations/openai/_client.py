@@ -36,6 +36,7 @@ from ._stream import AsyncStream, Stream
 from ._structured import AsyncStreamManager, StreamManager, parsed, parsed_response
 from ._transport import (
     CALLER,
+    CLIENT,
     PARSE,
     RAW,
     AnsweredWithError,
@@ -282,12 +283,13 @@ def _as_answered(exc: AnsweredWithError) -> tuple[ModelResponse, GuardReport | N
 
 
 def _call(
-    kwargs: Mapping[str, Any], *, responses: bool = False, parse: bool = False
+    kwargs: Mapping[str, Any], copy: Any, *, responses: bool = False, parse: bool = False
 ) -> tuple[str | None, RawCall | None, ModelRequest]:
-    """A call's raw-response mode, where its upstream raw response goes, and its request."""
+    """A call's raw-response mode, where its upstream raw response goes, and its request (made
+    on ``copy``, a copy of the wrapped client, unless ``None``)."""
     mode = raw_mode(kwargs.get("extra_headers"))
     raw = RawCall() if mode or kwargs.get("stream") else None
-    extensions: dict[str, Any] = {}
+    extensions: dict[str, Any] = {} if copy is None else {CLIENT: copy}
     if raw is not None:
         extensions[RAW] = raw
     if parse:
@@ -308,10 +310,15 @@ def _served(
 
 
 class _Resource:
-    """A guarded resource: the SDK's raw-response wrappers around it, the rest the client's."""
+    """A guarded resource: the SDK's raw-response wrappers around it, the rest the client's.
 
-    def __init__(self, inner: Any) -> None:
+    ``copy``: the copy of the wrapped client it belongs to (``None``: the wrapped client), whose
+    options its calls go out with (see ``_tier_client``).
+    """
+
+    def __init__(self, inner: Any, copy: Any) -> None:
         self._inner = inner
+        self._copy = copy
 
     @functools.cached_property
     def with_raw_response(self) -> Any:
@@ -330,15 +337,15 @@ class _Resource:
 class _Completions(_Resource):
     """``client.chat.completions`` of a sync client: ``create``, ``parse`` and ``stream``."""
 
-    def __init__(self, inner: Any, guard: Guard) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Any, guard: Guard, copy: Any) -> None:
+        super().__init__(inner, copy)
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
         _check_arguments(type(self._inner).create, kwargs)
         if not _readable(kwargs):
             return _unguarded(type(self._inner).create, self._inner, self._guard, kwargs)
-        mode, raw, request = _call(kwargs)
+        mode, raw, request = _call(kwargs, self._copy)
         if kwargs.get("stream"):
             stream = Stream(self._guard.stream(request), request.model, raw)
             # the call starts now, as the SDK's does: an upstream error is raised here, and
@@ -353,7 +360,7 @@ class _Completions(_Resource):
         _check_arguments(type(self._inner).parse, kwargs)
         if not _readable(kwargs):
             return _unguarded(type(self._inner).parse, self._inner, self._guard, kwargs)
-        mode, raw, request = _call(kwargs, parse=True)
+        mode, raw, request = _call(kwargs, self._copy, parse=True)
         response, report = _guarded(self._guard, request)
         out = parsed(
             _completion(response, report, self._guard, request), kwargs, report, self._guard.config
@@ -367,15 +374,15 @@ class _Completions(_Resource):
 class _AsyncCompletions(_Resource):
     """``client.chat.completions`` of an async client: ``create``, ``parse`` and ``stream``."""
 
-    def __init__(self, inner: Any, guard: AsyncGuard) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Any, guard: AsyncGuard, copy: Any) -> None:
+        super().__init__(inner, copy)
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
         _check_arguments(type(self._inner).create, kwargs)
         if not _readable(kwargs):
             return await _unguarded(type(self._inner).create, self._inner, self._guard, kwargs)
-        mode, raw, request = _call(kwargs)
+        mode, raw, request = _call(kwargs, self._copy)
         if kwargs.get("stream"):
             stream = AsyncStream(self._guard.astream(request), request.model, raw)
             await stream.prime()  # (the call starts now: see _Completions.create)
@@ -388,7 +395,7 @@ class _AsyncCompletions(_Resource):
         _check_arguments(type(self._inner).parse, kwargs)
         if not _readable(kwargs):
             return await _unguarded(type(self._inner).parse, self._inner, self._guard, kwargs)
-        mode, raw, request = _call(kwargs, parse=True)
+        mode, raw, request = _call(kwargs, self._copy, parse=True)
         response, report = await _aguarded(self._guard, request)
         out = parsed(
             _completion(response, report, self._guard, request), kwargs, report, self._guard.config
@@ -402,12 +409,12 @@ class _AsyncCompletions(_Resource):
 class _Responses(_Resource):
     """``client.responses`` of a sync client: ``create`` (streamed too) and ``stream``."""
 
-    def __init__(self, inner: Any, guard: Guard) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Any, guard: Guard, copy: Any) -> None:
+        super().__init__(inner, copy)
         self._guard = guard
 
     def create(self, **kwargs: Any) -> Any:
-        mode, raw, request = _call(kwargs, responses=True)
+        mode, raw, request = _call(kwargs, self._copy, responses=True)
         if raw is not None and kwargs.get("stream"):
             stream = ResponsesStream(self._guard.stream(request), raw)
             stream.prime()  # (the call starts now: see _Completions.create)
@@ -417,7 +424,7 @@ class _Responses(_Resource):
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=False)
 
     def parse(self, **kwargs: Any) -> Any:
-        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        mode, raw, request = _call(kwargs, self._copy, responses=True, parse=True)
         response, report = _guarded(self._guard, request)
         result = _responses_result(response, report)
         out = parsed_response(result, kwargs, report, self._guard.config)
@@ -430,12 +437,12 @@ class _Responses(_Resource):
 class _AsyncResponses(_Resource):
     """``client.responses`` of an async client: ``create`` (streamed too) and ``stream``."""
 
-    def __init__(self, inner: Any, guard: AsyncGuard) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Any, guard: AsyncGuard, copy: Any) -> None:
+        super().__init__(inner, copy)
         self._guard = guard
 
     async def create(self, **kwargs: Any) -> Any:
-        mode, raw, request = _call(kwargs, responses=True)
+        mode, raw, request = _call(kwargs, self._copy, responses=True)
         if raw is not None and kwargs.get("stream"):
             stream = AsyncResponsesStream(self._guard.astream(request), raw)
             await stream.prime()  # (the call starts now: see _Completions.create)
@@ -445,7 +452,7 @@ class _AsyncResponses(_Resource):
         return _served(mode, raw, out, changed=out is not response.raw, asynchronous=True)
 
     async def parse(self, **kwargs: Any) -> Any:
-        mode, raw, request = _call(kwargs, responses=True, parse=True)
+        mode, raw, request = _call(kwargs, self._copy, responses=True, parse=True)
         response, report = await _aguarded(self._guard, request)
         result = _responses_result(response, report)
         out = parsed_response(result, kwargs, report, self._guard.config)
@@ -477,59 +484,78 @@ class _Beta:
 
 def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
     """Put the guard in front of an openai client; see :func:`agentguard.wrap`."""
-    base = client.with_options(max_retries=0)
     register_secret(getattr(client, "api_key", None))  # sent with every request
-    clients: dict[tuple[str | None, str | None], Any] = {}
-
-    def client_for(tier: Tier) -> Any:
-        key = tier.endpoint
-        if key not in clients:
-            overrides: dict[str, Any] = {}
-            if tier.base_url:
-                overrides["base_url"] = tier.base_url
-            api_key = tier_api_key(tier)
-            if api_key:
-                overrides["api_key"] = api_key
-            elif tier.base_url and origin(tier.base_url) != origin(client.base_url):
-                overrides["api_key"] = NO_KEY  # the client's key is for its own endpoint
-            clients[key] = base.with_options(**overrides) if overrides else base
-        return clients[key]
-
+    wrapped = client.with_options()  # the user's client itself is left as it is
     guard: Guard | AsyncGuard
     if is_async_client(client):
-        transports = _per_client(client_for, AsyncOpenAITransport)
+        transports = _per_endpoint(wrapped, AsyncOpenAITransport)
         guard = AsyncGuard(config=config, tier_transport=transports, **options)
     else:
         guard = Guard(
-            config=config, tier_transport=_per_client(client_for, OpenAITransport), **options
+            config=config, tier_transport=_per_endpoint(wrapped, OpenAITransport), **options
         )
-    return _install(client.with_options(), guard)
+    return _install(wrapped, guard, copied=False)
 
 
-def _per_client(client_for: Callable[[Tier], Any], make: Callable[[Any], T]) -> Callable[[Tier], T]:
-    """A tier's transport, made once per distinct client (copying a client is not free)."""
-    made: dict[int, T] = {}
+def _per_endpoint(wrapped: Any, make: Callable[..., T]) -> Callable[[Tier], T]:
+    """A tier's transport, made once per endpoint (tiers with one endpoint share a client):
+    over the wrapped client's client for it, and the same for a call made on a copy."""
+    made: dict[tuple[str | None, str | None], T] = {}
 
     def transport_for(tier: Tier) -> T:
-        client = client_for(tier)
-        transport = made.get(id(client))
+        transport = made.get(tier.endpoint)
         if transport is None:
-            transport = made[id(client)] = make(client)
+            derive = functools.partial(_tier_client, tier=tier)
+            transport = made[tier.endpoint] = make(derive(wrapped), derive=derive)
         return transport
 
     return transport_for
 
 
-def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
-    """Guard ``client`` in place (a fresh copy of the user's client) and keep it guarded on copy."""
+#: Where a guarded client (the wrapped one, a copy) keeps the clients its calls go out with.
+_CLIENTS = "_agentguard_clients"
+
+
+def _tier_client(source: Any, tier: Tier) -> Any:
+    """The client a call to ``tier`` made on ``source`` (the wrapped client or a copy of it)
+    goes out with: ``source``'s options (URL, headers, query, timeout, key), the tier's own
+    ``base_url`` and key on top, the SDK's retries off (the guard's are the only ones).
+
+    Made once per endpoint and kept on ``source`` (copying a client is not free), so it lives as
+    long as ``source`` does. ``source``'s ``copy`` is the SDK's own, not the guarded one.
+    """
+    clients: dict[tuple[str | None, str | None], Any] = source.__dict__.setdefault(_CLIENTS, {})
+    made = clients.get(tier.endpoint)
+    if made is None:
+        overrides: dict[str, Any] = {}
+        if tier.base_url:
+            overrides["base_url"] = tier.base_url
+        api_key = tier_api_key(tier)
+        if api_key:
+            overrides["api_key"] = api_key
+        elif tier.base_url and origin(tier.base_url) != origin(source.base_url):
+            overrides["api_key"] = NO_KEY  # the client's key is for its own endpoint
+        made = type(source).copy(source, max_retries=0, **overrides)
+        clients[tier.endpoint] = made
+    return made
+
+
+def _install(client: Any, guard: Guard | AsyncGuard, *, copied: bool) -> Any:
+    """Guard ``client`` in place (a fresh copy of the user's client) and keep it guarded on copy.
+
+    ``copied``: ``client`` is a copy of the wrapped client (``with_options()``, ``copy()``): its
+    calls go out with its own options, through the same guard (one ledger, one set of sessions
+    and breakers).
+    """
+    copy_of = client if copied else None
     inner_chat = client.chat
     responses: Any
     if isinstance(guard, AsyncGuard):
-        completions: Any = _AsyncCompletions(inner_chat.completions, guard)
-        responses = _AsyncResponses(client.responses, guard)
+        completions: Any = _AsyncCompletions(inner_chat.completions, guard, copy_of)
+        responses = _AsyncResponses(client.responses, guard, copy_of)
     else:
-        completions = _Completions(inner_chat.completions, guard)
-        responses = _Responses(client.responses, guard)
+        completions = _Completions(inner_chat.completions, guard, copy_of)
+        responses = _Responses(client.responses, guard, copy_of)
     client.__dict__["chat"] = _Chat(inner_chat, completions)
     client.__dict__["responses"] = responses
     beta = getattr(client, "beta", None)
@@ -538,7 +564,9 @@ def _install(client: Any, guard: Guard | AsyncGuard) -> Any:
     original_copy = client.copy
 
     def copy(*args: Any, **kwargs: Any) -> Any:
-        return _install(original_copy(*args, **kwargs), guard)
+        copied = original_copy(*args, **kwargs)  # the SDK's: options accumulate copy on copy
+        register_secret(getattr(copied, "api_key", None))  # a new key: as wrap() does
+        return _install(copied, guard, copied=True)
 
     client.__dict__["copy"] = copy
     client.__dict__["with_options"] = copy

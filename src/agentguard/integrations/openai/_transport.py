@@ -29,6 +29,7 @@ from ._responses import (
 
 __all__ = [
     "CALLER",
+    "CLIENT",
     "PARSE",
     "RAW",
     "AsyncOpenAITransport",
@@ -49,6 +50,9 @@ PARSE = "agentguard.openai.parse"
 #: The ``ModelRequest.extensions`` key of the ids of the caller's own messages: the others are
 #: the guard's (corrections), whose text it took from an answer and sanitises before re-sending.
 CALLER = "agentguard.openai.caller"
+#: The ``ModelRequest.extensions`` key of the copy (``with_options()`` / ``copy()``) of a wrapped
+#: client a call was made on: it goes out with that copy's options, not the transport's client's.
+CLIENT = "agentguard.openai.client"
 
 
 class RawCall:
@@ -468,16 +472,13 @@ def _describe(client: Any) -> dict[str, Any]:
     return attrs
 
 
-class OpenAITransport:
-    """A synchronous transport over an ``openai.OpenAI`` client.
+class _Transport:
+    """What both transports share: the client they call, and the client of a call made on a
+    copy of a wrapped client."""
 
-    Args:
-        client: the user's client; a copy with ``max_retries=0`` is used, the original is not
-            changed.
-    """
-
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, derive: Callable[[Any], Any] | None = None) -> None:
         self._client = client.with_options(max_retries=0)
+        self._derive = derive
         self._otel = _describe(client)
 
     @property
@@ -487,16 +488,36 @@ class OpenAITransport:
 
     def otel_attributes(self, request: ModelRequest) -> Mapping[str, Any]:
         """The provider and server, for telemetry (see :mod:`agentguard.telemetry`)."""
-        return self._otel
+        client = self._client_for(request)
+        return self._otel if client is self._client else _describe(client)
+
+    def _client_for(self, request: ModelRequest) -> Any:
+        """The client ``request`` goes out with: the one its copy of a wrapped client derives
+        (``derive``), else the transport's own."""
+        copy = request.extensions.get(CLIENT)
+        if copy is None or self._derive is None:
+            return self._client
+        return self._derive(copy)
+
+
+class OpenAITransport(_Transport):
+    """A synchronous transport over an ``openai.OpenAI`` client.
+
+    Args:
+        client: the user's client; a copy with ``max_retries=0`` is used, the original is not
+            changed.
+        derive: for :func:`agentguard.wrap`: the client to send a call with that was made on a
+            copy of the wrapped client (the request's ``CLIENT`` extension), given that copy.
+    """
 
     def send(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
-        endpoint, kwargs = _call(self._client, request, stream=False)
+        endpoint, kwargs = _call(self._client_for(request), request, stream=False)
         return _response(request, _unwrap(request, endpoint.create(**kwargs)))
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
-        endpoint, kwargs = _call(self._client, request, stream=True)
+        endpoint, kwargs = _call(self._client_for(request), request, stream=True)
         holder = request.extensions.get(RAW)
         _started(holder)
         see = _watch(request, holder)
@@ -505,34 +526,22 @@ class OpenAITransport:
                 yield see(chunk)
 
 
-class AsyncOpenAITransport:
+class AsyncOpenAITransport(_Transport):
     """An asynchronous transport over an ``openai.AsyncOpenAI`` client.
 
     Args:
         client: the user's async client; a copy with ``max_retries=0`` is used.
+        derive: as :class:`OpenAITransport`'s.
     """
-
-    def __init__(self, client: Any) -> None:
-        self._client = client.with_options(max_retries=0)
-        self._otel = _describe(client)
-
-    @property
-    def client(self) -> Any:
-        """The retry-less client copy the transport calls."""
-        return self._client
-
-    def otel_attributes(self, request: ModelRequest) -> Mapping[str, Any]:
-        """The provider and server, for telemetry (see :mod:`agentguard.telemetry`)."""
-        return self._otel
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One ``chat.completions.create`` (or ``responses.create``) call."""
-        endpoint, kwargs = _call(self._client, request, stream=False)
+        endpoint, kwargs = _call(self._client_for(request), request, stream=False)
         return _response(request, await _aunwrap(request, await endpoint.create(**kwargs)))
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``chat.completions.create`` call, chunk by chunk."""
-        endpoint, kwargs = _call(self._client, request, stream=True)
+        endpoint, kwargs = _call(self._client_for(request), request, stream=True)
         holder = request.extensions.get(RAW)
         _started(holder)
         see = _watch(request, holder)
