@@ -107,6 +107,9 @@ def test_an_error_reported_inside_a_200_answer(
         (ModelError("x", status_code=504), ErrorClass.TIMEOUT),
         (ModelError("x", status_code=408), ErrorClass.TIMEOUT),
         (ModelError("x", status_code=422), ErrorClass.CLIENT_ERROR),
+        # an answer that is none (a redirect, a 2xx the guard cannot read): the request's
+        (ModelError("x", status_code=301), ErrorClass.CLIENT_ERROR),
+        (ModelError("x", status_code=200), ErrorClass.CLIENT_ERROR),
     ],
 )
 def test_plain_exceptions(exc: BaseException, expected: ErrorClass) -> None:

@@ -175,6 +175,26 @@ def test_a_json_answer_to_a_stream_reaches_the_caller_as_it_came(
     assert answer.content == CHAT
 
 
+def test_answers_the_guard_cannot_read_never_open_the_breaker(
+    served: tuple[str, Upstream],
+) -> None:
+    """An upstream that ignores ``"stream"`` (a JSON answer every time) is answering, not
+    failing: its answers are the request's, as a 4xx is, never held against the tier's
+    breaker, which would then refuse its calls that it serves well."""
+    base, _ = served
+    for turn in range(12):
+        body = _chat(stream=True, model="ignores-stream")
+        answer = _post(base, "/v1/chat/completions", f"ignores-stream-{turn}", body)
+        assert answer.status_code == 200
+        assert answer.content == CHAT
+        assert answer.headers["x-agentguard-attempts"].endswith(":client_error")
+    plain = _post(
+        base, "/v1/chat/completions", "ignores-stream-plain", _chat(model="ignores-stream")
+    )
+    assert plain.status_code == 200
+    assert json.loads(plain.content)["choices"]
+
+
 def test_a_guarded_call_goes_up_with_the_callers_headers_as_sent(
     served: tuple[str, Upstream],
 ) -> None:

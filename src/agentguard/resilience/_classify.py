@@ -40,7 +40,7 @@ class ErrorClass(str, enum.Enum):
     TRANSIENT = "transient"  # 5xx, connection reset: retry with backoff
     RATE_LIMITED = "rate_limited"  # 429: retry after Retry-After
     TIMEOUT = "timeout"  # no answer in time: retry, then move on
-    CLIENT_ERROR = "client_error"  # 4xx: the request is wrong; never retried
+    CLIENT_ERROR = "client_error"  # 4xx (or no answer: a redirect): the request's; never retried
     SCHEMA = "schema"  # the answer does not match what was expected
     PERMANENT = "permanent"  # anything else: not retried
     CANCELLED = "cancelled"  # cancellation / interrupt: never swallowed, never counted
@@ -250,7 +250,10 @@ def classify(
             cls = ErrorClass.RATE_LIMITED
         elif status in (408, 425) or status >= 500 or (status == 409 and retry_conflict):
             cls = ErrorClass.TIMEOUT if status in (408, 504) else ErrorClass.TRANSIENT
-        elif 400 <= status < 500:
+        elif status < 500:
+            # a 4xx, or an answer that is none (a redirect, a 2xx the guard cannot read: an
+            # endpoint misconfigured, a server ignoring "stream"): the request's, never retried
+            # and never held against the tier's breaker
             cls = ErrorClass.CLIENT_ERROR
         else:
             cls = ErrorClass.PERMANENT
