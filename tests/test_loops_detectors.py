@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -9,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentguard.config import LoopDetectionConfig
+from agentguard.config import GuardConfig, LoopDetectionConfig
 from agentguard.events import Event, LoopFlagged
+from agentguard.guard import Guard
 from agentguard.loops import DETECTORS, LoopDetector
 from agentguard.loops import _detector as detector_module
 from agentguard.loops._detectors import (
@@ -25,6 +27,8 @@ from agentguard.loops._detectors import (
     Verdict,
 )
 from agentguard.loops._identity import ToolLoopPolicy
+from agentguard.testing import FakeClock, Reply, ScriptedModel
+from agentguard.transport import ModelRequest, report_of
 from agentguard.types import Severity
 
 LONG = "Paris: 18°C, light rain in the afternoon, wind 12 km/h from the south-west."
@@ -247,6 +251,14 @@ def test_detector_units_declare_their_shape() -> None:
         ({"origin": "EWR", "destination": "SFO"}, {"origin": "EWR", "destination": "SEA"}, False),
         ({"q": "flights Oslo Rome 2024-05-20"}, {"q": "flights Oslo Rome 2024-05-21"}, False),
         ({"path": "src/app/main.py"}, {"path": "src/app/utils.py"}, False),
+        ({"q": "Oslo Rome cheap flights"}, {"q": "cheapest flight Oslo-Rome"}, True),
+        ({"q": "budget airline Oslo Rome"}, {"q": "Oslo to Rome discount fares"}, True),
+        ({"q": "cheap flights Oslo Rome"}, {"q": "Cheap flights OSLO rome"}, True),
+        ({"q": "Oslo Rome"}, {"q": "Oslo Milan"}, False),
+        ({"q": "OSL FCO"}, {"q": "OSL MXP"}, False),
+        ({"q": "flights Oslo Rome"}, {"q": "flights Oslo Rome Ryanair"}, False),
+        ({"cmd": "open chall.py"}, {"cmd": "open decrypt.py"}, False),
+        ({"cmd": "python get_seed.py"}, {"cmd": "python recover_flag.py"}, False),
     ],
 )
 def test_same_question_tells_rewording_and_noise_from_another_question(
@@ -290,6 +302,63 @@ def test_other_questions_after_a_flag_continue_the_run_and_climb() -> None:
 def test_other_questions_before_any_flag_stay_exploring() -> None:
     det = LoopDetector()
     assert all(v.ok for v in _routes(det, "FCO", "MXP", "FLR", "NAP", "VCE", "FCO"))
+
+
+ITALY = ["Rome", "Milan", "Naples", "Venice", "Pisa", "Bari"]
+ITALY_CODES = ["FCO", "MXP", "NAP", "VCE", "PSA", "BRI"]
+FLIGHT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_flights",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _searches(queries: list[str]) -> tuple[list[Any], ScriptedModel]:
+    """A guarded agent calling ``search_flights`` once per query, each finding nothing, then
+    answering: the report of each request, and the model (what went upstream)."""
+    clock = FakeClock()
+    config = GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={})
+    replies = [Reply.call("search_flights", {"query": q}) for q in queries]
+    model = ScriptedModel([*replies, Reply.text("No flights on any of these routes.")])
+    guard = Guard(model, config, clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Any flight Oslo to Italy?"}]
+    reports = []
+    for _ in range(len(queries) + 1):
+        request = ModelRequest(model="gpt-x", messages=messages, params={"tools": FLIGHT_TOOLS})
+        response = guard.complete(request)
+        reports.append(report_of(response))
+        calls = response.message.get("tool_calls") or []
+        messages = [*messages, response.message]
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": "[]"} for c in calls]
+    return reports, model
+
+
+@pytest.mark.parametrize(
+    "queries",
+    [[f"Oslo {city}" for city in ITALY], [f"OSL {code}" for code in ITALY_CODES]],
+    ids=["names", "codes"],
+)
+def test_different_airports_that_each_find_nothing_take_no_rung(queries: list[str]) -> None:
+    """Each query names another airport: exploring, not a loop, however many find ``[]`` —
+    no warning, no rung, tools never switched off."""
+    reports, model = _searches(queries)
+    assert [(r.warnings, r.recovery) for r in reports] == [((), ())] * (len(queries) + 1)
+    assert not any("tool_choice" in r.params for r in model.requests)
+
+
+def test_rewordings_of_one_query_that_find_nothing_are_hinted_after_the_third() -> None:
+    """The same route in other words: the request after the third empty search has the hint."""
+    queries = [
+        "cheap flights Oslo to Rome",
+        "Oslo Rome cheap flights",
+        "low-cost flights Oslo Rome",
+    ]
+    reports, _ = _searches(queries)
+    assert [r.recovery for r in reports] == [(), (), (), ("hint",)]
 
 
 def test_a_flagged_failure_goes_on_with_other_arguments() -> None:

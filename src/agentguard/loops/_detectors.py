@@ -597,6 +597,9 @@ NOISE_ARGUMENTS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 _WORD = re.compile(r"[^\W_]+")
+#: Words glued into one identifier: a file name, a path, an address, a snake_case name.
+_GLUED = re.compile(r"\w*(?:_|[./\\:@=]\w)\w*")
+_GLUE = frozenset("._/\\:@=")
 _QUERY_CHARS = 200  # longer texts are content, not queries to reword
 
 
@@ -606,17 +609,31 @@ def _noise_field(name: Any) -> bool:
 
 def _rewording(a: Any, b: Any) -> bool:
     """Two short free texts (queries) asking one thing in other words: they share a word, and
-    every word that differs is a plain word (a changed number, date, code or id is another
-    question). A path or a name (no space) is an identifier, never a rewording; so is a long
-    text (a file's content is not a query)."""
+    every word that differs is a plain word. A changed name is another question: a number, a
+    date, an id, a word written with a capital (a city, a person, a code such as ``OSL``) or
+    glued into an identifier (``main.py``, ``get_seed``). A path or a name (no space) is an
+    identifier, never a rewording; so is a long text (a file's content is not a query)."""
     if not (isinstance(a, str) and isinstance(b, str)):
         return False
     if not (" " in a.strip() and " " in b.strip()) or max(len(a), len(b)) > _QUERY_CHARS:
         return False
-    wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    written_a, written_b = set(_WORD.findall(a)), set(_WORD.findall(b))
+    wa, wb = set(map(str.lower, written_a)), set(map(str.lower, written_b))
     if len(wa) < 2 or len(wb) < 2 or not wa & wb:
         return False
-    return all(w.isalpha() for w in wa ^ wb)
+    return _plain(wa - wb, written_a, a) and _plain(wb - wa, written_b, b)
+
+
+def _plain(words: set[str], written: set[str], text: str) -> bool:
+    """Are ``words`` (lower-cased, from ``text``, whose words as written are ``written``) all
+    plain: letters only, in lower case somewhere in the text, in no identifier?"""
+    if not words:
+        return True
+    if not (words <= written and all(w.isalpha() for w in words)):
+        return False
+    if _GLUE.isdisjoint(text):
+        return True
+    return words.isdisjoint(_WORD.findall(" ".join(_GLUED.findall(text.lower()))))
 
 
 def same_question(first: Any, later: Any) -> bool:
