@@ -153,7 +153,6 @@ def test_an_answer_the_guard_cannot_read_reaches_the_caller_as_it_came(
     """An upstream's redirect to a guarded call reaches the caller as the upstream answered
     it (status, ``Location``, body), not as a 200."""
     base, _ = served
-    # a model of its own: an answer the guard cannot read fails its tier (its breaker)
     body = _chat(**{**more, "model": "moved"})
     answer = _post(base, path, f"moved-{path}-{more}", body, x_script="moved")
     assert answer.status_code == 301
@@ -168,7 +167,7 @@ def test_a_json_answer_to_a_stream_reaches_the_caller_as_it_came(
     """An upstream that answers a stream with a JSON answer (no event stream) has that answer
     passed on as it came, not turned into an empty stream."""
     base, _ = served
-    body = _chat(stream=True, model="json-stream")  # a tier of its own, as above
+    body = _chat(stream=True, model="json-stream")
     answer = _post(base, "/v1/chat/completions", "json-stream", body)
     assert answer.status_code == 200
     assert answer.headers["content-type"] == "application/json"
