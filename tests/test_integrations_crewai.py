@@ -266,6 +266,93 @@ def test_tool_hooks_alone_guard_a_crews_tool_calls(workdir: Path) -> None:
     }
 
 
+# -- What the model reads: CrewAI's own rendering --------------------------------------------
+# Differential: the same crew run by CrewAI alone and under instrument(), its crewai OpenAI LLM
+# served by a scripted model on loopback. On a healthy run every upstream request (messages and
+# parameters) and the final answer must be the same.
+
+
+def run_served(
+    script: list[Reply], tools: list[Any], *, guarded: bool
+) -> tuple[str, list[tuple[Any, ...]]]:
+    """The final answer of a one-agent crew and every request its model received."""
+    model = ScriptedModel(script)
+    with model.serve() as url:
+        llm = crewai.LLM(model="openai/gpt-4o-mini", base_url=url, api_key="sk-test")
+        agent = Agent(role="clerk", goal="answer", backstory="careful", llm=llm, tools=tools)
+        task = Task(description="Stats of Paris?", expected_output="one line", agent=agent)
+        crew = Crew(agents=[agent], tasks=[task])
+        with instrument(crew) if guarded else contextlib.nullcontext():
+            answer = crew.kickoff().raw
+    return answer, [(r.model, r.messages, r.params) for r in model.requests]
+
+
+@pytest.mark.parametrize("calling", ["native", "text"])
+def test_a_tools_result_reaches_the_model_as_crewai_renders_it(
+    calling: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool's non-string result reaches the model as CrewAI alone renders it (the tool's
+    formatter: ``str`` of a dict, not JSON), by native tool calls and by text-mode ones."""
+
+    @tool("stats")
+    def stats(city: str) -> dict[str, Any]:
+        """Stats of a city."""
+        return {"pop": 2, "ok": True, "x": None, "tags": ["a"]}
+
+    if calling == "native":
+        first = Reply.call("stats", {"city": "Paris"}, id="c1")
+    else:  # crewai parses the call from the text
+        from crewai.llms.providers.openai.completion import OpenAICompletion
+
+        monkeypatch.setattr(OpenAICompletion, "supports_function_calling", lambda self: False)
+        first = Reply.text('Thought: I need stats.\nAction: stats\nAction Input: {"city": "Paris"}')
+    script = [first, Reply.text("Thought: I know it.\nFinal Answer: two people")]
+    plain = run_served(script, [stats], guarded=False)
+    guarded = run_served(script, [stats], guarded=True)
+    read = "\n".join(str(m.get("content")) for m in plain[1][1][1])  # the second request's
+    assert "{'pop': 2, 'ok': True, 'x': None, 'tags': ['a']}" in read
+    assert guarded == plain
+
+
+def test_the_executors_stop_words_cut_a_guarded_answer_as_they_cut_crewais() -> None:
+    """CrewAI cuts the model's text at its executor's stop words ("\nObservation:"); a guarded
+    LLM's answer is cut the same way, from the same requests."""
+    answer = "Thought: I know it.\nFinal Answer: Sunny in Paris.\nObservation: made up"
+    plain = run_served([Reply.text(answer)], [], guarded=False)
+    assert plain[0] == "Sunny in Paris."
+    assert run_served([Reply.text(answer)], [], guarded=True) == plain
+
+
+def test_a_guarded_llm_is_called_with_the_executors_stop_words() -> None:
+    """The LLM under a GuardedLLM sees the stop words CrewAI gives for the call (its
+    ``stop_sequences``, which providers send upstream and cut at), as it does unguarded."""
+
+    def stops_seen(guarded: bool) -> list[list[str]]:
+        llm = StopRecordingLLM("weak", ["Thought: I know it.\nFinal Answer: done"])
+        crew = crew_of(llm, [])
+        with instrument(crew) if guarded else contextlib.nullcontext():
+            crew.kickoff()
+        return llm.stops
+
+    plain = stops_seen(False)
+    assert plain == [["\nObservation:"]]
+    assert stops_seen(True) == plain
+
+
+class StopRecordingLLM(ScriptedLLM):
+    """A scripted LLM that records the stop words in effect for each call."""
+
+    _stops: list[list[str]] = PrivateAttr(default_factory=list)
+
+    def call(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        self._stops.append(list(self.stop_sequences))
+        return super().call(messages, *args, **kwargs)
+
+    @property
+    def stops(self) -> list[list[str]]:
+        return self._stops
+
+
 def test_the_docs_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

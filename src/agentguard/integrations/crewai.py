@@ -35,14 +35,15 @@ from crewai.hooks import (  # noqa: E402 - after the check that names the extra
     unregister_after_tool_call_hook,
     unregister_before_tool_call_hook,
 )
-from crewai.llms.base_llm import BaseLLM  # noqa: E402
+from crewai.llms.base_llm import BaseLLM, call_stop_override  # noqa: E402
 from crewai.utilities.agent_utils import extract_tool_call_info  # noqa: E402
 from pydantic import PrivateAttr  # noqa: E402
 
 __all__ = ["CrewAITransport", "GuardedLLM", "ToolHooks", "instrument", "without_retries"]
 
 # The ModelRequest.extensions key of the crewai call in progress: (its GuardedLLM, the crewai
-# call's own keyword arguments). A shared guard serves several GuardedLLMs: the request says whose.
+# call's own keyword arguments, the executor's stop words for the call or None). A shared guard
+# serves several GuardedLLMs: the request says whose.
 _CALL = "agentguard.crewai.call"
 
 
@@ -95,9 +96,15 @@ class CrewAITransport:
         """One call of the wrapped LLM, its answer in neutral form."""
         current = request.extensions.get(_CALL)
         kwargs = dict(current[1]) if current else {}
+        stops = current[2] if current else None
         tools = list(request.tools) or None
         before = self.llm.get_token_usage_summary()
-        answer = self._call(list(request.messages), tools=tools, **kwargs)
+        if stops is not None:  # a tier LLM's own stop words kept as well
+            stops = stops + [s for s in self.llm.stop if s not in stops]
+        # crewai keys a call's stop words by the LLM object (the GuardedLLM): the LLM called
+        # here must see them to send and apply them as it would unguarded
+        with call_stop_override(self.llm, stops):
+            answer = self._call(list(request.messages), tools=tools, **kwargs)
         after = self.llm.get_token_usage_summary()
         prompt = after.prompt_tokens - before.prompt_tokens
         completion = after.completion_tokens - before.completion_tokens
@@ -223,9 +230,10 @@ class GuardedLLM(BaseLLM):
             "from_agent": from_agent,
             "response_model": response_model,
         }
-        request = ModelRequest(
-            self._start, messages, tools=tools or (), extensions={_CALL: (self, kwargs)}
-        )
+        # the executor's stop words (crewai's call_stop_override of this object), for the LLM
+        stops = self.stop_sequences
+        call = (self, kwargs, list(stops) if stops != self.stop else None)
+        request = ModelRequest(self._start, messages, tools=tools or (), extensions={_CALL: call})
         response = self._guard.complete(request)
         self._report = response.report
         message = response.message
@@ -319,6 +327,9 @@ class ToolHooks:
         outcome = self._outcomes.pop(id(context.tool_input), None)
         if outcome is None:
             return None
+        if outcome.ok:  # the value as crewai renders it for the model (the tool's own formatter)
+            render = getattr(context.tool, "format_output_for_agent", str)
+            outcome = dataclasses.replace(outcome, value=str(render(outcome.value)))
         return (outcome if self.hints else dataclasses.replace(outcome, hint="")).content
 
     @contextlib.contextmanager
