@@ -210,6 +210,44 @@ def test_a_loop_the_model_ignores_is_stopped() -> None:
     assert len(model.requests) <= 7
 
 
+def _read_once(request: Any) -> Reply:
+    """One run of a healthy agent: one read, then an answer (the call's id every run's)."""
+    if any(m.get("role") == "tool" for m in request.messages):
+        return Reply.text("It says alpha.")
+    return Reply.call("read_file", {"path": "a.txt"}, id="c1")
+
+
+@pytest.mark.anyio
+async def test_separate_runs_making_the_same_call_all_run_the_tool() -> None:
+    """Twelve runs through one middleware (``invoke`` and ``ainvoke`` in turn), each reading
+    the same file once: each run has loop state of its own (the session of the answer that
+    asked for the call), so every read runs. Before, one history spanned the runs and the
+    seventh was refused as a loop."""
+    reads: list[str] = []
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a text file."""
+        reads.append(path)
+        return FILES[path]
+
+    middleware = guard()
+    agent = create_agent(
+        chat(ScriptedModel([_read_once], cycle=True)), [read_file], middleware=[middleware]
+    )
+    outputs = []
+    for i in range(12):
+        state = {"messages": [{"role": "user", "content": f"I am user {i}. Read a.txt."}]}
+        out = await agent.ainvoke(state) if i % 2 else agent.invoke(state)
+        outputs += results(out["messages"])
+    assert outputs == ["alpha"] * 12
+    assert len(reads) == 12
+    sessions = {r.session for r in middleware.reports}
+    assert middleware.tool_guard is not None
+    assert set(middleware.tool_guard._runs) == sessions  # judged in the runs the guard saw
+    assert len(sessions) == 12
+
+
 TIERED = ag.GuardConfig.from_dict(
     {
         "memory_pressure": {"enabled": False},

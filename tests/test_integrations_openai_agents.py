@@ -337,6 +337,43 @@ async def test_a_failing_tool_gives_the_model_a_structured_error_and_the_breaker
     assert len(runs) < 8 * 3  # not every call retried to the end
 
 
+def weather_once(request: ModelRequest) -> Reply:
+    """One run of a healthy agent: the weather, then an answer (the call's id every run's)."""
+    if any(m.get("role") == "tool" for m in request.messages):
+        return Reply.text("Sunny.")
+    return Reply.call("get_weather", {"city": "Paris"}, id="c1")
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+@pytest.mark.parametrize("api", APIS)
+async def test_separate_runs_making_the_same_call_all_run_the_tool(api: str, guarded: bool) -> None:
+    """Twelve runs of one agent, each calling the same tool once with the same arguments: each
+    run has loop state of its own (the guard's session of the answer, or, with no guarded
+    model, the SDK run), so the tool runs every time. Before, one history spanned the runs and
+    the seventh was refused as a loop."""
+    executed: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather of a city."""
+        executed.append(city)
+        return f"sunny in {city}"
+
+    up = Upstream(http, ScriptedModel([weather_once], cycle=True))
+    llm = model(up, api) if guarded else plain(up, api)
+    tools = tool_guard(FakeClock())
+    agent = guard_tools(weather_agent(llm, [get_weather]), tools)
+    outputs = []
+    for i in range(12):
+        result = await run(agent, f"I am user {i}. Weather in Paris?", False)
+        outputs += [o.output for o in result.new_items if o.type == "tool_call_output_item"]
+    assert outputs == ["sunny in Paris"] * 12
+    assert len(executed) == 12
+    prefix = "auto-" if guarded else "agents-run-"  # the run each call was judged in
+    assert len(tools._runs) == 12
+    assert all(run.startswith(prefix) for run in tools._runs)
+
+
 async def test_guard_tool_leaves_the_original_tool_alone() -> None:
     """guard_tools clones the agent: the original agent and its tool are unchanged."""
     agent = weather_agent(plain(Upstream(http, []), "responses"))

@@ -263,6 +263,32 @@ async def test_tool_loop_is_broken_with_an_answer() -> None:
         await weather_agent(bare).run("Weather?", usage_limits=limits)
 
 
+def weather_once(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """One run of a healthy agent: the weather, then an answer (the call's id every run's)."""
+    if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+        return text("Sunny.")
+    return call("get_weather", {"city": "Paris"}, id="c1")
+
+
+async def test_separate_runs_making_the_same_call_all_run_the_tool() -> None:
+    """Twelve runs of one agent, each calling the same tool once with the same arguments: each
+    run has loop state of its own (the guard's session of the answer that asked for the call),
+    so the tool runs every time. Before, one history spanned the runs and the seventh was
+    refused as a loop."""
+    model, _ = scripted(weather_once)
+    capability = guard()
+    agent = weather_agent(model, [capability])
+    returns = []
+    for i in range(12):
+        result = await agent.run(f"I am user {i}. Weather in Paris?")
+        returns += tool_returns(result.all_messages())
+    assert returns == ["sunny in Paris"] * 12
+    assert capability.tools is not None
+    runs = list(capability.tools._runs)
+    assert len(runs) == 12
+    assert all(run.startswith("auto-") for run in runs)  # the guard's sessions
+
+
 async def test_flaky_tool_is_retried_by_the_tool_guard() -> None:
     """A tool failing transiently is retried by the ToolGuard; alone, the error ends the run."""
     attempts: list[str] = []

@@ -633,6 +633,66 @@ def test_changing_results_are_progress(clock: FakeClock) -> None:
     assert [(o.ok, o.hint) for o in outcomes] == [(True, "")] * 8
 
 
+def test_loop_state_is_per_run(clock: FakeClock) -> None:
+    """Runs making the same call once or twice each are no loop; one run repeating it is."""
+    tools = _guard(clock)
+    tool = Script("Sunny in Paris")
+    tools.register(tool, name="get_weather")
+    separate = [
+        tools.call("get_weather", {"city": "Paris"}, run=f"run-{i % 8}")
+        for i in range(12)  # 12 calls in 8 runs: four of them twice, interleaved
+    ]
+    assert [(o.ok, o.hint) for o in separate] == [(True, "")] * 12
+    repeating = [tools.call("get_weather", {"city": "Paris"}, run="stuck") for _ in range(12)]
+    assert [o.error.kind for o in repeating if o.error] == ["loop_detected"] * 6
+    alone = [tools.call("get_weather", {"city": "Paris"}) for _ in range(12)]  # no run: as one
+    assert [o.error.kind for o in alone if o.error] == ["loop_detected"] * 6
+    assert len(tool.calls) == 12 + 6 + 6
+
+
+def test_declared_volatile_fields_apply_to_every_run(clock: FakeClock) -> None:
+    """A tool registered after a run began, and a run begun after it, both ignore its fields."""
+    config = {"no_progress_warn_at": 2, "no_progress_critical_at": 3, "no_progress_break_at": 3}
+    cfg = GuardConfig.from_dict(
+        {"loop_detection": config, "tools": {"sync_timeouts": False}}, env={}
+    )
+    tools = ToolGuard(cfg, clock=clock, hooks=())
+    tools.register(Script("x"), name="other")
+    tools.call("other", {}, run="early")  # a run made before the declaration
+    counter = iter(range(100))
+    tools.register(lambda job: {"status": "pending", "trace": next(counter)}, name="status2")
+    tools.register(
+        lambda job: {"status": "pending", "trace": next(counter)},
+        name="status",
+        volatile_fields=["trace"],  # a new trace is no progress
+    )
+    for run in ("early", "late"):
+        outcomes = [tools.call("status", {"job": 1}, run=run) for _ in range(4)]
+        assert [o.ok for o in outcomes] == [True, True, False, False], run
+    changing = [tools.call("status2", {"job": 1}, run="late") for _ in range(4)]
+    assert [o.ok for o in changing] == [True] * 4  # undeclared: its trace is progress
+
+
+def test_runs_kept_are_bounded(clock: FakeClock) -> None:
+    """Past ``max_runs`` the least recently used run is forgotten: it starts afresh."""
+    cfg = GuardConfig.from_dict(
+        {
+            "loop_detection": {"no_progress_break_at": 3, "no_progress_critical_at": 3},
+            "tools": {"sync_timeouts": False},
+        },
+        env={},
+    )
+    tools = ToolGuard(cfg, clock=clock, hooks=(), max_runs=2)
+    tools.register(Script("same"), name="poll")
+    for run in ("a", "a", "b"):
+        assert tools.call("poll", {}, run=run).ok
+    assert tools.call("poll", {}, run="a").error is not None  # a's third: a loop
+    tools.call("poll", {}, run="c")  # a third run: "b", the least recently used, is forgotten
+    assert tools.call("poll", {}, run="a").error is not None  # "a" is kept
+    assert [tools.call("poll", {}, run="b").ok for _ in range(2)] == [True, True]  # afresh
+    assert len(tools._runs) == 2
+
+
 # -- timeouts --------------------------------------------------------------------------------------
 
 

@@ -105,6 +105,16 @@ class _Base:
         """The configuration in force."""
         return self.pipeline.config
 
+    def run_of_call(self, call_id: str) -> str | None:
+        """The run (the report's ``session``) of the latest answer this guard handed back with
+        the tool call ``call_id``: the run about to execute it. ``None`` when no answer the
+        guard remembers gave it (the latest 16,384 ids are kept).
+
+        A ToolGuard keeps loop state per run (``ToolGuard.call(..., run=...)``): an adapter
+        running the agent's tools looks up each call's run here.
+        """
+        return self.pipeline.call_runs.get(call_id)
+
     def _fail_open(
         self,
         request: ModelRequest,

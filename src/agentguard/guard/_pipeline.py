@@ -86,7 +86,7 @@ from agentguard.validation._validator import asks_for_call, other_kind
 from . import _recovery as recovery
 from ._quality import QualityMonitor, context_overflow, runaway
 from ._report import GuardReport, ReportBuilder
-from ._session import SessionSource, resolve_session, scope_of
+from ._session import CallRuns, SessionSource, resolve_session, scope_of
 from ._stream import Accumulator, CallGate, DegenerationWatch, tool_call_chunks
 from ._transcript import New, Run, Runs, message_key, thread_of
 
@@ -175,6 +175,9 @@ class Pipeline:
         self.session_store: Store | None = None
         #: Seconds a session's shared state is kept after its last request.
         self.session_ttl = 86_400.0
+        #: The session of each tool call handed back, by its id (see ``Guard.run_of_call``).
+        #: A sync and an async guard serving one agent share one (``twin_guards``).
+        self.call_runs = CallRuns()
         self._validators: collections.OrderedDict[str, tuple[ToolCallValidator, int]] = (
             collections.OrderedDict()
         )
@@ -361,6 +364,7 @@ class Pipeline:
                     continue
                 final = yield from self._check(call, response)
                 if final is not None:
+                    self.call_runs.answered(final.message, call.b.session)
                     return final, (yield from self._report(call))
         except Exception as exc:
             _record(call, exc)
@@ -402,6 +406,7 @@ class Pipeline:
                         yield Emit(StreamChunk(finish_reason=final.finish_reason, raw=None))
                     if call.usage_chunk is not None:  # asked for with stream_options.include_usage
                         yield Emit(call.usage_chunk)
+                    self.call_runs.answered(final.message, call.b.session)
                     return (yield from self._report(call))
         except Exception as exc:
             _record(call, exc)

@@ -10,7 +10,9 @@ starts with the same messages. :func:`resolve_session` is the one place that dec
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -21,6 +23,7 @@ from agentguard.types import Message
 
 __all__ = [
     "SESSION_HEADER",
+    "CallRuns",
     "SessionSource",
     "current_session",
     "opening_key",
@@ -111,3 +114,35 @@ def scope_of(request: ModelRequest) -> str:
     if not any(isinstance(p, str) and p for p in parts):
         return ""
     return fingerprint([p if isinstance(p, str) else "" for p in parts])[:16]
+
+
+class CallRuns:
+    """The session (agent run) of each tool call the guard handed back, by the call's id: the
+    run a framework's tool call belongs to, for a ToolGuard keeping loop state per run.
+
+    An id is not unique (a deterministic local model says ``call_0`` in every run): the latest
+    answer that gave it wins, the one whose run is about to execute it. The least recently
+    given ids are forgotten past ``max_calls``.
+    """
+
+    def __init__(self, max_calls: int = 16_384) -> None:
+        self._runs: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._max = max_calls
+        self._lock = threading.Lock()  # a sync and an async guard may share one
+
+    def answered(self, message: Mapping[str, Any], session: str) -> None:
+        """``message`` (an answer in chat form) was handed back in ``session``."""
+        for call in message.get("tool_calls") or ():
+            call_id = call.get("id") if isinstance(call, Mapping) else None
+            if not isinstance(call_id, str) or not call_id:
+                continue
+            with self._lock:
+                self._runs[call_id] = session
+                self._runs.move_to_end(call_id)
+                if len(self._runs) > self._max:
+                    self._runs.popitem(last=False)
+
+    def get(self, call_id: str) -> str | None:
+        """The session of the latest answer that gave ``call_id`` (``None``: none remembered)."""
+        with self._lock:
+            return self._runs.get(call_id)

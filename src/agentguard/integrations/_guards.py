@@ -22,12 +22,15 @@ def twin_guards(
     asleep: Callable[[float], Awaitable[None]] | None,
 ) -> tuple[Guard, AsyncGuard]:
     """A :class:`~agentguard.Guard` and an :class:`~agentguard.AsyncGuard` with one ledger (sync
-    and async calls share the budgets): ``options`` are the sync guard's (its ``sleep`` too),
+    and async calls share the budgets) and one record of the runs of the tool calls they hand
+    back (``run_of_call``): ``options`` are the sync guard's (its ``sleep`` too),
     ``asleep`` is the async guard's wait between retries."""
     guard = Guard(config=config, tier_transport=transport, **options)
     async_options = {k: v for k, v in options.items() if k != "sleep"}
     async_options.update(ledger=guard.pipeline.ledger, sleep=asleep)
-    return guard, AsyncGuard(config=config, tier_transport=transport, **async_options)
+    aguard = AsyncGuard(config=config, tier_transport=transport, **async_options)
+    aguard.pipeline.call_runs = guard.pipeline.call_runs  # one agent: its tool calls' runs
+    return guard, aguard
 
 
 # How many reports an adapter keeps (one per model call): a long-lived one stays bounded.

@@ -79,16 +79,22 @@ class FrameworkTools:
             self.guard.register(runner, name=name, **self._options.get(name, {}))
         self._registered.add(name)
 
-    def call(self, name: str, arguments: dict[str, Any], attempt: Attempt) -> ToolOutcome:
+    def call(
+        self, name: str, arguments: dict[str, Any], attempt: Attempt, *, run: str | None = None
+    ) -> ToolOutcome:
         """``ToolGuard.call``, each attempt made by ``attempt`` (from sync code, even inside a
-        running event loop: see :func:`off_loop`)."""
+        running event loop: see :func:`off_loop`); ``run``: the agent run making the call, whose
+        loop state judges it (``None``: unknown)."""
         with _serving(attempt):
-            return off_loop(functools.partial(self.guard.call, name, arguments))  # type: ignore[no-any-return]
+            call = functools.partial(self.guard.call, name, arguments, run=run)
+            return off_loop(call)  # type: ignore[no-any-return]
 
-    async def acall(self, name: str, arguments: dict[str, Any], attempt: Attempt) -> ToolOutcome:
+    async def acall(
+        self, name: str, arguments: dict[str, Any], attempt: Attempt, *, run: str | None = None
+    ) -> ToolOutcome:
         """Async twin of :meth:`call`."""
         with _serving(attempt):
-            return await self.guard.acall(name, arguments)
+            return await self.guard.acall(name, arguments, run=run)
 
 
 @contextmanager

@@ -423,16 +423,24 @@ class AgentGuardMiddleware(KeepsReports, AgentMiddleware):
             return _ToolCall(request, handler, is_async)
         return None
 
+    def _run_of(self, request: Any) -> str | None:
+        """The agent run of a tool call: the session of the guarded answer that asked for it
+        (loop state is per run; the one middleware serves every run of the agent)."""
+        call_id = request.tool_call.get("id")
+        return self.guard.run_of_call(call_id) if isinstance(call_id, str) else None
+
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """One tool call of the agent, through the ToolGuard."""
         call = self._begin(request, handler, is_async=False)
         if call is None or self._tools is None:
             return handler(request)
-        return call.message(self._tools.call(*call.arguments(), call.run))
+        outcome = self._tools.call(*call.arguments(), call.run, run=self._run_of(request))
+        return call.message(outcome)
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Async twin of :meth:`wrap_tool_call`."""
         call = self._begin(request, handler, is_async=True)
         if call is None or self._tools is None:
             return await handler(request)
-        return call.message(await self._tools.acall(*call.arguments(), call.run))
+        outcome = await self._tools.acall(*call.arguments(), call.run, run=self._run_of(request))
+        return call.message(outcome)

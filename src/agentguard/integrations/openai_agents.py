@@ -24,12 +24,16 @@ import contextvars
 import copy
 import dataclasses
 import json
+import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from agentguard import wrap
 from agentguard.config import GuardConfig
+from agentguard.guard import AsyncGuard, Guard
 from agentguard.integrations.openai import is_async_client
+from agentguard.integrations.openai._client import guard_of
 from agentguard.tools import ToolGuard, ToolOutcome
 
 from ._lazy import require
@@ -123,6 +127,8 @@ class GuardedProvider(ModelProvider):
         if not is_async_client(client):
             raise TypeError("the Agents SDK calls its model with await: give an AsyncOpenAI client")
         self.client = wrap(client, config, **options)
+        #: The guard every model call goes through.
+        self.guard = guard_of(self.client)
         self.api: Api = api
         self._models: dict[str, Model] = {}
 
@@ -139,6 +145,53 @@ class GuardedProvider(ModelProvider):
 # The SDK's ToolContext of the call in progress, for the function the ToolGuard runs: the guard
 # calls tools with the model's arguments only, the SDK's invoker needs its context too.
 _CONTEXT: contextvars.ContextVar[ToolContext[Any]] = contextvars.ContextVar("agentguard_oa_tool")
+
+
+def _model_guard(context: ToolContext[Any]) -> Guard | AsyncGuard | None:
+    """The guard of the model serving the run of a tool call, when agentguard guards it (a
+    :func:`guarded_model`, a :class:`GuardedProvider`, a model over a :func:`agentguard.wrap`
+    client)."""
+    config = context.run_config
+    model = getattr(config, "model", None) or getattr(context.agent, "model", None)
+    if isinstance(model, Model):  # the SDK's OpenAI models keep their client as ``_client``
+        return guard_of(getattr(model, "_client", None))
+    provider = getattr(config, "model_provider", None)
+    return provider.guard if isinstance(provider, GuardedProvider) else None
+
+
+#: A key per SDK run, by ``id`` of the run's ``Usage`` (one object per run, shared by every
+#: ToolContext of the run; not hashable), held weakly: the key goes when the run does.
+_SDK_RUNS: dict[int, tuple[weakref.ref[Any], str]] = {}
+
+
+def _sdk_run(context: ToolContext[Any]) -> str | None:
+    """A key of the SDK run making a tool call (its ``Usage`` object), for a run whose model no
+    guard serves; ``None`` when it has none."""
+    usage = getattr(context, "usage", None)
+    found = _SDK_RUNS.get(id(usage))
+    if found is not None and found[0]() is usage:
+        return found[1]
+    number = id(usage)
+
+    def gone(ref: weakref.ref[Any]) -> None:
+        if _SDK_RUNS.get(number, (None,))[0] is ref:  # (not a later object with its id)
+            del _SDK_RUNS[number]
+
+    try:
+        ref = weakref.ref(usage, gone)
+    except TypeError:  # None, or an object that takes no weak reference
+        return None
+    key = f"agents-run-{uuid.uuid4().hex[:12]}"
+    _SDK_RUNS[number] = (ref, key)
+    return key
+
+
+def _run_of(context: ToolContext[Any]) -> str | None:
+    """The run of a tool call, whose loop state judges it: the session of the guarded answer
+    that asked for it, else the SDK run making it."""
+    guard = _model_guard(context)
+    run = guard.run_of_call(context.tool_call_id) if guard is not None else None
+    return run if run is not None else _sdk_run(context)
 
 
 @dataclasses.dataclass
@@ -196,7 +249,7 @@ def guard_tool(tool: FunctionTool, tools: ToolGuard, **options: Any) -> Function
     async def invoke(context: ToolContext[Any], arguments: str) -> Any:
         token = _CONTEXT.set(context)
         try:
-            outcome = await tools.acall(tool.name, arguments or "{}")
+            outcome = await tools.acall(tool.name, arguments or "{}", run=_run_of(context))
         finally:
             _CONTEXT.reset(token)
         decisions.outcomes[context.tool_call_id] = outcome

@@ -406,6 +406,16 @@ class AgentGuard(AbstractCapability[Any]):
             if self.tools is not None:
                 self.tools.new_turn()
 
+    def _run_of(self, ctx: Any, call: pm.ToolCallPart) -> str | None:
+        """The agent run of a tool call, whose loop state judges it (the one capability serves
+        every run of the agent): the session of the guarded answer that asked for it, else
+        Pydantic AI's own run id (an answer the guard did not hand back)."""
+        run = self.guard.run_of_call(call.tool_call_id) if self.guard is not None else None
+        if run is None:
+            run_id = getattr(ctx, "run_id", None)
+            run = f"pydantic-ai-{run_id}" if isinstance(run_id, str) and run_id else None
+        return run
+
     async def wrap_tool_execute(
         self, ctx: Any, *, call: pm.ToolCallPart, tool_def: Any, args: Any, handler: Any
     ) -> Any:
@@ -423,7 +433,9 @@ class AgentGuard(AbstractCapability[Any]):
                 signals.append(signal)  # raised again once the ToolGuard returns
                 return "(handled by Pydantic AI)"
 
-        outcome = await self._tools.acall(name, call.args_as_dict(), attempt)
+        outcome = await self._tools.acall(
+            name, call.args_as_dict(), attempt, run=self._run_of(ctx, call)
+        )
         if signals:
             raise signals[-1]
         if outcome.ok:

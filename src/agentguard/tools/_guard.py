@@ -10,6 +10,7 @@ breaker steps (``_breakers.py``), idempotency keys (``_idempotency.py``), dead l
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -47,6 +48,9 @@ __all__ = ["ToolGuard", "Turn"]
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
+#: Runs whose tool loop state a ToolGuard keeps by default (the least recently used forgotten).
+MAX_RUNS = 4_096
+
 
 class ToolGuard:
     """Resilient tool execution: timeouts, retries, breakers, idempotency, fallbacks, hand-off.
@@ -63,8 +67,9 @@ class ToolGuard:
         store: where breakers, idempotency keys and dead letters live; default: the one
             ``config.storage`` names (breakers then stay in this object when that is memory).
             Pass a ``RedisStore`` to share breakers across a fleet.
-        loop_detector: the run's LoopDetector (share yours to also check text); default: one
-            built from ``config.loop_detection``.
+        loop_detector: the LoopDetector of calls made without a ``run`` (share yours to also
+            check text); default: one built from ``config.loop_detection``. Each run named in
+            :meth:`call` gets a LoopDetector of its own, with this one's configuration.
         on_hand_off: called with a :class:`HandOff` when the retry budget runs out, a blocking
             tool's breaker is open, or a high-risk tool is about to run (then its truthy answer
             approves the call; without a callback high-risk calls are refused). May be async
@@ -77,6 +82,8 @@ class ToolGuard:
         hooks: event hooks.
         session: the session id put on events and hand-offs.
         scope: keeps the idempotency keys and dead letters of different agents on one store apart.
+        max_runs: runs whose loop state is kept at once (the least recently used is forgotten:
+            a run that comes back after that starts afresh).
     """
 
     def __init__(
@@ -95,6 +102,7 @@ class ToolGuard:
         hooks: Sequence[Hook] | None = None,
         session: str | None = None,
         scope: str = "default",
+        max_runs: int = MAX_RUNS,
     ) -> None:
         full = config if isinstance(config, GuardConfig) else GuardConfig()
         self.config = config if isinstance(config, ToolsConfig) else full.tools
@@ -118,6 +126,11 @@ class ToolGuard:
         self._emitter = Emitter(self._hooks)
         self._detector = loop_detector or LoopDetector(full, hooks=self._hooks, session=session)
         self._detector_lock = threading.Lock()
+        # A loop is one run repeating itself: an agent reused for many runs (the adapters' one
+        # ToolGuard) keeps each run's calls apart, or separate runs making the same call add up.
+        self._runs: collections.OrderedDict[str, LoopDetector] = collections.OrderedDict()
+        self._max_runs = max_runs
+        self._loop_policies: dict[str, ToolLoopPolicy] = {}  # declared so far, for every run
         self.on_hand_off = on_hand_off
         self._classifiers = tuple(classifiers)
         self._clock = clock or _clock.wall
@@ -271,10 +284,11 @@ class ToolGuard:
             stop=r.stop,
         )
         if volatile_fields:
+            policy = ToolLoopPolicy(tool_name, volatile_results=frozenset(volatile_fields))
             with self._detector_lock:
-                self._detector.declare(
-                    ToolLoopPolicy(tool_name, volatile_results=frozenset(volatile_fields))
-                )
+                self._loop_policies[tool_name] = policy
+                for detector in (self._detector, *self._runs.values()):
+                    detector.declare(policy)
         return tool
 
     @property
@@ -288,8 +302,24 @@ class ToolGuard:
 
     @property
     def loop_detector(self) -> LoopDetector:
-        """The LoopDetector every call goes through."""
+        """The LoopDetector of calls made without a ``run`` (each run has its own)."""
         return self._detector
+
+    def _loop_detector(self, run: str | None) -> LoopDetector:
+        """The LoopDetector of ``run`` (made on first use); call it holding ``_detector_lock``."""
+        if run is None:
+            return self._detector
+        detector = self._runs.get(run)
+        if detector is not None:
+            self._runs.move_to_end(run)
+            return detector
+        detector = LoopDetector(self._detector.config, hooks=self._hooks, session=run)
+        for policy in self._loop_policies.values():
+            detector.declare(policy)
+        self._runs[run] = detector
+        if len(self._runs) > self._max_runs:
+            self._runs.popitem(last=False)
+        return detector
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -331,6 +361,7 @@ class ToolGuard:
         arguments: Mapping[str, Any] | str | None = None,
         *,
         idempotency_key: str | None = None,
+        run: str | None = None,
     ) -> ToolOutcome:
         """Run tool ``name`` with ``arguments`` (a dict or a JSON object text), guarded.
 
@@ -342,6 +373,10 @@ class ToolGuard:
             arguments: its arguments.
             idempotency_key: the key of this logical operation (side-effecting tools); default:
                 a fingerprint of the session, the tool and the arguments.
+            run: the agent run making the call (the guard report's ``session`` of the answer
+                that asked for it): loop detection judges the calls of one run together, and
+                the calls of other runs not at all. ``None``: the calls made without a run, as
+                one run (:attr:`loop_detector`).
 
         Raises:
             RuntimeError: ``name`` is an async tool and an event loop is running in this
@@ -355,7 +390,7 @@ class ToolGuard:
             )
         with observe_tool(name) as obs:  # the call's span, when telemetry records
             outcome: ToolOutcome = _engine.run(
-                plan(self, name, arguments, idempotency_key), self._handlers
+                plan(self, name, arguments, idempotency_key, run), self._handlers
             )
             obs.outcome(outcome)
         return outcome
@@ -366,11 +401,12 @@ class ToolGuard:
         arguments: Mapping[str, Any] | str | None = None,
         *,
         idempotency_key: str | None = None,
+        run: str | None = None,
     ) -> ToolOutcome:
         """Async twin of :meth:`call` (async tools are awaited; sync ones run on a thread)."""
         with observe_tool(name) as obs:
             outcome: ToolOutcome = await _engine.arun(
-                plan(self, name, arguments, idempotency_key), self._ahandlers
+                plan(self, name, arguments, idempotency_key, run), self._ahandlers
             )
             obs.outcome(outcome)
         return outcome

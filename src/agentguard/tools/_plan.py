@@ -68,9 +68,14 @@ class Result:
 
 
 def plan(
-    g: ToolGuard, name: str, raw: Mapping[str, Any] | str | None, key: str | None
+    g: ToolGuard,
+    name: str,
+    raw: Mapping[str, Any] | str | None,
+    key: str | None,
+    run: str | None = None,
 ) -> Plan[ToolOutcome]:
-    """The plan of ``g.call(name, raw, idempotency_key=key)``: it never raises for the tool."""
+    """The plan of ``g.call(name, raw, idempotency_key=key, run=run)``: it never raises for the
+    tool."""
     turn = g.current_turn
     start = g._clock()
     g._emit(ToolCallStarted(tool=name, turn=turn.id, session=g.session))
@@ -88,7 +93,7 @@ def plan(
     checking = g._detector.config.enabled
     seen = raw if isinstance(raw, str) or not checking else _text(arguments)
     with g._detector_lock:
-        verdict = g._detector.check_tool_call(name, seen)
+        verdict = g._loop_detector(run).check_tool_call(name, seen)
     if verdict.severity is Severity.BREAK:
         return _refuse(g, turn, name, arguments, start, why=("loop_detected", verdict.message))
     if tool.high_risk:
@@ -113,7 +118,8 @@ def plan(
     if tool.side_effecting and key is not None:
         yield from idempotency.settle(g, key, arguments, outcome)
     with g._detector_lock:
-        after = g._detector.record_tool_result(
+        # (looked up again: the run may have been forgotten, and made afresh, meanwhile)
+        after = g._loop_detector(run).record_tool_result(
             name,
             seen,
             outcome.value if outcome.ok else (outcome.error.kind if outcome.error else ""),

@@ -497,6 +497,13 @@ def wrap(client: Any, config: GuardConfig | None = None, **options: Any) -> Any:
     return _install(wrapped, guard, copied=False)
 
 
+def guard_of(client: Any) -> Guard | AsyncGuard | None:
+    """The guard of a client :func:`wrap` made (or of a copy of one); ``None`` for any other."""
+    chat = vars(client).get("chat") if hasattr(client, "__dict__") else None
+    guard = getattr(getattr(chat, "completions", None), "_guard", None)
+    return guard if isinstance(guard, (Guard, AsyncGuard)) else None
+
+
 def _per_endpoint(wrapped: Any, make: Callable[..., T]) -> Callable[[Tier], T]:
     """A tier's transport, made once per endpoint (tiers with one endpoint share a client):
     over the wrapped client's client for it, and the same for a call made on a copy."""
