@@ -31,10 +31,13 @@ headers too.
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.exceptions import AgentGuardError, ConfigError
 from agentguard.guard import AsyncGuard, Guard, GuardReport
@@ -200,8 +203,9 @@ def _trace_parent(litellm_params: Mapping[str, Any], client_headers: Mapping[str
 
 def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> str | None:
     """Who called the proxy, as a fingerprint (never the key itself): the virtual key's hash the
-    proxy logs, else the client's ``Authorization`` header. Conversations found without a named
-    session are never matched across callers."""
+    proxy logs, else the client's ``Authorization`` header. Each caller has guards of its own
+    (see :meth:`GuardedLLM.guards_for`), and conversations found without a named session are
+    never matched across callers."""
     for name in ("metadata", "litellm_metadata"):
         metadata = litellm_params.get(name)
         if isinstance(metadata, Mapping):
@@ -357,6 +361,11 @@ class GuardedLLM:
     import litellm. Sync and async calls share one pipeline: sessions, loop state, budgets and
     breakers are the same whichever way a call comes in.
 
+    Each caller (a proxy key, see :func:`_caller`) has guards of its own, as in ``agentguard
+    serve``: loop state, named sessions and budgets (``token_budget.scope`` gets the caller's
+    fingerprint) are never shared across keys, so two keys sending the same session name have
+    two sessions; the tier breakers and the budgets' store are every caller's.
+
     Args:
         config: the configuration, read by :meth:`GuardConfig.load` (so, exactly as
             ``agentguard.wrap``: a ``GuardConfig``, a dict, a file path, or ``None`` for the
@@ -364,6 +373,7 @@ class GuardedLLM:
             ``tiers`` are litellm models.
         sleep: how the sync driver waits between retries (injected in tests).
         asleep: how the async driver waits (injected in tests).
+        max_callers: callers whose guards are kept at once (the least recently seen go).
         **options: passed to :class:`~agentguard.Guard` (``ledger``, ``probe``, ``clock``,
             ``rng``, ``hooks``).
     """
@@ -374,20 +384,64 @@ class GuardedLLM:
         *,
         sleep: Any = None,
         asleep: Any = None,
+        max_callers: int = 1024,
         **options: Any,
     ) -> None:
-        config = GuardConfig.load(config)
-        self.guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=sleep, **options)
-        self.aguard = AsyncGuard(
-            config=config, tier_transport=LiteLLMTransport, sleep=asleep, **options
+        self._config = GuardConfig.load(config)
+        self._sleep, self._asleep, self._options = sleep, asleep, options
+        #: The guards of calls that name no caller (sync and async, one pipeline).
+        self.guard, self.aguard = self._pair(self._config, options)
+        self._callers: collections.OrderedDict[str, tuple[Guard, AsyncGuard]] = (
+            collections.OrderedDict()
         )
-        self.aguard.pipeline = self.guard.pipeline  # one pipeline, two drivers
+        self._max_callers = max(1, max_callers)
+        self._lock = threading.Lock()
+
+    def _pair(self, config: GuardConfig, options: Mapping[str, Any]) -> tuple[Guard, AsyncGuard]:
+        guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=self._sleep, **options)
+        aguard = AsyncGuard(
+            config=config, tier_transport=LiteLLMTransport, sleep=self._asleep, **options
+        )
+        aguard.pipeline = guard.pipeline  # one pipeline, two drivers
+        return guard, aguard
+
+    def guards_for(self, request: ModelRequest) -> tuple[Guard, AsyncGuard]:
+        """The sync and async guards of the caller of ``request`` (made on first use), or
+        :attr:`guard` and :attr:`aguard` when it names none."""
+        caller = request.extensions.get(SCOPE)
+        if not isinstance(caller, str) or not caller:
+            return self.guard, self.aguard
+        with self._lock:  # sync calls may come from many threads
+            pair = self._callers.get(caller)
+            if pair is not None:
+                self._callers.move_to_end(caller)
+                return pair
+            base = self.guard.pipeline
+            budget = self._config.token_budget
+            scoped = budget.model_copy(update={"scope": f"{budget.scope}:{caller}"})
+            config = self._config.model_copy(update={"token_budget": scoped})
+            options = dict(self._options)
+            if base.ledger is not None:  # the caller's budgets, in the same store
+                options["ledger"] = TokenLedger(
+                    config, store=base.ledger.store, hooks=base.emitter.hooks
+                )
+            if base.probe is not None:
+                options["probe"] = base.probe
+            pair = self._pair(config, options)
+            pipeline = pair[0].pipeline
+            # one breaker per tier, for every caller
+            pipeline.breakers, pipeline.breaker_store = base.breakers, base.breaker_store
+            pipeline.session_store = base.session_store
+            self._callers[caller] = pair
+            if len(self._callers) > self._max_callers:
+                self._callers.popitem(last=False)
+            return pair
 
     def completion(self, **kwargs: Any) -> Any:
         """litellm's sync entry point."""
         request, session = _request(kwargs)
         try:
-            response = self.guard.complete(request, session=session)
+            response = self.guards_for(request)[0].complete(request, session=session)
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         return _result(response, response.report)
@@ -396,7 +450,7 @@ class GuardedLLM:
         """litellm's async entry point."""
         request, session = _request(kwargs)
         try:
-            response = await self.aguard.acomplete(request, session=session)
+            response = await self.guards_for(request)[1].acomplete(request, session=session)
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         return _result(response, response.report)
@@ -404,7 +458,7 @@ class GuardedLLM:
     def streaming(self, **kwargs: Any) -> Iterator[Any]:
         """litellm's sync streaming entry point: content flows, tool calls once valid."""
         request, session = _request(kwargs)
-        stream = self.guard.stream(request, session=session)
+        stream = self.guards_for(request)[0].stream(request, session=session)
         finish = None
         opening = True
         try:
@@ -420,7 +474,7 @@ class GuardedLLM:
     async def astreaming(self, **kwargs: Any) -> AsyncIterator[Any]:
         """litellm's async streaming entry point."""
         request, session = _request(kwargs)
-        stream = self.aguard.astream(request, session=session)
+        stream = self.guards_for(request)[1].astream(request, session=session)
         finish = None
         opening = True
         try:
