@@ -129,6 +129,30 @@ def test_dead_tier_escalates_to_the_next_model() -> None:
     assert [r.model for r in model.requests] == ["fast-model", "strong-model"]
 
 
+@pytest.mark.parametrize(("wait", "sleeps", "tiers"), [(7, [7.0], ["fast"]), (120, [], ["strong"])])
+def test_a_tiers_retry_after_is_read_through_litellm(
+    wait: float, sleeps: list[float], tiers: list[str]
+) -> None:
+    """A 429 with `Retry-After` from a tier reached through litellm: waited for, or (past
+    `max_retry_after`) escalated from at once, as for any other client."""
+    model = ScriptedModel(
+        {
+            "fast-model": [Fault.rate_limit(wait), Reply.text("fast ok")],
+            "strong-model": [Reply.text("strong ok")],
+        }
+    )
+    chain = {"chain": ["fast", "strong"], "max_retries_before_escalate": 1, "max_retry_after": 30}
+    clock = FakeClock()
+    with model.serve() as url:
+        register(config(url, escalation=chain), clock=clock, sleep=clock.sleep)
+        response = litellm.completion(model="agentguard/fast", messages=ASK)
+    report = ag.report_of(response)
+    assert report is not None
+    assert clock.sleeps == sleeps
+    assert report.tier == tiers[-1]
+    assert ("rate_limited" in report.reasons) == (tiers == ["strong"])
+
+
 @pytest.mark.anyio
 async def test_async_completion_runs_the_same_guard() -> None:
     """acompletion goes through the same pipeline, sessions shared with sync calls."""
