@@ -32,6 +32,7 @@ headers too.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -60,6 +61,7 @@ from agentguard.types import Tier
 from ._chat import changed
 from ._http import error_answer, headers_of
 from ._lazy import require
+from ._replay import bare
 from ._tiers import tier_api_key
 
 __all__ = ["PROVIDER", "GuardedLLM", "LiteLLMTransport", "register", "report_headers"]
@@ -69,6 +71,9 @@ PROVIDER = "agentguard"
 #: The environment variable naming the guard's configuration file for :data:`proxy_handler`.
 CONFIG_ENV = "AGENTGUARD_CONFIG"  # read by GuardConfig.load()
 _PROVIDER_PREFIX = "llm_provider-"
+#: The request extension where a guarded stream's transport sets aside the upstream's chunks
+#: that go out as they came though the guard yields nothing of them (see :func:`_aside`).
+_ASIDE = "agentguard.litellm.aside"
 
 
 def _litellm() -> Any:
@@ -131,7 +136,7 @@ class LiteLLMTransport:
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``litellm.completion`` call, chunk by chunk."""
         for chunk in _litellm().completion(**self._kwargs(request, stream=True)):
-            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+            yield _read(chunk, request)
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One ``litellm.acompletion`` call."""
@@ -141,7 +146,17 @@ class LiteLLMTransport:
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``litellm.acompletion`` call, chunk by chunk."""
         async for chunk in await _litellm().acompletion(**self._kwargs(request, stream=True)):
-            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+            yield _read(chunk, request)
+
+
+def _read(raw: Any, request: ModelRequest) -> StreamChunk:
+    """A litellm stream chunk in neutral form; set aside for the caller of ``request`` (see
+    :data:`_ASIDE`) when it carries what the guard passes on only as it came."""
+    chunk = StreamChunk.from_body(raw.model_dump(), raw=raw)
+    aside = request.extensions.get(_ASIDE)
+    if aside is not None and _aside(chunk):
+        aside.append(raw)
+    return chunk
 
 
 def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
@@ -291,8 +306,9 @@ def _usage(usage: Any) -> dict[str, int]:
 
 def _generic(chunk: StreamChunk, *, opening: bool) -> Iterator[Any]:
     """A guarded chunk as litellm takes it from a provider: the upstream's own chunk (litellm's
-    ``ModelResponseStream``) where the guard passes its text or reasoning on unchanged — its
-    ``reasoning_content``, ``logprobs`` and ``system_fingerprint`` with it — else
+    ``ModelResponseStream``) where the guard passes it on unchanged — its text, reasoning,
+    ``refusal`` or audio, the other answers' deltas when ``n`` > 1, and its
+    ``reasoning_content``, ``logprobs`` and ``system_fingerprint`` with them — else
     ``GenericStreamingChunk`` dicts (one per tool call), which carry text and calls only.
 
     ``opening``: nothing went out before it. The upstream's opening ``role`` chunk carries nothing
@@ -301,16 +317,41 @@ def _generic(chunk: StreamChunk, *, opening: bool) -> Iterator[Any]:
     raw = chunk.raw
     passed_on = (chunk.content or chunk.reasoning) and not chunk.tool_calls
     if passed_on and isinstance(raw, _litellm().ModelResponseStream):
-        if opening and raw.choices and raw.choices[0].delta.role is None:
-            raw = raw.model_copy(deep=True)
-            raw.choices[0].delta.role = "assistant"
-        yield raw
+        yield _named(raw) if opening else raw
         return
     base = {"is_finished": False, "finish_reason": "", "usage": None, "index": 0}
     if chunk.content:
         yield {**base, "text": chunk.content, "tool_use": None}
     for call in chunk.tool_calls:
         yield {**base, "text": "", "tool_use": {"type": "function", **call}}
+
+
+def _named(raw: Any) -> Any:
+    """The upstream's chunk as the first out: naming the role (a copy, when it does not)."""
+    if raw.choices and raw.choices[0].delta.role is None:
+        raw = raw.model_copy(deep=True)
+        raw.choices[0].delta.role = "assistant"
+    return raw
+
+
+def _aside(chunk: StreamChunk) -> bool:
+    """Whether an upstream chunk goes out as it came though the guard passes nothing of it on:
+    it carries nothing the guard judges (see :func:`bare`), but a refusal, an audio delta or
+    another answer's delta (``n`` > 1)."""
+    if not bare(chunk) or chunk.raw is None:
+        return False
+    if chunk.refusal or chunk.other_output:
+        return True
+    return any(getattr(choice, "index", 0) != 0 for choice in chunk.raw.choices or ())
+
+
+def _with_aside(chunk: StreamChunk, aside: list[Any], *, opening: bool) -> Iterator[Any]:
+    """What goes out for one guarded chunk: the upstream's chunks set aside since the last one
+    (see :func:`_aside`), then the chunk itself (see :func:`_generic`)."""
+    while aside:
+        yield _named(aside.pop(0)) if opening else aside.pop(0)
+        opening = False
+    yield from _generic(chunk, opening=opening)
 
 
 def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
@@ -458,33 +499,41 @@ class GuardedLLM:
     def streaming(self, **kwargs: Any) -> Iterator[Any]:
         """litellm's sync streaming entry point: content flows, tool calls once valid."""
         request, session = _request(kwargs)
+        aside: list[Any] = []
+        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
         stream = self.guards_for(request)[0].stream(request, session=session)
         finish = None
         opening = True
         try:
             for chunk in stream:
                 finish = chunk.finish_reason or finish
-                for out in _generic(chunk, opening=opening):
+                for out in _with_aside(chunk, aside, opening=opening):
                     opening = False
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
+            yield out
         yield _last(finish, stream.report)
 
     async def astreaming(self, **kwargs: Any) -> AsyncIterator[Any]:
         """litellm's async streaming entry point."""
         request, session = _request(kwargs)
+        aside: list[Any] = []
+        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
         stream = self.guards_for(request)[1].astream(request, session=session)
         finish = None
         opening = True
         try:
             async for chunk in stream:
                 finish = chunk.finish_reason or finish
-                for out in _generic(chunk, opening=opening):
+                for out in _with_aside(chunk, aside, opening=opening):
                     opening = False
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
+            yield out
         yield _last(finish, stream.report)
 
 
