@@ -113,11 +113,13 @@ def litellm_proxy(
     *,
     prefix: Sequence[str] = (),
     callbacks: Sequence[str] = (),
+    general: Mapping[str, Any] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Run ``litellm --config`` (:data:`PROXY_CONFIG`, the guard configured by ``guard``) on
     loopback until the block ends; yields its base URL and master key. ``prefix``: arguments
     before litellm's own (for a launcher standing in for the ``litellm`` executable);
-    ``callbacks``: litellm callbacks to run besides the guard's (``otel`` ...)."""
+    ``callbacks``: litellm callbacks to run besides the guard's (``otel`` ...); ``general``:
+    the proxy's ``general_settings`` (a module it names may be a file in ``tmp``)."""
     import yaml
 
     (tmp / "agentguard.yaml").write_text(yaml.safe_dump({"reliability": dict(guard)}))
@@ -126,6 +128,8 @@ def litellm_proxy(
         settings = dict(config["litellm_settings"])
         settings["callbacks"] = [settings["callbacks"], *callbacks]
         config = {**config, "litellm_settings": settings}
+    if general:
+        config = {**config, "general_settings": dict(general)}
     (tmp / "config.yaml").write_text(yaml.safe_dump(config))
     master_key = "sk-" + secrets.token_hex(24)
     env = process_env(

@@ -129,6 +129,30 @@ def test_dead_tier_escalates_to_the_next_model() -> None:
     assert [r.model for r in model.requests] == ["fast-model", "strong-model"]
 
 
+@pytest.mark.parametrize(("wait", "sleeps", "tiers"), [(7, [7.0], ["fast"]), (120, [], ["strong"])])
+def test_a_tiers_retry_after_is_read_through_litellm(
+    wait: float, sleeps: list[float], tiers: list[str]
+) -> None:
+    """A 429 with `Retry-After` from a tier reached through litellm: waited for, or (past
+    `max_retry_after`) escalated from at once, as for any other client."""
+    model = ScriptedModel(
+        {
+            "fast-model": [Fault.rate_limit(wait), Reply.text("fast ok")],
+            "strong-model": [Reply.text("strong ok")],
+        }
+    )
+    chain = {"chain": ["fast", "strong"], "max_retries_before_escalate": 1, "max_retry_after": 30}
+    clock = FakeClock()
+    with model.serve() as url:
+        register(config(url, escalation=chain), clock=clock, sleep=clock.sleep)
+        response = litellm.completion(model="agentguard/fast", messages=ASK)
+    report = ag.report_of(response)
+    assert report is not None
+    assert clock.sleeps == sleeps
+    assert report.tier == tiers[-1]
+    assert ("rate_limited" in report.reasons) == (tiers == ["strong"])
+
+
 @pytest.mark.anyio
 async def test_async_completion_runs_the_same_guard() -> None:
     """acompletion goes through the same pipeline, sessions shared with sync calls."""
@@ -556,3 +580,54 @@ def test_a_healthy_stream_keeps_its_reasoning_and_logprobs() -> None:
         c.logprobs.model_dump() for c in raw if c.logprobs
     ]
     assert [c.finish_reason for c in guarded_answer if c.finish_reason] == ["stop"]
+
+
+_ASIDE_BODIES = [
+    _sse({"delta": {"role": "assistant", "refusal": "I can't help with that."}}),
+    _sse(
+        {"delta": {"role": "assistant", "content": ""}},
+        {"index": 1, "delta": {"role": "assistant", "content": ""}},
+        {"delta": {"content": "Sunny."}},
+        {"index": 1, "delta": {"content": "Rainy."}},
+        {"index": 1, "delta": {}, "finish_reason": "stop"},
+    ),
+]
+_STREAM = {"messages": ASK, "api_key": "sk-test-not-real", "stream": True, "n": 2}
+
+
+def _answers(chunks: list[Any]) -> dict[int, tuple[str, str]]:
+    """Each answer's text and refusal, by choice index."""
+    out: dict[int, tuple[str, str]] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            text, refusal = out.get(choice.index, ("", ""))
+            refused = getattr(choice.delta, "refusal", None) or ""
+            out[choice.index] = (text + (choice.delta.content or ""), refusal + refused)
+    return out
+
+
+@pytest.mark.parametrize("body", _ASIDE_BODIES, ids=["refusal", "n=2"])
+def test_a_streams_refusal_and_other_answers_go_out(body: bytes) -> None:
+    """Differential, streamed: a `refusal` delta and the second answer's deltas (`n=2`) reach
+    the caller through the provider as raw litellm gives them (they were dropped)."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    with canned(body) as (url, _):
+        raw = _answers(list(litellm.completion(model="openai/m", api_base=url, **_STREAM)))
+        guarded_answers = _answers(
+            list(litellm.completion(model="agentguard/openai/m", api_base=url, **_STREAM))
+        )
+    assert guarded_answers == raw
+    assert any(refusal or text for text, refusal in raw.values())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("body", _ASIDE_BODIES, ids=["refusal", "n=2"])
+async def test_an_async_streams_refusal_and_other_answers_go_out(body: bytes) -> None:
+    """The same through `acompletion`."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    got = {}
+    with canned(body) as (url, _):
+        for model in ("openai/m", "agentguard/openai/m"):
+            stream = await litellm.acompletion(model=model, api_base=url, **_STREAM)
+            got[model] = _answers([c async for c in stream])
+    assert got["agentguard/openai/m"] == got["openai/m"]

@@ -20,6 +20,7 @@ import pytest
 
 from _litellm_kit import TOOLS, Upstream, guard_config, litellm_proxy, polling_history
 from agentguard.testing import Fault, Reply
+from agentguard.types import Usage
 
 pytest.importorskip("litellm.proxy.proxy_server", reason="needs litellm[proxy]: nox -s litellm")
 openai = pytest.importorskip("openai")
@@ -291,6 +292,48 @@ def test_callers_with_the_same_conversation_get_their_own_sessions(
         sessions[user] = _guard_headers(raw)["x-agentguard-session"]
     assert sessions["alice"] != sessions["bob"]
     assert all(s.startswith("auto-") for s in sessions.values())
+
+
+# The proxy's own check of two keys (litellm's `custom_auth`): no database of virtual keys.
+_TWO_KEYS = """
+from litellm.proxy._types import UserAPIKeyAuth
+
+async def user_api_key_auth(request, api_key):
+    if api_key in ("sk-alice-0001", "sk-bob-0002"):
+        return UserAPIKeyAuth(api_key=api_key, user_id=api_key.split("-")[1])
+    raise Exception("unknown key")
+"""
+
+
+def test_two_keys_naming_one_session_have_two_sessions(
+    upstream: tuple[Upstream, str], tmp_path: Path
+) -> None:
+    """alice spends her session `run-1` (hard_stop) until refused; bob, sending the same
+    session name with his own key, has a session of his own, with nothing spent yet."""
+    up, url = upstream
+    (tmp_path / "two_keys.py").write_text(_TWO_KEYS)
+    budget = {"per_session": 300, "max_output_tokens": 20, "policy": "hard_stop"}
+    guard = guard_config(url, token_budget=budget)
+    litellm_cli = str(Path(sys.executable).with_name("litellm"))
+    general = {"custom_auth": "two_keys.user_api_key_auth"}
+    text = "hello there " * 20
+    statuses: dict[str, list[int]] = {"alice": [], "bob": []}
+    with litellm_proxy(litellm_cli, tmp_path, guard, general=general) as (base, _):
+        for user, key in (("alice", "sk-alice-0001"), ("bob", "sk-bob-0002")):
+            client = openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0)
+            for _ in range(4 if user == "alice" else 1):
+                up.script(fast_model=[Reply.text("Sunny.", usage=Usage(100, 20))])
+                try:
+                    raw = _ask(client, "run-1", text=text)
+                    assert _guard_headers(raw)["x-agentguard-session"] == "run-1"
+                    statuses[user].append(raw.status_code)
+                except openai.PermissionDeniedError as error:
+                    statuses[user].append(error.status_code)
+                    up.queues["fast-model"].clear()
+            client.close()
+    assert statuses["alice"][:2] == [200, 200]
+    assert statuses["alice"][-1] == 403
+    assert statuses["bob"] == [200]
 
 
 def test_concurrent_conversations_with_one_opening_share_nothing(proxy: Any, upstream: Any) -> None:

@@ -149,6 +149,25 @@ def test_retry_after_http_date() -> None:
     assert retry_after_of(bad) is None
 
 
+def test_retry_after_of_litellm_errors() -> None:
+    """litellm's exceptions keep the upstream's headers in `litellm_response_headers` (their
+    `response` is a stand-in): read when the response's own headers ask for no wait."""
+
+    class Resp:
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.headers = headers
+
+    class LiteLLMError(Exception):
+        def __init__(self, own: dict[str, str], upstream: dict[str, str]) -> None:
+            self.response = Resp(own)
+            self.litellm_response_headers = upstream
+
+    assert retry_after_of(LiteLLMError({}, {"retry-after": "7"})) == 7.0
+    assert retry_after_of(LiteLLMError({}, {"retry-after-ms": "1500"})) == 1.5
+    assert retry_after_of(LiteLLMError({"retry-after": "2"}, {"retry-after": "7"})) == 2.0
+    assert retry_after_of(LiteLLMError({}, {})) is None
+
+
 def test_user_classifier_goes_first_and_may_fall_through() -> None:
     """Custom classifiers decide first; None lets the built-in rules decide."""
 

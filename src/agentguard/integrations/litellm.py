@@ -31,10 +31,14 @@ headers too.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+from agentguard.budget import TokenLedger
 from agentguard.config import GuardConfig
 from agentguard.exceptions import AgentGuardError, ConfigError
 from agentguard.guard import AsyncGuard, Guard, GuardReport
@@ -57,6 +61,7 @@ from agentguard.types import Tier
 from ._chat import changed
 from ._http import error_answer, headers_of
 from ._lazy import require
+from ._replay import bare
 from ._tiers import tier_api_key
 
 __all__ = ["PROVIDER", "GuardedLLM", "LiteLLMTransport", "register", "report_headers"]
@@ -66,6 +71,9 @@ PROVIDER = "agentguard"
 #: The environment variable naming the guard's configuration file for :data:`proxy_handler`.
 CONFIG_ENV = "AGENTGUARD_CONFIG"  # read by GuardConfig.load()
 _PROVIDER_PREFIX = "llm_provider-"
+#: The request extension where a guarded stream's transport sets aside the upstream's chunks
+#: that go out as they came though the guard yields nothing of them (see :func:`_aside`).
+_ASIDE = "agentguard.litellm.aside"
 
 
 def _litellm() -> Any:
@@ -128,7 +136,7 @@ class LiteLLMTransport:
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``litellm.completion`` call, chunk by chunk."""
         for chunk in _litellm().completion(**self._kwargs(request, stream=True)):
-            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+            yield _read(chunk, request)
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One ``litellm.acompletion`` call."""
@@ -138,7 +146,17 @@ class LiteLLMTransport:
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``litellm.acompletion`` call, chunk by chunk."""
         async for chunk in await _litellm().acompletion(**self._kwargs(request, stream=True)):
-            yield StreamChunk.from_body(chunk.model_dump(), raw=chunk)
+            yield _read(chunk, request)
+
+
+def _read(raw: Any, request: ModelRequest) -> StreamChunk:
+    """A litellm stream chunk in neutral form; set aside for the caller of ``request`` (see
+    :data:`_ASIDE`) when it carries what the guard passes on only as it came."""
+    chunk = StreamChunk.from_body(raw.model_dump(), raw=raw)
+    aside = request.extensions.get(_ASIDE)
+    if aside is not None and _aside(chunk):
+        aside.append(raw)
+    return chunk
 
 
 def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
@@ -200,8 +218,9 @@ def _trace_parent(litellm_params: Mapping[str, Any], client_headers: Mapping[str
 
 def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> str | None:
     """Who called the proxy, as a fingerprint (never the key itself): the virtual key's hash the
-    proxy logs, else the client's ``Authorization`` header. Conversations found without a named
-    session are never matched across callers."""
+    proxy logs, else the client's ``Authorization`` header. Each caller has guards of its own
+    (see :meth:`GuardedLLM.guards_for`), and conversations found without a named session are
+    never matched across callers."""
     for name in ("metadata", "litellm_metadata"):
         metadata = litellm_params.get(name)
         if isinstance(metadata, Mapping):
@@ -287,8 +306,9 @@ def _usage(usage: Any) -> dict[str, int]:
 
 def _generic(chunk: StreamChunk, *, opening: bool) -> Iterator[Any]:
     """A guarded chunk as litellm takes it from a provider: the upstream's own chunk (litellm's
-    ``ModelResponseStream``) where the guard passes its text or reasoning on unchanged — its
-    ``reasoning_content``, ``logprobs`` and ``system_fingerprint`` with it — else
+    ``ModelResponseStream``) where the guard passes it on unchanged — its text, reasoning,
+    ``refusal`` or audio, the other answers' deltas when ``n`` > 1, and its
+    ``reasoning_content``, ``logprobs`` and ``system_fingerprint`` with them — else
     ``GenericStreamingChunk`` dicts (one per tool call), which carry text and calls only.
 
     ``opening``: nothing went out before it. The upstream's opening ``role`` chunk carries nothing
@@ -297,16 +317,41 @@ def _generic(chunk: StreamChunk, *, opening: bool) -> Iterator[Any]:
     raw = chunk.raw
     passed_on = (chunk.content or chunk.reasoning) and not chunk.tool_calls
     if passed_on and isinstance(raw, _litellm().ModelResponseStream):
-        if opening and raw.choices and raw.choices[0].delta.role is None:
-            raw = raw.model_copy(deep=True)
-            raw.choices[0].delta.role = "assistant"
-        yield raw
+        yield _named(raw) if opening else raw
         return
     base = {"is_finished": False, "finish_reason": "", "usage": None, "index": 0}
     if chunk.content:
         yield {**base, "text": chunk.content, "tool_use": None}
     for call in chunk.tool_calls:
         yield {**base, "text": "", "tool_use": {"type": "function", **call}}
+
+
+def _named(raw: Any) -> Any:
+    """The upstream's chunk as the first out: naming the role (a copy, when it does not)."""
+    if raw.choices and raw.choices[0].delta.role is None:
+        raw = raw.model_copy(deep=True)
+        raw.choices[0].delta.role = "assistant"
+    return raw
+
+
+def _aside(chunk: StreamChunk) -> bool:
+    """Whether an upstream chunk goes out as it came though the guard passes nothing of it on:
+    it carries nothing the guard judges (see :func:`bare`), but a refusal, an audio delta or
+    another answer's delta (``n`` > 1)."""
+    if not bare(chunk) or chunk.raw is None:
+        return False
+    if chunk.refusal or chunk.other_output:
+        return True
+    return any(getattr(choice, "index", 0) != 0 for choice in chunk.raw.choices or ())
+
+
+def _with_aside(chunk: StreamChunk, aside: list[Any], *, opening: bool) -> Iterator[Any]:
+    """What goes out for one guarded chunk: the upstream's chunks set aside since the last one
+    (see :func:`_aside`), then the chunk itself (see :func:`_generic`)."""
+    while aside:
+        yield _named(aside.pop(0)) if opening else aside.pop(0)
+        opening = False
+    yield from _generic(chunk, opening=opening)
 
 
 def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
@@ -357,6 +402,11 @@ class GuardedLLM:
     import litellm. Sync and async calls share one pipeline: sessions, loop state, budgets and
     breakers are the same whichever way a call comes in.
 
+    Each caller (a proxy key, see :func:`_caller`) has guards of its own, as in ``agentguard
+    serve``: loop state, named sessions and budgets (``token_budget.scope`` gets the caller's
+    fingerprint) are never shared across keys, so two keys sending the same session name have
+    two sessions; the tier breakers and the budgets' store are every caller's.
+
     Args:
         config: the configuration, read by :meth:`GuardConfig.load` (so, exactly as
             ``agentguard.wrap``: a ``GuardConfig``, a dict, a file path, or ``None`` for the
@@ -364,6 +414,7 @@ class GuardedLLM:
             ``tiers`` are litellm models.
         sleep: how the sync driver waits between retries (injected in tests).
         asleep: how the async driver waits (injected in tests).
+        max_callers: callers whose guards are kept at once (the least recently seen go).
         **options: passed to :class:`~agentguard.Guard` (``ledger``, ``probe``, ``clock``,
             ``rng``, ``hooks``).
     """
@@ -374,20 +425,64 @@ class GuardedLLM:
         *,
         sleep: Any = None,
         asleep: Any = None,
+        max_callers: int = 1024,
         **options: Any,
     ) -> None:
-        config = GuardConfig.load(config)
-        self.guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=sleep, **options)
-        self.aguard = AsyncGuard(
-            config=config, tier_transport=LiteLLMTransport, sleep=asleep, **options
+        self._config = GuardConfig.load(config)
+        self._sleep, self._asleep, self._options = sleep, asleep, options
+        #: The guards of calls that name no caller (sync and async, one pipeline).
+        self.guard, self.aguard = self._pair(self._config, options)
+        self._callers: collections.OrderedDict[str, tuple[Guard, AsyncGuard]] = (
+            collections.OrderedDict()
         )
-        self.aguard.pipeline = self.guard.pipeline  # one pipeline, two drivers
+        self._max_callers = max(1, max_callers)
+        self._lock = threading.Lock()
+
+    def _pair(self, config: GuardConfig, options: Mapping[str, Any]) -> tuple[Guard, AsyncGuard]:
+        guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=self._sleep, **options)
+        aguard = AsyncGuard(
+            config=config, tier_transport=LiteLLMTransport, sleep=self._asleep, **options
+        )
+        aguard.pipeline = guard.pipeline  # one pipeline, two drivers
+        return guard, aguard
+
+    def guards_for(self, request: ModelRequest) -> tuple[Guard, AsyncGuard]:
+        """The sync and async guards of the caller of ``request`` (made on first use), or
+        :attr:`guard` and :attr:`aguard` when it names none."""
+        caller = request.extensions.get(SCOPE)
+        if not isinstance(caller, str) or not caller:
+            return self.guard, self.aguard
+        with self._lock:  # sync calls may come from many threads
+            pair = self._callers.get(caller)
+            if pair is not None:
+                self._callers.move_to_end(caller)
+                return pair
+            base = self.guard.pipeline
+            budget = self._config.token_budget
+            scoped = budget.model_copy(update={"scope": f"{budget.scope}:{caller}"})
+            config = self._config.model_copy(update={"token_budget": scoped})
+            options = dict(self._options)
+            if base.ledger is not None:  # the caller's budgets, in the same store
+                options["ledger"] = TokenLedger(
+                    config, store=base.ledger.store, hooks=base.emitter.hooks
+                )
+            if base.probe is not None:
+                options["probe"] = base.probe
+            pair = self._pair(config, options)
+            pipeline = pair[0].pipeline
+            # one breaker per tier, for every caller
+            pipeline.breakers, pipeline.breaker_store = base.breakers, base.breaker_store
+            pipeline.session_store = base.session_store
+            self._callers[caller] = pair
+            if len(self._callers) > self._max_callers:
+                self._callers.popitem(last=False)
+            return pair
 
     def completion(self, **kwargs: Any) -> Any:
         """litellm's sync entry point."""
         request, session = _request(kwargs)
         try:
-            response = self.guard.complete(request, session=session)
+            response = self.guards_for(request)[0].complete(request, session=session)
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         return _result(response, response.report)
@@ -396,7 +491,7 @@ class GuardedLLM:
         """litellm's async entry point."""
         request, session = _request(kwargs)
         try:
-            response = await self.aguard.acomplete(request, session=session)
+            response = await self.guards_for(request)[1].acomplete(request, session=session)
         except AgentGuardError as exc:
             raise _translate(exc) from exc
         return _result(response, response.report)
@@ -404,33 +499,41 @@ class GuardedLLM:
     def streaming(self, **kwargs: Any) -> Iterator[Any]:
         """litellm's sync streaming entry point: content flows, tool calls once valid."""
         request, session = _request(kwargs)
-        stream = self.guard.stream(request, session=session)
+        aside: list[Any] = []
+        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
+        stream = self.guards_for(request)[0].stream(request, session=session)
         finish = None
         opening = True
         try:
             for chunk in stream:
                 finish = chunk.finish_reason or finish
-                for out in _generic(chunk, opening=opening):
+                for out in _with_aside(chunk, aside, opening=opening):
                     opening = False
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
+            yield out
         yield _last(finish, stream.report)
 
     async def astreaming(self, **kwargs: Any) -> AsyncIterator[Any]:
         """litellm's async streaming entry point."""
         request, session = _request(kwargs)
-        stream = self.aguard.astream(request, session=session)
+        aside: list[Any] = []
+        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
+        stream = self.guards_for(request)[1].astream(request, session=session)
         finish = None
         opening = True
         try:
             async for chunk in stream:
                 finish = chunk.finish_reason or finish
-                for out in _generic(chunk, opening=opening):
+                for out in _with_aside(chunk, aside, opening=opening):
                     opening = False
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
+            yield out
         yield _last(finish, stream.report)
 
 

@@ -170,12 +170,26 @@ def retry_after_of(exc: BaseException, *, now: float | None = None) -> float | N
     """Seconds to wait that the server asked for (``retry-after-ms``, then ``Retry-After``).
 
     Args:
-        exc: the exception; its ``response.headers`` are read when present.
+        exc: the exception; the headers of its ``response`` are read, else (when they ask for
+            no wait) the upstream's headers litellm keeps in ``litellm_response_headers`` (its
+            exceptions' ``response`` is a stand-in that may have none).
         now: wall-clock seconds, needed only to turn an HTTP-date ``Retry-After`` into a delay.
     """
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    if not isinstance(headers, Mapping) and not hasattr(headers, "get"):
-        return None
+    for headers in (
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+    ):
+        readable = isinstance(headers, Mapping) or hasattr(headers, "get")
+        if readable and any(_header(headers, name) is not None for name in _RETRY_HEADERS):
+            return _retry_after(headers, now)
+    return None
+
+
+_RETRY_HEADERS = ("retry-after-ms", "retry-after")
+
+
+def _retry_after(headers: Any, now: float | None) -> float | None:
+    """The wait ``headers`` ask for (see :func:`retry_after_of`)."""
     ms = _header(headers, "retry-after-ms")
     if ms is not None:
         try:
