@@ -732,3 +732,141 @@ async def test_a_copy_shares_the_budget_of_the_original(asynchronous: bool) -> N
         await _maybe(copy.chat.completions.create(model="m", messages=MESSAGES, **session))
     assert info.value.budget == "session"
     assert len(side.seen) == sent
+
+
+class _Counted(http.SyncByteStream, http.AsyncByteStream):  # type: ignore[misc]
+    """An SSE body read part by part, counting the parts read (sync and async)."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+        self.read = 0
+
+    def __iter__(self) -> Any:
+        for part in self.parts:
+            self.read += 1
+            yield part
+
+    async def __aiter__(self) -> Any:
+        for part in self.parts:
+            self.read += 1
+            yield part
+
+    def close(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_streamed_create_returns_once_the_upstream_answered(
+    api: str, asynchronous: bool
+) -> None:
+    """``create(stream=True)`` returns once the upstream answered (its headers in), as the
+    SDK's does: it does not wait for the guard to release a first chunk (a tool call is held
+    until whole, so that would be the whole answer). The answer then reads as the raw one."""
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    deltas = [
+        {"role": "assistant", "tool_calls": [{**call, "function": {"name": "get_weather"}}]},
+        *(
+            {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}
+            for a in ['{"city"', ': "Paris"}']
+        ),
+    ]
+    chunks = [{**head, "choices": [{"index": 0, "delta": d}]} for d in deltas]
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    if api == "chat":
+        parts = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+    else:
+        from _openai_upstream import response_events
+
+        response = {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "status": "completed",
+            "model": "m",
+            "output": [
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_1",
+                    "name": "get_weather",
+                    "arguments": '{"city": "Paris"}',
+                    "status": "completed",
+                }
+            ],
+            "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        parts = [
+            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
+            for e in response_events(response)
+        ]
+    bodies: list[_Counted] = []
+
+    def answer(request: Any) -> Any:
+        bodies.append(_Counted(parts))
+        return http.Response(200, headers={"content-type": "text/event-stream"}, stream=bodies[-1])
+
+    raw, wrapped, _ = _clients(answer, asynchronous)
+    read_at_create, views = [], []
+    for client in (raw, wrapped):
+        if api == "chat":
+            made = client.chat.completions.create(**_STREAMED, tools=TOOLS)
+        else:
+            made = client.responses.create(
+                model="m", input="hi", tools=RESPONSES_TOOLS, stream=True
+            )
+        stream = await _maybe(made)
+        read_at_create.append(bodies[-1].read)
+        views.append([_dump(c) for c in await _chunks(stream)])
+    assert read_at_create[1] == read_at_create[0] < len(parts)
+    assert views[1] == views[0]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_loop_broken_off_a_stream_reads_on_in_the_next(api: str) -> None:
+    """Breaking out of a loop over a sync stream does not end it: the next loop reads on, as
+    on the SDK's stream."""
+    reply = [Reply.text("It is sunny in Paris today.")]
+    raw = Upstream(http, reply).client(openai, asynchronous=False)
+    wrapped = ag.wrap(Upstream(http, reply).client(openai, asynchronous=False), CONFIG)
+    counts = []
+    for client in (raw, wrapped):
+        if api == "chat":
+            stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        else:
+            stream = client.responses.create(model="m", input="hi", stream=True)
+        first = 0
+        for _ in stream:
+            first += 1
+            break
+        counts.append((first, sum(1 for _ in stream)))
+    assert counts[1] == counts[0]
+    assert counts[0][1] > 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_stream_with_no_chunk_carries_its_report(asynchronous: bool) -> None:
+    """A stream whose upstream sent no chunk at all (``[DONE]`` alone) ends with the guard's
+    report on it, as every guarded stream does."""
+
+    def answer(request: Any) -> Any:
+        return http.Response(
+            200, headers={"content-type": "text/event-stream"}, content=b"data: [DONE]\n\n"
+        )
+
+    raw, wrapped, _ = _clients(answer, asynchronous)
+    got = []
+    for client in (raw, wrapped):
+        stream = await _maybe(client.chat.completions.create(**_STREAMED))
+        got.append(await _chunks(stream))
+    assert got[1] == got[0] == []
+    assert ag.report_of(stream) is not None

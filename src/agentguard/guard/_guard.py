@@ -485,8 +485,9 @@ class GuardedStream:
         try:
             chunk: StreamChunk = next(self._chunks)
         except StopIteration as stop:
-            self.report = stop.value
-            attach_report(self, self.report)  # report_of(stream) as for any guarded answer
+            if self.report is None:  # (read again after its end, a generator returns nothing)
+                self.report = stop.value
+                attach_report(self, self.report)  # report_of(stream) as for any guarded answer
             raise StopIteration from None
         return chunk
 

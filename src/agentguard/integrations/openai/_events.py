@@ -34,8 +34,8 @@ from ._responses import (
     responses_output,
     unchanged_text,
 )
-from ._stream import AsyncIterating, Iterating, _Response, deferred
-from ._transport import RawCall, dump
+from ._stream import AsyncIterating, Iterating, _Response
+from ._transport import STARTED, RawCall, dump
 
 __all__ = ["AsyncResponsesStream", "ResponsesStream"]
 
@@ -229,7 +229,6 @@ class ResponsesStream(Iterating):
         self._raw = raw
         self._events = _Events(raw)
         self._head: list[Any] = []
-        self._failure: Exception | None = None  # (see Stream.prime)
         self.owners = self._events.owners
         self._iterator = self._chunks()
 
@@ -241,21 +240,18 @@ class ResponsesStream(Iterating):
     def prime(self) -> None:
         """Start the guarded call now (see :meth:`Stream.prime`)."""
         if not self._head:
-            try:
-                for chunk in self._inner:
+            for chunk in self._inner:
+                if chunk is not STARTED:
                     self._head.append(chunk)
-                    break
-            except Exception as exc:
-                self._failure = deferred(exc, self._raw)
+                break
 
     def _chunks(self) -> Iterator[Any]:
         while self._head:
             yield from self._events.of(self._head.pop(0))
         try:
-            if self._failure is not None:
-                raise self._failure
             for chunk in self._inner:
-                yield from self._events.of(chunk)
+                if chunk is not STARTED:
+                    yield from self._events.of(chunk)
         except ReportedError as error:
             yield from self._events.failed(self, error)
             return
@@ -271,7 +267,6 @@ class AsyncResponsesStream(AsyncIterating):
         self._raw = raw
         self._events = _Events(raw)
         self._head: list[Any] = []
-        self._failure: Exception | None = None  # (see Stream.prime)
         self.owners = self._events.owners
         self._iterator = self._chunks()
 
@@ -283,21 +278,19 @@ class AsyncResponsesStream(AsyncIterating):
     async def prime(self) -> None:
         """Async twin of :meth:`ResponsesStream.prime`."""
         if not self._head:
-            try:
-                async for chunk in self._inner:
+            async for chunk in self._inner:
+                if chunk is not STARTED:
                     self._head.append(chunk)
-                    break
-            except Exception as exc:
-                self._failure = deferred(exc, self._raw)
+                break
 
     async def _chunks(self) -> AsyncIterator[Any]:
         while self._head:
             for event in self._events.of(self._head.pop(0)):
                 yield event
         try:
-            if self._failure is not None:
-                raise self._failure
             async for chunk in self._inner:
+                if chunk is STARTED:
+                    continue
                 for event in self._events.of(chunk):
                     yield event
         except ReportedError as error:

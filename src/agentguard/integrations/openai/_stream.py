@@ -23,7 +23,7 @@ from agentguard.integrations._lazy import require
 from agentguard.integrations._replay import ChatReplay, text_only
 from agentguard.transport import StreamChunk, attach_report
 
-from ._transport import RawCall
+from ._transport import STARTED, RawCall
 
 __all__ = ["AsyncStream", "Stream"]
 
@@ -104,16 +104,6 @@ class _Response:
         return getattr(http, name)
 
 
-def deferred(error: Exception, raw: RawCall | None) -> Exception:
-    """``error``, raised while a stream was started, if the stream's reader is to get it: an
-    error raised once the upstream had answered (an error event in the body, the connection
-    lost mid-answer) is raised by the SDK's stream as it is read, not by ``create``; one
-    raised before (a refusal, a connection never made, the guard's own) is raised at once."""
-    if raw is None or (raw.http is None and raw.response is None):
-        raise error
-    return error
-
-
 def _without_text(raw: Any, neutral: StreamChunk) -> Any:
     """An SDK chunk without the first answer's text (``None`` when nothing else is in it)."""
     choices = getattr(raw, "choices", None)
@@ -147,7 +137,6 @@ class _Base:
         self._raw = raw
         self._head: list[Any] = []  # chunks read ahead by prime()
         self._primed = False
-        self._failure: Exception | None = None  # raised in the body, read ahead by prime()
         self.owners: list[Any] = []  # objects that get the report too
 
     @property
@@ -176,7 +165,11 @@ class Iterating:
         return next(self._iterator)
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self._iterator
+        # (not ``yield from``: breaking out of a loop over the stream would close the stream's
+        # one iterator with this generator, and a second loop would read nothing, where the
+        # SDK's stream reads on)
+        for item in self._iterator:  # noqa: UP028 (see above)
+            yield item
 
     def close(self) -> None:
         self._inner.close()
@@ -197,26 +190,25 @@ class Stream(Iterating, _Base):
         self._iterator = self._chunks()
 
     def prime(self) -> None:
-        """Start the guarded call now (the first chunk is read ahead): the upstream's response
-        exists once it answered, and an error raised before it did is raised here, as the
-        SDK's ``create`` raises it; one raised by the answer's body is raised on iteration, as
-        the SDK's stream raises it (see :func:`deferred`)."""
+        """Start the guarded call now, as the SDK's ``create`` does: return once the upstream
+        has answered (:data:`STARTED`: its status and headers are in), raising what fails
+        before (a refusal after the guard's retries, a connection never made, the guard's own
+        refusal); what fails in the answer's body is raised as the stream is read, as the
+        SDK's stream raises it."""
         if not self._primed:
             self._primed = True
-            try:
-                for chunk in self._inner:
+            for chunk in self._inner:
+                if chunk is not STARTED:  # (an answer the guard began with no upstream call)
                     self._head.extend(self._out(self._replay.of(chunk)))
-                    break
-            except Exception as exc:
-                self._failure = deferred(exc, self._raw)
+                break
 
     def _chunks(self) -> Iterator[Any]:
         self._primed = True
         while self._head:
             yield self._head.pop(0)
-        if self._failure is not None:
-            raise self._failure
         for chunk in self._inner:
+            if chunk is STARTED:
+                continue
             yield from self._out(self._replay.of(chunk))
         yield from self._out(self._replay.end())
         self._done(self._inner.report)
@@ -258,20 +250,18 @@ class AsyncStream(AsyncIterating, _Base):
         """Async twin of :meth:`Stream.prime`."""
         if not self._primed:
             self._primed = True
-            try:
-                async for chunk in self._inner:
+            async for chunk in self._inner:
+                if chunk is not STARTED:
                     self._head.extend(self._out(self._replay.of(chunk)))
-                    break
-            except Exception as exc:
-                self._failure = deferred(exc, self._raw)
+                break
 
     async def _chunks(self) -> AsyncIterator[Any]:
         self._primed = True
         while self._head:
             yield self._head.pop(0)
-        if self._failure is not None:
-            raise self._failure
         async for chunk in self._inner:
+            if chunk is STARTED:
+                continue
             for out in self._out(self._replay.of(chunk)):
                 yield out
         for out in self._out(self._replay.end()):

@@ -32,6 +32,7 @@ __all__ = [
     "CLIENT",
     "PARSE",
     "RAW",
+    "STARTED",
     "AsyncOpenAITransport",
     "OpenAITransport",
     "RawCall",
@@ -47,6 +48,11 @@ __all__ = [
 RAW = "agentguard.openai.raw"
 #: The ``ModelRequest.extensions`` key of a ``parse`` call (chat completions or Responses).
 PARSE = "agentguard.openai.parse"
+#: What a streamed attempt yields first, once the upstream has answered (its status and headers
+#: are in) and before its first chunk: a keep-alive to the guard (a chunk with a comment passes
+#: through untouched and is no part of the answer), by which the wrapped client's ``create``
+#: knows the call has started, as the SDK's ``create`` returns then (see ``Stream.prime``).
+STARTED = StreamChunk(comment="")
 #: The ``ModelRequest.extensions`` key of the ids of the caller's own messages: the others are
 #: the guard's (corrections), whose text it took from an answer and sanitises before re-sending.
 CALLER = "agentguard.openai.caller"
@@ -522,6 +528,7 @@ class OpenAITransport(_Transport):
         _started(holder)
         see = _watch(request, holder)
         with _unwrap(request, endpoint.create(**kwargs)) as stream:
+            yield STARTED
             for chunk in stream:
                 yield see(chunk)
 
@@ -546,5 +553,6 @@ class AsyncOpenAITransport(_Transport):
         _started(holder)
         see = _watch(request, holder)
         async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
+            yield STARTED
             async for chunk in stream:
                 yield see(chunk)
