@@ -781,29 +781,17 @@ async def test_a_streamed_create_returns_once_the_upstream_answered(
     if api == "chat":
         parts = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
     else:
-        from _openai_upstream import response_events
+        from _openai_upstream import reasoning_answer, response_events
 
-        response = {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 1,
+        call_item = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
             "status": "completed",
-            "model": "m",
-            "output": [
-                {
-                    "type": "function_call",
-                    "id": "fc_1",
-                    "call_id": "call_1",
-                    "name": "get_weather",
-                    "arguments": '{"city": "Paris"}',
-                    "status": "completed",
-                }
-            ],
-            "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10},
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
         }
+        response = {**reasoning_answer("", ""), "output": [call_item]}
         parts = [
             f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
             for e in response_events(response)
