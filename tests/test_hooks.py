@@ -404,6 +404,19 @@ def test_secrets_in_tool_inputs_reach_neither_store_nor_answers(
     assert any(_decision(a) == "deny" for a in answers if a is not None)
 
 
+def test_secret_keys_in_short_tool_results_are_redacted_as_in_inputs(
+    db: SQLiteStore, clock: FakeClock
+) -> None:
+    """A short structured result (or failure) with a credential field: its value is not
+    stored, as the same field in the tool's input is not."""
+    secret = "q9Zx7LmN4pR2tVw8"
+    s = Session("claude-code", [guard(db, clock)], clock)
+    s.tool({"user": "me"}, {"token": secret})
+    s.tool({"user": "you"}, {"error": "refused", "password": secret + "ERR"})
+    session = payload("claude-code", "pre_tool_use")["session_id"]
+    assert secret not in json.dumps(db.items(f"hooks:loops:{session}", clock()))
+
+
 class _Broken(SQLiteStore):
     def items(self, namespace: str, now: float) -> list[tuple[str, str]]:
         raise RuntimeError("disk on fire: sk-proj-Abc123Def456Ghi789Jkl")

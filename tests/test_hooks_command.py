@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import pytest
 
 from _stores import SRC
 from agentguard import GuardConfig
-from agentguard.hooks import HookGuard
+from agentguard.hooks import HookAnswer, HookGuard
 from agentguard.hooks._client import daemon_socket
 from agentguard.hooks._daemon import _answer
 from agentguard.storage import SQLiteStore
@@ -169,6 +170,47 @@ def test_a_relative_configuration_is_the_daemons_too(hooks: Hooks, tmp_path: Pat
     assert decisions == [None, None, None, "deny"]
 
 
+def test_a_relative_storage_path_is_in_the_hooks_directory(hooks: Hooks, tmp_path: Path) -> None:
+    """``storage.path`` relative in the configuration: the daemon (which runs elsewhere) opens
+    that file in the hook's working directory, as a hook judging in process does, and serves."""
+    project = tmp_path / "project"
+    (project / "state").mkdir(parents=True)
+    (project / "agentguard.yaml").write_text(
+        "reliability:\n  storage: {backend: sqlite, path: state/hooks.sqlite}\n"
+        "  loop_detection:\n"
+        "    {no_progress_warn_at: 2, no_progress_critical_at: 3, no_progress_break_at: 4}\n"
+    )
+    hooks.env["AGENTGUARD_CONFIG"] = "agentguard.yaml"
+    pre = (DATA / "codex" / "pre_tool_use.json").read_bytes()
+    post = json.dumps(
+        {**json.loads((DATA / "codex" / "post_tool_use.json").read_text()), "tool_response": ""}
+    )
+    decisions = []
+    for _ in range(4):
+        got = answer(hooks.run("codex", pre, cwd=project))
+        decisions.append(got and got["hookSpecificOutput"].get("permissionDecision"))
+        answer(hooks.run("codex", post.encode(), cwd=project))
+    assert decisions == [None, None, None, "deny"]
+    assert [p.name for p in (project / "state").glob("*.sqlite")] == ["hooks.sqlite"]
+    assert list((tmp_path / "run").glob("*.sock")), "the daemon answered the later events"
+
+
+def test_a_tool_name_with_a_lone_surrogate_is_judged(hooks: Hooks) -> None:
+    """A tool name holding a lone surrogate (valid JSON ``\\ud800``): the answers are written
+    (as JSON escapes), the loop is refused as any other's, and one daemon serves throughout."""
+    tool = "mcp__srv__f\\ud800"
+    pre = '{"session_id":"s","hook_event_name":"PreToolUse","tool_name":"%s","tool_input":{}}'
+    post = pre.replace("PreToolUse", "PostToolUse")[:-1] + ',"tool_response":"no match"}'
+    decisions, daemons = [], set()
+    for _ in range(8):
+        got = answer(hooks.run("claude-code", (pre % tool).encode()))
+        decisions.append(got and got["hookSpecificOutput"].get("permissionDecision"))
+        answer(hooks.run("claude-code", (post % tool).encode()))
+        daemons |= {lock.read_text().strip() for lock in (hooks.root / "run").glob("*.lock")}
+    assert "deny" in decisions
+    assert len(daemons - {""}) == 1  # "": a daemon between truncating its lock and writing it
+
+
 @pytest.mark.parametrize(
     ("stdin", "args"),
     [
@@ -188,6 +230,22 @@ def test_faults_fail_open(hooks: Hooks, stdin: bytes, args: tuple[str, ...]) -> 
     """Garbage on stdin, a store that cannot be opened, a missing configuration: exit 0 and no
     output — the agent proceeds."""
     done = hooks.run("claude-code", stdin, "--no-daemon", *args)
+    assert done.returncode == 0
+    assert done.stdout == b""
+
+
+def test_a_write_locked_store_fails_open(hooks: Hooks) -> None:
+    """Another process holds the store's write lock for longer than its busy timeout: the hook
+    gives up (the subprocess timeout is only a guard against a hang) and exits 0 silently."""
+    event = (DATA / "claude-code" / "pre_tool_use.json").read_bytes()
+    assert answer(hooks.run("claude-code", event, "--no-daemon")) is None  # creates the store
+    holder = sqlite3.connect(hooks.root / "state" / "agentguard" / "hooks.sqlite")
+    holder.isolation_level = None
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        done = hooks.run("claude-code", event, "--no-daemon")
+    finally:
+        holder.close()
     assert done.returncode == 0
     assert done.stdout == b""
 
@@ -308,4 +366,32 @@ def test_the_daemon_answers_what_it_cannot_judge_with_silence(
         assert theirs.recv(1024) == expected
     finally:
         theirs.close()
+        store.close()
+
+
+class _UnwritableAnswer(HookAnswer):
+    @property
+    def stdout(self) -> str:
+        return "\ud800"  # text no encoding can write
+
+
+class _Unwritable(HookGuard):
+    def handle(self, agent: str, payload: Any) -> HookAnswer:
+        return _UnwritableAnswer({})
+
+
+def test_the_daemon_answers_an_answer_it_cannot_write_with_silence(tmp_path: Path) -> None:
+    """An answer whose text cannot be encoded: that event proceeds; the daemon carries on."""
+    store = SQLiteStore(tmp_path / "d.sqlite")
+    guard = _Unwritable(GuardConfig.from_dict({}, env={}), store=store)
+    try:
+        for _ in range(2):
+            ours, theirs = socket.socketpair()
+            with theirs:
+                theirs.sendall(b"claude-code\n{}")
+                theirs.shutdown(socket.SHUT_WR)
+                _answer(guard, ours)
+                ours.close()
+                assert theirs.recv(1024) == b"0\n"
+    finally:
         store.close()

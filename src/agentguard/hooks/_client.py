@@ -81,7 +81,9 @@ def daemon_socket(
     from agentguard import __version__  # noqa: PLC0415 - the package alone, not the guard
 
     overrides = sorted((k, v) for k, v in env.items() if k.startswith("AGENTGUARD_"))
-    key = repr((__version__, sys.executable, config, stamp, store, overrides)).encode()
+    # without a store, the configuration's may be a path relative to the working directory
+    where = None if store else os.getcwd()
+    key = repr((__version__, sys.executable, config, stamp, store, where, overrides)).encode()
     # a name, not a secret: two CRCs (64 bits) tell a handful of daemons apart (hashlib would
     # load OpenSSL, a few milliseconds of every hook's start-up)
     name = f"{zlib.crc32(key):08x}{zlib.crc32(key[::-1]):08x}"
@@ -140,6 +142,8 @@ def _spawn(path: str, config: str | None, store: str | None) -> None:
         command += ["--config", config]
     if store:
         command += ["--store", store]
+    else:  # a relative storage path in the configuration means one in this directory
+        command += ["--directory", os.getcwd()]
     subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,

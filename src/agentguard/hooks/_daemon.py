@@ -46,8 +46,12 @@ def _answer(guard: HookGuard, conn: socket.socket) -> None:
     if name not in AGENTS:
         conn.sendall(b"0\n")
         return
-    answer = guard.handle(name, payload)
-    conn.sendall(f"{answer.exit_code}\n".encode() + answer.stdout.encode())
+    try:
+        answer = guard.handle(name, payload)
+        reply = f"{answer.exit_code}\n".encode() + answer.stdout.encode()
+    except Exception:  # an answer that cannot be written: this event proceeds
+        reply = b"0\n"
+    conn.sendall(reply)
 
 
 def serve(guard: HookGuard, listener: socket.socket, idle: float = IDLE_SECONDS) -> None:
@@ -68,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--config")
     parser.add_argument("--store")
+    parser.add_argument("--directory")
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS)
     args = parser.parse_args(argv)
     lock = open(args.socket + ".lock", "a")  # noqa: SIM115 - held for the daemon's life
@@ -80,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock.flush()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(args.socket)  # a socket left by a daemon that died
-    guard = open_guard(args.config, args.store)
+    guard = open_guard(args.config, args.store, args.directory)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:

@@ -241,7 +241,9 @@ def default_store_path(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(base, "agentguard", "hooks.sqlite")
 
 
-def open_guard(config: str | None = None, store: str | None = None) -> HookGuard:
+def open_guard(
+    config: str | None = None, store: str | None = None, directory: str | None = None
+) -> HookGuard:
     """The :class:`HookGuard` of a command hook or of its daemon.
 
     Args:
@@ -249,6 +251,8 @@ def open_guard(config: str | None = None, store: str | None = None) -> HookGuard
             the ``AGENTGUARD_*`` overrides either way).
         store: ``redis://`` / ``rediss://`` URL or a SQLite file; ``None``: the configuration's
             ``storage`` when it names a shared one, else :func:`default_store_path`.
+        directory: what a relative ``storage.path`` of the configuration is relative to (the
+            hook's working directory; default: this process's).
 
     Raises:
         ConfigError: the configuration is invalid.
@@ -260,6 +264,9 @@ def open_guard(config: str | None = None, store: str | None = None) -> HookGuard
         shared = RedisStore(store, key_prefix=cfg.storage.key_prefix)
     elif store:
         shared = SQLiteStore(store, busy_timeout=cfg.storage.busy_timeout_seconds)
+    elif cfg.storage.backend == "sqlite" and cfg.storage.path:
+        path = os.path.join(directory or os.getcwd(), cfg.storage.path)
+        shared = store_from_config(cfg.storage.model_copy(update={"path": path}))
     elif cfg.storage.backend != "memory":
         shared = store_from_config(cfg.storage)
     else:

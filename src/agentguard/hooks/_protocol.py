@@ -139,7 +139,12 @@ class HookAnswer:
             return ""
         import json  # noqa: PLC0415 - only an answer that says something pays for it
 
-        return json.dumps(self.output, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(self.output, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate (from the event): written as its escape
+            text = json.dumps(self.output, separators=(",", ":"))
+        return text
 
 
 #: The silent answer: proceed.

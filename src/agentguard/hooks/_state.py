@@ -60,13 +60,26 @@ def argument_form(value: Any, depth: int = 0) -> Any:
     if depth >= _DEPTH:
         return _digest("text", repr(type(value)))
     if isinstance(value, Mapping):
-        return {
-            str(k): REDACTED if is_secret_key(str(k)) else argument_form(v, depth + 1)
-            for k, v in value.items()
-        }
+        return _keyed(value, lambda v: argument_form(v, depth + 1))
     if isinstance(value, (list, tuple)):
         return [argument_form(v, depth + 1) for v in value]
     return argument_form(str(value), depth + 1)
+
+
+def _keyed(value: Mapping[Any, Any], form: Callable[[Any], Any]) -> dict[str, Any]:
+    """A mapping's form: the value of a secret-looking key redacted, any other in ``form``."""
+    return {str(k): REDACTED if is_secret_key(str(k)) else form(v) for k, v in value.items()}
+
+
+def _secret_keys_redacted(value: Any, depth: int = 0) -> Any:
+    """``value`` with the values of its secret-looking keys (at any depth) redacted."""
+    if depth >= _DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return _keyed(value, lambda v: _secret_keys_redacted(v, depth + 1))
+    if isinstance(value, (list, tuple)):
+        return [_secret_keys_redacted(v, depth + 1) for v in value]
+    return value
 
 
 def _printed(value: Any) -> str:
@@ -92,14 +105,20 @@ def result_form(result: Any, failed: bool, min_chars: int) -> Any:
     """The replay form of a tool result (or of a failure's error text).
 
     A failure keeps its redacted text (failures are told apart by it); a short result is kept
-    redacted; any other result becomes a digest of its fingerprint (volatile fields, ids and
-    timestamps removed), padded so that it is as "informative" to the near-duplicate detector
-    as the result was (at least ``min_chars`` long exactly when the result was).
+    when there is nothing in it to redact (secret-looking texts, or values of secret-looking keys
+    as in :func:`argument_form`). Any other result becomes a digest of its fingerprint (volatile
+    fields, ids and timestamps removed), padded so that it is as "informative" to the
+    near-duplicate detector as the result was (at least ``min_chars`` long exactly when the
+    result was).
     """
     if failed:
-        return redact(_printed(result))[:_ERROR_TEXT]
+        return redact(_printed(_secret_keys_redacted(result)))[:_ERROR_TEXT]
     text = _printed(result)
-    if len(text) <= _SHORT_RESULT and redact(text) == text:
+    if (
+        len(text) <= _SHORT_RESULT
+        and redact(text) == text
+        and _secret_keys_redacted(result) == result
+    ):
         return result
     tag = _digest("result", result_fingerprint(result))
     size = _size(result)

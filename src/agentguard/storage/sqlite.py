@@ -103,6 +103,7 @@ class SQLiteStore(SyncBackedStore):
             :class:`~agentguard.StoreUnavailable` (and, at first open, to keep retrying the
             set-up before leaving it to the first operation).
         sleep: how to wait between first-open tries (injected by tests).
+        clock: monotonic seconds, for the first open's deadline (injected by tests).
     """
 
     name = "sqlite"
@@ -113,6 +114,7 @@ class SQLiteStore(SyncBackedStore):
         *,
         busy_timeout: float = 5.0,
         sleep: Callable[[float], None] = _clock.sleep,
+        clock: Callable[[], float] = _clock.monotonic,
     ) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
@@ -125,22 +127,36 @@ class SQLiteStore(SyncBackedStore):
             raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         # Many processes opening a new file at once race for the exclusive lock that switching
         # to WAL and creating the schema need, and SQLite's busy handler does not cover every
-        # step of it. Retry with a jittered backoff for up to busy_timeout; if the file is
-        # still locked, the constructor does not fail: the first operation finishes the set-up
-        # (or raises StoreUnavailable, which the outage policy handles like any other).
-        delay, waited = _FIRST_DELAY, 0.0
+        # step of it. Retry with a jittered backoff until one deadline, busy_timeout from now;
+        # the tries do not wait in the busy handler, so the backoff is the only wait and the
+        # whole set-up takes about busy_timeout at most. If the file is still locked, the
+        # constructor does not fail: the first operation finishes the set-up (or raises
+        # StoreUnavailable, which the outage policy handles like any other).
+        deadline = clock() + busy_timeout
+        delay = _FIRST_DELAY
         while True:
             try:
                 with self._lock:
-                    self._setup()
+                    self._set_up_without_waiting(busy_timeout)
                 return
             except StoreUnavailable:
-                if waited >= busy_timeout:
+                left = deadline - clock()
+                if left <= 0:
                     return
-                pause = min(delay * random.uniform(0.5, 1.5), busy_timeout - waited)
-                sleep(pause)
-                waited += pause
+                sleep(min(delay * random.uniform(0.5, 1.5), left))
                 delay = min(delay * 2, _MAX_DELAY)
+
+    def _set_up_without_waiting(self, busy_timeout: float) -> None:
+        """:meth:`_setup` with SQLite's busy handler off (the caller holds ``self._lock``)."""
+        db = self._db
+        try:
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._setup()
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {round(busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
 
     def _setup(self) -> None:
         """WAL mode and the schema, once per connection; the caller holds ``self._lock``."""
