@@ -36,7 +36,7 @@ from ._pricing import PriceTable
 from ._renewer import RENEWER, LeaseRenewer
 from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
-__all__ = ["InvalidTokenCount", "TokenLedger", "clamp_output_tokens"]
+__all__ = ["InvalidTokenCount", "TokenLedger", "caller_config", "clamp_output_tokens"]
 
 _RANK = {"ok": 0, "warn": 1, "escalate": 2}
 _SPAN = 3600
@@ -87,6 +87,15 @@ def clamp_output_tokens(
     out = dict(request)
     write_output_cap(out, cap, _OUTPUT_KEYS, default_key)
     return out
+
+
+def caller_config(config: GuardConfig, caller: str) -> GuardConfig:
+    """``config`` with budgets of ``caller``'s own (a fingerprint, see ``caller_scope``): its
+    ``token_budget.scope`` extended by the caller, so that one caller's sessions and hours never
+    count against another's on a shared store (``agentguard serve``, the LiteLLM proxy)."""
+    budget = config.token_budget
+    scoped = budget.model_copy(update={"scope": f"{budget.scope}:{caller}"})
+    return config.model_copy(update={"token_budget": scoped})
 
 
 class TokenLedger:

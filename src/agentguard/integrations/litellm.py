@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from agentguard.budget import TokenLedger
+from agentguard.budget._ledger import caller_config
 from agentguard.config import GuardConfig
 from agentguard.exceptions import AgentGuardError, ConfigError
 from agentguard.guard import AsyncGuard, Guard, GuardReport
@@ -458,9 +459,7 @@ class GuardedLLM:
                 self._callers.move_to_end(caller)
                 return pair
             base = self.guard.pipeline
-            budget = self._config.token_budget
-            scoped = budget.model_copy(update={"scope": f"{budget.scope}:{caller}"})
-            config = self._config.model_copy(update={"token_budget": scoped})
+            config = caller_config(self._config, caller)
             options = dict(self._options)
             if base.ledger is not None:  # the caller's budgets, in the same store
                 options["ledger"] = TokenLedger(

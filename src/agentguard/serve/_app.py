@@ -41,6 +41,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from agentguard.budget import TokenLedger
+from agentguard.budget._ledger import caller_config
 from agentguard.config import GuardConfig
 from agentguard.events import Hook
 from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
@@ -164,11 +165,7 @@ class GuardServer:
         if guard is not None:
             self._guards.move_to_end(caller)
             return guard
-        config = self.config
-        if caller:
-            budget = config.token_budget
-            scoped = budget.model_copy(update={"scope": f"{budget.scope}:{caller}"})
-            config = config.model_copy(update={"token_budget": scoped})
+        config = caller_config(self.config, caller) if caller else self.config
         ledger = (
             TokenLedger(config, store=self.store, hooks=self._hooks)
             if config.token_budget.enabled
