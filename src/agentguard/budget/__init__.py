@@ -8,7 +8,7 @@ from __future__ import annotations
 from agentguard._exports import publish
 
 from ._estimate import estimate_tokens, estimate_usage
-from ._ledger import InvalidTokenCount, TokenLedger, clamp_output_tokens
+from ._ledger import InvalidTokenCount, TokenLedger, caller_config, clamp_output_tokens
 from ._pricing import Price, PriceTable
 from ._values import Decision, Quote, Reservation, Settlement, UsageSnapshot
 
@@ -22,6 +22,7 @@ __all__ = [
     "Settlement",
     "TokenLedger",
     "UsageSnapshot",
+    "caller_config",
     "clamp_output_tokens",
     "estimate_tokens",
     "estimate_usage",

@@ -38,8 +38,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from agentguard.budget import TokenLedger
-from agentguard.budget._ledger import caller_config
+from agentguard.budget import TokenLedger, caller_config
 from agentguard.config import GuardConfig
 from agentguard.exceptions import AgentGuardError, ConfigError
 from agentguard.guard import AsyncGuard, Guard, GuardReport

@@ -40,8 +40,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from agentguard.budget import TokenLedger
-from agentguard.budget._ledger import caller_config
+from agentguard.budget import TokenLedger, caller_config
 from agentguard.config import GuardConfig
 from agentguard.events import Hook
 from agentguard.exceptions import AgentGuardError, LoopDetected, ModelTimeout
