@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import json
 import math
 import random
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ from _hostile import (
     completion,
     encode,
     guarded_client,
+    http,
+    openai,
     outcome,
     seeds,
     sse,
@@ -538,3 +541,191 @@ def test_a_redis_outage_never_resets_hard_stop() -> None:
                 ledger.reserve("s", 50)
         finally:
             store.close()
+
+
+class _Unanswering(RawUpstream):
+    """:class:`RawUpstream` whose first ``failures`` requests fail as ``fail`` says (after the
+    request was read), then answered as usual."""
+
+    def __init__(self, answers: Any, fail: Any, failures: int = 1) -> None:
+        super().__init__(answers)
+        self.fail, self.failures = fail, failures
+
+    def _handle(self, req: Any) -> Any:
+        if len(self.requests) < self.failures:
+            self.requests.append(json.loads(req.content))
+            return self.fail(req)
+        return super()._handle(req)
+
+
+def _raise(kind: str) -> Any:
+    def fail(req: Any) -> Any:
+        raise getattr(http, kind)(f"{kind} (test)", request=req)
+
+    return fail
+
+
+def _strict_ledger() -> ag.TokenLedger:
+    return _ledger(per_session=None, per_hour=None, reserve="strict", max_output_tokens=200)
+
+
+@pytest.mark.parametrize("kind", ["ReadTimeout", "RemoteProtocolError", "ReadError"])
+def test_a_call_sent_and_never_answered_is_charged_its_hold(kind: str) -> None:
+    """A read that timed out, a server that dropped the connection after the request went
+    out: the upstream has the prompt and may go on writing the answer (and bills it). Each
+    such attempt is charged what its reservation held (under ``reserve: strict`` the prompt
+    and the whole cap: ``hard_stop`` holds whatever was billed), then the retry's answer its
+    own usage; the report says both."""
+    usage = {"prompt_tokens": 30, "completion_tokens": 20, "total_tokens": 50}
+    body = encode(completion(usage=usage))
+    ledger = _strict_ledger()
+    upstream = _Unanswering([(200, "application/json", body)], _raise(kind))
+    client = guarded_client(upstream, _budget_config(), ledger=ledger)
+    with ag.session("s"):
+        answer = client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=200)
+    assert len(upstream.requests) == 2
+    used = ledger.usage("s")
+    assert used.session_reserved == 0
+    hold = used.session_tokens - 50
+    assert hold > 200  # the prompt and the whole cap, held for the call that got no answer
+    report = ag.report_of(answer)
+    assert report is not None
+    assert report.usage.total_tokens == used.session_tokens
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [_raise("ConnectError"), _raise("ConnectTimeout"), lambda req: http.Response(503)],
+    ids=["connect-error", "connect-timeout", "status-503"],
+)
+def test_a_call_refused_or_answered_with_an_error_is_charged_nothing(fail: Any) -> None:
+    """No connection made (the request never left), or an error status (the upstream answered,
+    and does not bill an error): the hold is given back."""
+    usage = {"prompt_tokens": 30, "completion_tokens": 20, "total_tokens": 50}
+    ledger = _strict_ledger()
+    upstream = _Unanswering([(200, "application/json", encode(completion(usage=usage)))], fail)
+    client = guarded_client(upstream, _budget_config(), ledger=ledger)
+    with ag.session("s"):
+        client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=200)
+    assert len(upstream.requests) == 2
+    assert ledger.usage("s").session_tokens == 50
+    assert ledger.usage("s").session_reserved == 0
+
+
+def test_calls_timing_out_run_into_hard_stop() -> None:
+    """An agent whose framework gives up on every call before the model answers (each call
+    retried once, then failing): under ``hard_stop`` the session is refused once what the
+    unanswered calls held reaches the limit, instead of never moving."""
+    limit = 3_000
+    ledger = _ledger(per_session=limit, per_hour=None, reserve="strict", max_output_tokens=200)
+    upstream = _Unanswering([], _raise("ReadTimeout"), failures=10**6)
+    clock = FakeClock()
+    client = guarded_client(upstream, _budget_config(limit), ledger=ledger, clock=clock)
+    errors = []
+    for turn in range(20):
+        clock.advance(600)  # (the tier's breaker, opened by the timeouts, lets a probe through)
+        got = _ask(client, "s", f"question {turn}")
+        errors.append(type(got.error).__name__)
+        if isinstance(got.error, ag.BudgetExceeded):
+            break
+    assert errors[-1] == "BudgetExceeded", errors
+    assert set(errors[:-1]) == {"APITimeoutError"}, errors
+    used = ledger.usage("s")
+    assert used.session_tokens <= limit
+    assert used.session_reserved == 0
+
+
+def test_an_async_call_cancelled_while_it_waits_is_charged_its_hold() -> None:
+    """``asyncio.wait_for`` around ``create`` (a framework's timeout) cancels the call after
+    the request went out: it is charged what it held, not nothing."""
+    sent = asyncio.Event()
+    never = asyncio.Event()
+
+    async def hang(req: Any) -> Any:
+        sent.set()
+        await never.wait()  # the model is still writing when the caller gives up
+        raise AssertionError("not reached")
+
+    ledger = _strict_ledger()
+    client = ag.wrap(
+        openai.AsyncOpenAI(
+            api_key="k",
+            base_url="http://hostile.invalid/v1",
+            max_retries=0,
+            http_client=http.AsyncClient(transport=http.MockTransport(hang)),
+        ),
+        _budget_config(),
+        ledger=ledger,
+        clock=FakeClock(),
+    )
+
+    async def main() -> None:
+        with ag.session("s"):
+            task = asyncio.ensure_future(
+                client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=200)
+            )
+            await sent.wait()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    used = ledger.usage("s")
+    assert used.session_reserved == 0
+    assert used.session_tokens > 200
+
+
+def test_a_stream_that_broke_before_releasing_anything_is_charged_what_it_received() -> None:
+    """A stream whose connection dropped while the guard held its tool call (nothing reached
+    the caller): what it received was written, and billed; it is counted, and the retry's
+    answer on top."""
+    arguments = '{"city": "' + "Oslo " * 400 + '"}'
+    pieces = [
+        chunk({"role": "assistant", "tool_calls": [_call_delta(arguments[:10])]}),
+        *(
+            chunk({"tool_calls": [_call_delta(arguments[i : i + 100], head=False)]})
+            for i in range(10, len(arguments), 100)
+        ),
+    ]
+    head = sse(pieces, done=False)
+
+    def broken(req: Any) -> Any:
+        def body() -> Iterator[bytes]:
+            yield head
+            raise http.ReadError("connection lost (test)", request=req)
+
+        return http.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+    usage = {"prompt_tokens": 30, "completion_tokens": 20, "total_tokens": 50}
+    answer = sse(
+        [
+            chunk({"role": "assistant", "content": "done"}),
+            chunk({}, finish="stop"),
+            {**chunk({}), "choices": [], "usage": usage},
+        ]
+    )
+    ledger = _ledger(per_session=None, per_hour=None)
+    upstream = _Unanswering([(200, "text/event-stream", answer)], broken)
+    client = guarded_client(upstream, _budget_config(), ledger=ledger)
+    with ag.session("s"):
+        chunks = list(
+            client.chat.completions.create(
+                model="fast",
+                messages=MESSAGES,
+                stream=True,
+                stream_options={"include_usage": True},
+                tools=[{"type": "function", "function": {"name": "weather", "parameters": {}}}],
+            )
+        )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "done"
+    used = ledger.usage("s")
+    assert used.session_reserved == 0
+    assert used.session_tokens > 50 + 400  # the broken stream's 2,000 characters of arguments
+
+
+def _call_delta(arguments: str, *, head: bool = True) -> dict[str, Any]:
+    delta: dict[str, Any] = {"index": 0, "function": {"arguments": arguments}}
+    if head:
+        delta.update(id="call_1", type="function")
+        delta["function"]["name"] = "weather"
+    return delta

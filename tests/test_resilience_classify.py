@@ -10,6 +10,7 @@ import pytest
 
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.resilience import Classification, ErrorClass, classify, retry_after_of
+from agentguard.resilience._classify import unanswered
 
 
 def _lib(name: str) -> Any:
@@ -186,3 +187,43 @@ def test_reason_is_redacted() -> None:
     """A secret in an exception message never reaches the classification."""
     result = classify(ValueError("bad key sk-abcdefghijklmnop1234"))
     assert "sk-abcdefghijklmnop1234" not in result.reason
+
+
+@pytest.mark.parametrize("lib", ["httpx", "httpx2"])
+def test_unanswered_tells_a_request_sent_from_one_never_sent(lib: str) -> None:
+    """``unanswered``: the request reached the upstream and no answer came back (what the
+    budget charges a failed call for), read through the openai client's wrapping."""
+    http = _lib(lib)
+    openai = pytest.importorskip("openai")
+    request = http.Request("POST", "http://model.invalid/v1/chat/completions")
+
+    def wrapped(cause: BaseException, kind: Any) -> BaseException:
+        try:
+            try:
+                raise cause
+            except Exception as exc:
+                raise kind(request=request) from exc
+        except Exception as outer:
+            return outer
+
+    sent = [
+        http.ReadTimeout("slow", request=request),
+        http.RemoteProtocolError("Server disconnected", request=request),
+        http.ReadError("reset", request=request),
+        TimeoutError(),
+        asyncio.TimeoutError(),
+        ConnectionResetError(),
+        wrapped(http.ReadTimeout("slow", request=request), openai.APITimeoutError),
+    ]
+    never = [
+        http.ConnectError("refused", request=request),
+        http.ConnectTimeout("slow", request=request),
+        http.PoolTimeout("busy", request=request),
+        ConnectionRefusedError(),
+        wrapped(http.ConnectTimeout("slow", request=request), openai.APITimeoutError),
+        _openai_status(openai, http, 500),
+        _openai_status(openai, http, 400),
+        ValueError("not a transport failure"),
+    ]
+    assert [unanswered(exc) for exc in sent] == [True] * len(sent)
+    assert [unanswered(exc) for exc in never] == [False] * len(never)

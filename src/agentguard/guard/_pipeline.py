@@ -36,7 +36,7 @@ from agentguard._fingerprint import fingerprint, fingerprint_bytes
 from agentguard._redact import register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT, holds_media
-from agentguard.budget._values import Reservation
+from agentguard.budget._values import Reservation, Settlement
 from agentguard.config import GuardConfig
 from agentguard.escalation import EscalationDecision, EscalationPolicy
 from agentguard.events import (
@@ -63,6 +63,7 @@ from agentguard.resilience import (
     RetryPolicy,
     classify,
 )
+from agentguard.resilience._classify import unanswered
 from agentguard.storage import Store
 from agentguard.transport import (
     ModelRequest,
@@ -578,11 +579,15 @@ class Pipeline:
             if stream:
                 response = yield from self._stream_settled(call, tier, request, reservation)
             else:
-                response = yield Send(tier, request, b.session)
+                response = yield from self._answer(call, tier, request, reservation)
         except Exception as exc:
             broken_off = stream and call.handed_on
-            yield from self._free(call, reservation, delivered=broken_off)
+            spent = yield from self._free(
+                call, reservation, delivered=broken_off, unanswered=unanswered(exc)
+            )
             yield from self._free_room(call)
+            if spent is not None:
+                b.add_usage(spent.usage, spent.cost)
             classification = self._classified(call, exc)
             breaker.record_failure(classification)
             b.attempts.append(
@@ -615,6 +620,33 @@ class Pipeline:
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _answer(
+        self, call: _Call, tier: Tier, request: ModelRequest, reservation: Reservation | None
+    ) -> Plan[ModelResponse]:
+        """Send a whole call and wait for its answer; cancelled while it waits, the call is
+        charged what its reservation held: the upstream has the request and may go on with it
+        (see :meth:`_charge_hold`)."""
+        try:
+            response: ModelResponse = yield Send(tier, request, call.b.session)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled (a framework's timeout, a task
+                self._charge_hold(reservation)  # cancelled, an interrupt)
+            raise
+        return response
+
+    def _charge_hold(self, reservation: Reservation | None) -> None:
+        """Charge a call sent and never answered what its reservation held — the prompt, and
+        the output held for it (all of its cap under ``reserve: strict``, so ``hard_stop`` holds
+        whatever the upstream went on to bill) — where nothing can be yielded (see
+        :meth:`_settle_abandoned`). Never raises: the lease frees a hold it cannot settle."""
+        ledger = self.ledger
+        if ledger is None or reservation is None:
+            return
+        try:
+            ledger.commit(reservation, reservation.tokens)
+        except Exception:  # see the docstring
+            logger.debug("could not charge an unanswered call", exc_info=True)
 
     def _stream_settled(
         self, call: _Call, tier: Tier, request: ModelRequest, reservation: Reservation | None
@@ -701,18 +733,37 @@ class Pipeline:
         except Exception:  # see the docstring
             logger.debug("could not release an abandoned reservation", exc_info=True)
 
-    def _free(self, call: _Call, reservation: Reservation | None, *, delivered: bool) -> Plan[None]:
-        """The hold of a failed attempt given back; when it ``delivered`` part of a stream to
-        the caller, that part was spent: counted (its usage chunk, else an estimate), the rest
-        of the hold freed."""
+    def _free(
+        self,
+        call: _Call,
+        reservation: Reservation | None,
+        *,
+        delivered: bool,
+        unanswered: bool = False,
+    ) -> Plan[Settlement | None]:
+        """Settle the hold of a failed attempt; returns what was charged, if anything.
+
+        - ``delivered``, part of a stream reached the caller: that part was spent, counted (its
+          usage chunk, else an estimate), the rest of the hold freed;
+        - ``unanswered``, the request reached the upstream and no answer came back (a read
+          timed out, the connection was lost after sending): the upstream may have read the
+          prompt and written the answer, and bills them. A stream that had begun is charged what
+          it received; a call that got nothing, what its reservation held (as a cancelled one,
+          :meth:`_answer`);
+        - otherwise (an error status, no connection made) the hold is given back.
+        """
         ledger = self.ledger
-        if not delivered:
+        if not (delivered or unanswered):
             yield from self._release(reservation)
-            return
+            return None
         if ledger is None or reservation is None:
-            return
-        usage = _delivered_usage(call)
-        yield from perform(ledger.commit, ledger.acommit, reservation, usage)
+            return None
+        usage: int | Usage
+        if delivered or call.streamed is not None:
+            usage = _delivered_usage(call)
+        else:
+            usage = reservation.tokens
+        return (yield from perform(ledger.commit, ledger.acommit, reservation, usage))
 
     def _release(self, reservation: Reservation | None) -> Plan[None]:
         """Give a failed call's reservation back to the ledger."""
@@ -726,6 +777,7 @@ class Pipeline:
         Text goes out live only until some has been sent: a re-ask's or another tier's text is
         held, so the caller never reads the same sentence twice. Text that degenerates is cut.
         """
+        call.streamed = None  # (until the upstream answers: see _free)
         yield Open(tier, request, call.b.session)
         call.usage_chunk = None
         call.handed_on = False
@@ -1766,11 +1818,12 @@ def _readable_output_cap(request: ModelRequest, problems: list[str]) -> ModelReq
 
 def _delivered_usage(call: _Call) -> Usage:
     """What the current attempt's stream delivered so far: its usage chunk's count, else an
-    estimate of the text and calls received (a stream that stopped before its end)."""
+    estimate of the text and calls received (a stream that stopped before its end: a call's
+    fragments were written, and billed, whole or not)."""
     if call.usage_chunk is not None and call.usage_chunk.usage is not None:
         return call.usage_chunk.usage
     streamed = call.streamed
-    message = streamed.response(cut=True).message if streamed is not None else None
+    message = streamed.response().message if streamed is not None else None
     return _estimated(call, message)
 
 

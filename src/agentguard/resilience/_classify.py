@@ -31,6 +31,7 @@ __all__ = [
     "classify",
     "inband_status",
     "retry_after_of",
+    "unanswered",
 ]
 
 
@@ -101,6 +102,21 @@ _CONNECTION_NAMES = {
     "NetworkError",
     "APIConnectionError",
     "ProtocolError",
+}
+
+#: Failures that say the request never reached the upstream: no connection was made (refused,
+#: no route, a name that does not resolve, TLS refused), none was free, or the URL was unusable.
+_NEVER_SENT_NAMES = {
+    "ConnectError",
+    "ConnectTimeout",
+    "PoolTimeout",
+    "ConnectionRefusedError",
+    "gaierror",
+    "UnsupportedProtocol",
+    "InvalidURL",
+    "ProxyError",
+    "SSLError",
+    "SSLCertVerificationError",
 }
 
 
@@ -281,3 +297,31 @@ def classify(
     if "ValidationError" in names or "SchemaError" in names:
         return Classification.of(ErrorClass.SCHEMA, reason=reason)
     return Classification.of(ErrorClass.PERMANENT, reason=reason)
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` says the request reached its upstream and no answer came back: a read
+    timed out, or the connection was lost after the request went out (``ReadTimeout``,
+    ``RemoteProtocolError``, ``ReadError``, a bare ``TimeoutError`` or ``ConnectionError``) —
+    not an error status (the upstream answered), nor a connection never made (``ConnectError``,
+    ``ConnectTimeout``, ``PoolTimeout``), anywhere in the exception's chain.
+
+    The upstream may have read the prompt and gone on writing the answer, and bills it: the
+    guard charges such a call what it held for it (see ``docs/budgets.md``).
+    """
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(seen) < 8 and not any(current is s for s in seen):
+        seen.append(current)
+        if _status_of(current) is not None or _inband(current) != (None, None):
+            return False  # the upstream answered (an error status, an error in its body)
+        if _names(current) & _NEVER_SENT_NAMES:
+            return False
+        current = current.__cause__ or current.__context__
+    names: set[str] = set()
+    for link in seen:
+        names |= _names(link)
+    return bool(
+        any(isinstance(link, (TimeoutError, ConnectionError)) for link in seen)
+        or names & (_TIMEOUT_NAMES | _CONNECTION_NAMES)
+    )
