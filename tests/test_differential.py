@@ -858,3 +858,277 @@ async def test_a_stream_with_no_chunk_carries_its_report(asynchronous: bool) -> 
         got.append(await _chunks(stream))
     assert got[1] == got[0] == []
     assert ag.report_of(stream) is not None
+
+
+# -- with_streaming_response on a stream: the body as the upstream sent it -------------------
+
+
+def _answering(body: bytes) -> Callable[[Any], Any]:
+    """An upstream answering every request with the server-sent events ``body``."""
+    return lambda request: http.Response(
+        200, headers={"content-type": "text/event-stream"}, content=body
+    )
+
+
+_HEAD = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def _chat_chunk(delta: Any, finish: Any = None, **extra: Any) -> dict[str, Any]:
+    return {**_HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def _sse_body(api: str, eol: str = "\n") -> bytes:
+    """A healthy stream as a server writes it: compact JSON, keep-alive comments, a tool call
+    in fragments (chat), ``event:`` lines and no ``[DONE]`` (Responses)."""
+    if api == "chat":
+        call = {"index": 0, "id": "call_1", "type": "function"}
+        chunks = [
+            _chat_chunk({"role": "assistant", "content": ""}),
+            _chat_chunk({"content": "Checking."}),
+            _chat_chunk({"tool_calls": [{**call, "function": {"name": "get_weather"}}]}),
+            _chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city"'}}]}),
+            _chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ':"Paris"}'}}]}),
+            _chat_chunk({}, "tool_calls"),
+            {**_HEAD, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}},
+        ]
+        events = [f"data: {json.dumps(c, separators=(',', ':'))}" for c in chunks]
+        events.insert(1, ": OPENROUTER PROCESSING")
+        events.append("data: [DONE]")
+    else:
+        from _openai_upstream import reasoning_answer, response_events
+
+        response = reasoning_answer("Looking it up.", "It is sunny in Paris.")
+        events = [
+            f"event: {e['type']}{eol}data: {json.dumps(e, separators=(',', ':'))}"
+            for e in response_events(response)
+        ]
+        events.insert(2, ": keep-alive")
+    return "".join(e + eol + eol for e in events).encode()
+
+
+_ACCESSORS = ("iter_lines", "iter_text", "iter_bytes", "read", "text")
+
+
+async def _body_views(
+    client: Any, api: str, accessors: tuple[str, ...] = _ACCESSORS
+) -> dict[str, Any]:
+    """What each body accessor of ``with_streaming_response.create(stream=True)`` gives (each
+    on a call of its own)."""
+    resource = client.chat.completions if api == "chat" else client.responses
+    kwargs: dict[str, Any] = (
+        {**_STREAMED, "tools": TOOLS}
+        if api == "chat"
+        else {"model": "m", "input": "hi", "tools": RESPONSES_TOOLS, "stream": True}
+    )
+    views: dict[str, Any] = {}
+    for name in accessors:
+        manager = resource.with_streaming_response.create(**kwargs)
+        if hasattr(manager, "__aenter__"):
+            async with manager as response:
+                got = getattr(response, name)()
+                if inspect.isawaitable(got):
+                    views[name] = await got
+                else:
+                    views[name] = [part async for part in got]
+        else:
+            with manager as response:
+                got = getattr(response, name)()
+                views[name] = got if name in ("read", "text") else list(got)
+    # (how a body is cut up is the transport's)
+    for name, empty in (("iter_text", ""), ("iter_bytes", b"")):
+        if name in views:
+            views[name] = empty.join(views[name])
+    return views
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("eol", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_streamed_body_read_as_lines_is_the_upstreams(
+    api: str, eol: str, asynchronous: bool
+) -> None:
+    """``with_streaming_response.create(stream=True)``: where the guard changed nothing, the
+    body's views (``iter_lines()``, ``iter_text()``, ``iter_bytes()``, ``read()``, ``text()``)
+    give the upstream's server-sent events as sent: its ``event:`` lines, its comments, its
+    JSON as written, its own end (chat's ``data: [DONE]``, none for Responses)."""
+    body = _sse_body(api, eol)
+
+    raw, wrapped, _ = _clients(_answering(body), asynchronous)
+    raw_views = await _body_views(raw, api)
+    assert raw_views["read"] == body  # (what the raw client gives)
+    assert await _body_views(wrapped, api) == raw_views
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_error_in_a_streamed_body_read_as_lines_is_its_line(
+    api: str, asynchronous: bool
+) -> None:
+    """An error the upstream puts in a stream's body: the raw ``iter_lines()`` gives its line
+    (after the items before it), raising nothing; so does the guarded one."""
+    body = _opened(api) + _ERROR_EVENT
+
+    raw, wrapped, _ = _clients(_answering(body), asynchronous)
+    views = [await _body_views(client, api) for client in (raw, wrapped)]
+    assert views[1] == views[0]
+    assert views[0]["read"] == body
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_streamed_body_the_guard_changed_is_in_the_upstreams_dialect(
+    api: str, asynchronous: bool
+) -> None:
+    """Where the guard changed the stream (a tool call written as text, repaired), the body's
+    lines are the guarded events as server-sent events of the upstream's API: chat's ``data:``
+    lines ending with ``data: [DONE]``; Responses' ``event:`` and ``data:`` lines, no
+    ``[DONE]``. They read back as the guarded stream's items."""
+    embedded = Reply.embedded("get_weather", {"city": "Paris"}, style="fenced")
+    client, twin = (
+        ag.wrap(Upstream(http, [embedded]).client(openai, asynchronous=asynchronous), CONFIG)
+        for _ in range(2)
+    )
+    lines = (await _body_views(client, api, ("iter_lines",)))["iter_lines"]
+    events = [line for line in lines if line]
+    client = twin  # the same call, read as the stream's items
+    if api == "chat":
+        made = client.chat.completions.create(**_STREAMED, tools=TOOLS)
+    else:
+        made = client.responses.create(model="m", input="hi", tools=RESPONSES_TOOLS, stream=True)
+    items = await _chunks(await _maybe(made))
+    read_back = [json.loads(e.removeprefix("data: ")) for e in events if e.startswith("data: {")]
+    dumped = [i.model_dump(mode="json", exclude_unset=True, warnings=False) for i in items]
+    assert read_back == dumped
+    if api == "chat":
+        assert events[-1] == "data: [DONE]"
+        data = [json.loads(line.removeprefix("data: ")) for line in events[:-1]]
+        assert all(line.startswith("data: ") for line in events)
+        calls = [
+            c
+            for d in data
+            for choice in d["choices"]
+            for c in choice["delta"].get("tool_calls") or ()
+        ]
+        assert calls[0]["function"]["name"] == "get_weather"
+        assert data[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    else:
+        assert "data: [DONE]" not in events
+        names = [line.removeprefix("event: ") for line in events[::2]]
+        data = [json.loads(line.removeprefix("data: ")) for line in events[1::2]]
+        assert all(line.startswith("event: ") for line in events[::2])
+        assert names == [d["type"] for d in data]
+        assert names[-1] == "response.completed"
+        output = data[-1]["response"]["output"]
+        assert [item["name"] for item in output if item["type"] == "function_call"] == [
+            "get_weather"
+        ]
+
+
+# -- an error in a stream's body: what came before it goes out first ---------------------------
+
+_ERROR_EVENT = (
+    b'data: {"error": {"message": "bad thing", "type": "invalid_request_error", "code": "x"}}\n\n'
+)
+
+
+def _opened(api: str, *, call: bool = False) -> bytes:
+    """A stream's opening (chat's ``role`` chunk; Responses' ``response.created`` and
+    ``response.in_progress``), and with ``call`` the first part of a tool call."""
+    if api == "chat":
+        chunks = [_chat_chunk({"role": "assistant", "content": ""})]
+        if call:
+            fn = {"name": "get_weather", "arguments": '{"ci'}
+            delta = {"index": 0, "id": "call_1", "type": "function", "function": fn}
+            chunks.append(_chat_chunk({"tool_calls": [delta]}))
+        return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode()
+    from _openai_upstream import reasoning_answer
+
+    opening = {**reasoning_answer("", ""), "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": kind, "sequence_number": n, "response": opening}
+        for n, kind in enumerate(("response.created", "response.in_progress"))
+    ]
+    if call:
+        item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather"}
+        events += [
+            {
+                "type": "response.output_item.added",
+                "sequence_number": 2,
+                "output_index": 0,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            },
+            {
+                "type": "response.function_call_arguments.delta",
+                "sequence_number": 3,
+                "output_index": 0,
+                "item_id": "fc_1",
+                "delta": '{"ci',
+            },
+        ]
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+async def _items_then_error(client: Any, api: str) -> tuple[list[Any], Any]:
+    if api == "chat":
+        made = client.chat.completions.create(**_STREAMED, tools=TOOLS)
+    else:
+        made = client.responses.create(model="m", input="hi", tools=RESPONSES_TOOLS, stream=True)
+    stream = await _maybe(made)
+    items: list[Any] = []
+    with pytest.raises(openai.APIError) as error:
+        await _read_into(stream, items)
+    return [_dump(item) for item in items], (
+        type(error.value),
+        error.value.message,
+        error.value.body,
+    )
+
+
+async def _read_into(stream: Any, items: list[Any]) -> None:
+    """Read ``stream`` into ``items`` (kept as far as it got when it raises)."""
+    if hasattr(stream, "__aiter__"):
+        async for item in stream:
+            items.append(item)
+    else:
+        items.extend(stream)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_error_in_a_streams_body_comes_after_the_items_before_it(
+    api: str, asynchronous: bool
+) -> None:
+    """An error in a stream's body after its opening (chat's ``role`` chunk; Responses'
+    ``response.created`` with the response's id, ``response.in_progress``): the caller gets
+    those items, then the SDK's error, as from the raw client."""
+    body = _opened(api) + _ERROR_EVENT
+
+    raw, wrapped, _ = _clients(_answering(body), asynchronous)
+    got = [await _items_then_error(client, api) for client in (raw, wrapped)]
+    assert got[1] == got[0]
+    assert len(got[0][0]) == (1 if api == "chat" else 2)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_error_in_a_streams_body_releases_no_call_unjudged(
+    api: str, asynchronous: bool
+) -> None:
+    """An error in a stream's body in the middle of a tool call: the caller gets the opening
+    as from the raw client, then the error; the call's first part, which the guard holds until
+    the call is whole and valid, never goes out (the raw client hands it on)."""
+    body = _opened(api, call=True) + _ERROR_EVENT
+
+    raw, wrapped, _ = _clients(_answering(body), asynchronous)
+    (raw_items, raw_error), (items, error) = [
+        await _items_then_error(client, api) for client in (raw, wrapped)
+    ]
+    assert error == raw_error
+    opening = 1 if api == "chat" else 2
+    assert items == raw_items[:opening]
+    assert len(raw_items) > opening

@@ -193,6 +193,13 @@ class ChatReplay:
             return self._decide(at, until=chunk.raw)
         return [*self._decide(len(self._upstream())), chunk]
 
+    def failed(self) -> list[Any]:
+        """What to hand on when the guard's stream ends with an error (the upstream's, in its
+        body, or the guard's refusal): the attempt's bare chunks not handed on yet that no held
+        chunk is before (the opening ``role`` chunk the raw client yields before the error);
+        what the guard holds (a call not judged yet, the finish) stays back."""
+        return self._decide(len(self._upstream()))
+
     def end(self) -> list[Any]:
         """What to hand on once the guard's stream ended: the upstream's chunks when the
         answer served is the upstream's, else its bare chunks and the guard's closing ones."""

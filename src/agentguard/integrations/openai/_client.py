@@ -288,7 +288,7 @@ def _call(
     """A call's raw-response mode, where its upstream raw response goes, and its request (made
     on ``copy``, a copy of the wrapped client, unless ``None``)."""
     mode = raw_mode(kwargs.get("extra_headers"))
-    raw = RawCall() if mode or kwargs.get("stream") else None
+    raw = RawCall(wire=mode == "stream") if mode or kwargs.get("stream") else None
     extensions: dict[str, Any] = {} if copy is None else {CLIENT: copy}
     if raw is not None:
         extensions[RAW] = raw
@@ -300,7 +300,11 @@ def _call(
 def _served(
     mode: str | None, raw: RawCall | None, answer: Any, *, changed: bool, asynchronous: bool
 ) -> Any:
-    """What the caller gets: the answer, or the raw response its raw-response mode asked for."""
+    """What the caller gets: the answer, or the raw response its raw-response mode asked for.
+
+    ``changed``: whether a whole answer is not the upstream's (its body is then the answer's
+    JSON); a stream's body tells the upstream's chunks from the guard's chunk by chunk (see
+    ``_raw``)."""
     if mode is None or raw is None:
         return answer
     if mode == "stream":

@@ -67,6 +67,17 @@ def _waits(event: Any) -> bool:
     return _is_text_event(event) or _is_call_event(event) or getattr(event, "type", None) in ENDS
 
 
+def _opened_empty(event: Any) -> bool:
+    """Whether an event opens the answer's message or one of its parts, holding no text yet."""
+    kind = getattr(event, "type", None)
+    if kind == "response.output_item.added":
+        item = getattr(event, "item", None)
+        return getattr(item, "type", None) == "message" and not getattr(item, "content", None)
+    if kind == "response.content_part.added":
+        return not getattr(getattr(event, "part", None), "text", None)
+    return False
+
+
 class _Events:
     """The events to hand the caller for the guard's chunks (shared by sync and async)."""
 
@@ -208,6 +219,18 @@ class _Events:
             type="response.incomplete", response=type(created.response).construct(**data)
         )
 
+    def broken(self) -> list[Any]:
+        """The upstream's events to hand on when the guard's stream ends with an error (the
+        upstream's, in its body, or the guard's refusal), as the raw stream yields them before
+        it: those not handed on yet up to the first that carries what the guard holds (text,
+        a call, the end); the openings, and a message's item and part opened empty, go."""
+        out = []
+        for event in self._pending():
+            if _waits(event) and not _opened_empty(event):
+                break
+            out.append(self._emit(event))
+        return out
+
     def failed(self, stream: Any, error: ReportedError) -> list[Any]:
         """The upstream's events not handed on yet, its error event last (the raw client hands
         it on as an event, raising nothing); the report is the error's."""
@@ -255,6 +278,10 @@ class ResponsesStream(Iterating):
         except ReportedError as error:
             yield from self._events.failed(self, error)
             return
+        except Exception:
+            # what the raw stream yields before the error (response.created ...), then it
+            yield from self._events.broken()
+            raise
         yield from self._events.end()
         self._events.done(self, self._inner.report)
 
@@ -297,6 +324,10 @@ class AsyncResponsesStream(AsyncIterating):
             for event in self._events.failed(self, error):
                 yield event
             return
+        except Exception:
+            for event in self._events.broken():  # (see ResponsesStream._chunks)
+                yield event
+            raise
         for event in self._events.end():
             yield event
         self._events.done(self, self._inner.report)

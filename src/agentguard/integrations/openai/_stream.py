@@ -206,10 +206,15 @@ class Stream(Iterating, _Base):
         self._primed = True
         while self._head:
             yield self._head.pop(0)
-        for chunk in self._inner:
-            if chunk is STARTED:
-                continue
-            yield from self._out(self._replay.of(chunk))
+        try:
+            for chunk in self._inner:
+                if chunk is STARTED:
+                    continue
+                yield from self._out(self._replay.of(chunk))
+        except Exception:
+            # what the raw stream yields before the error (the opening role chunk), then it
+            yield from self._out(self._replay.failed())
+            raise
         yield from self._out(self._replay.end())
         self._done(self._inner.report)
 
@@ -259,11 +264,16 @@ class AsyncStream(AsyncIterating, _Base):
         self._primed = True
         while self._head:
             yield self._head.pop(0)
-        async for chunk in self._inner:
-            if chunk is STARTED:
-                continue
-            for out in self._out(self._replay.of(chunk)):
+        try:
+            async for chunk in self._inner:
+                if chunk is STARTED:
+                    continue
+                for out in self._out(self._replay.of(chunk)):
+                    yield out
+        except Exception:
+            for out in self._out(self._replay.failed()):  # (see Stream._chunks)
                 yield out
+            raise
         for out in self._out(self._replay.end()):
             yield out
         self._done(self._inner.report)

@@ -26,6 +26,7 @@ from ._responses import (
     response_from_responses,
     responses_body,
 )
+from ._wire import Wire
 
 __all__ = [
     "CALLER",
@@ -73,16 +74,46 @@ class RawCall:
     nothing). ``events``: every event of the last streamed Responses attempt, in order.
     ``http``: the upstream's HTTP response of the last streamed attempt made without a
     raw-response mode (what the SDK's stream gives as its ``response``: status, headers).
+
+    With ``wire`` (a stream made through ``with_streaming_response``), the upstream's bytes of
+    each streamed object too, as sent (:meth:`bytes_of`), and the last streamed attempt's
+    :class:`~agentguard.integrations.openai._wire.Wire` (:attr:`wire`: its bytes after the last
+    object's).
     """
 
-    __slots__ = ("chunk", "chunks", "events", "http", "response")
+    __slots__ = ("_sent", "chunk", "chunks", "events", "http", "response", "wire")
 
-    def __init__(self) -> None:
+    def __init__(self, *, wire: bool = False) -> None:
         self.response: Any = None
         self.http: Any = None
         self.chunk: Any = None
         self.chunks: list[tuple[Any, StreamChunk]] = []
         self.events: list[Any] = []
+        self.wire: Wire | None = None
+        # id of a streamed object -> (it, its bytes, its attempt's recorder, its count there)
+        self._sent: dict[int, tuple[Any, bytes | None, Wire, int]] | None = {} if wire else None
+
+    def record(self, stream: Any) -> None:
+        """Record the bytes of a new streamed attempt's SDK ``stream`` (before it is read), if
+        this call keeps them (the SDK's stream decodes them with its ``_decoder``)."""
+        self.wire = None
+        decoder = getattr(stream, "_decoder", None)
+        if self._sent is not None and decoder is not None:
+            self.wire = stream._decoder = Wire(decoder)
+
+    def received(self, obj: Any) -> None:
+        """The current attempt's stream yielded ``obj``: its bytes are the last read."""
+        wire = self.wire
+        if wire is not None and self._sent is not None:
+            self._sent[id(obj)] = (obj, wire.take(), wire, wire.count)
+
+    def bytes_of(self, obj: Any) -> tuple[bytes, Wire, int] | None:
+        """The upstream's bytes of a streamed object (once), its attempt's recorder and its
+        count there; ``None`` for an object not the upstream's as it came (or not recorded)."""
+        sent = self._sent.pop(id(obj), None) if self._sent is not None else None
+        if sent is None or sent[0] is not obj or sent[1] is None:
+            return None
+        return sent[1], sent[2], sent[3]
 
 
 class _ParseEndpoint:
@@ -213,6 +244,8 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
 
         def event(raw: Any) -> StreamChunk:
             events.append(raw)
+            if isinstance(holder, RawCall):
+                holder.received(raw)
             return chunk_of_event(raw, calls)
 
         return event
@@ -223,6 +256,7 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
 
     def chunk(raw: Any) -> StreamChunk:
         holder.chunk = raw
+        holder.received(raw)
         neutral = _chunk(raw)
         chunks.append((raw, neutral))
         return neutral
@@ -233,7 +267,14 @@ def _watch(request: ModelRequest, holder: Any) -> Callable[[Any], StreamChunk]:
 def _started(holder: Any) -> None:
     """A new streamed attempt: no upstream response yet (an earlier attempt's is not its)."""
     if isinstance(holder, RawCall):
-        holder.http = holder.response = None
+        holder.http = holder.response = holder.wire = None
+
+
+def _recorded(holder: Any, stream: Any) -> Any:
+    """``stream`` (the SDK's), its bytes recorded if ``holder`` keeps them."""
+    if isinstance(holder, RawCall):
+        holder.record(stream)
+    return stream
 
 
 def _is_raw(result: Any) -> bool:
@@ -527,7 +568,7 @@ class OpenAITransport(_Transport):
         holder = request.extensions.get(RAW)
         _started(holder)
         see = _watch(request, holder)
-        with _unwrap(request, endpoint.create(**kwargs)) as stream:
+        with _recorded(holder, _unwrap(request, endpoint.create(**kwargs))) as stream:
             yield STARTED
             for chunk in stream:
                 yield see(chunk)
@@ -552,7 +593,8 @@ class AsyncOpenAITransport(_Transport):
         holder = request.extensions.get(RAW)
         _started(holder)
         see = _watch(request, holder)
-        async with await _aunwrap(request, await endpoint.create(**kwargs)) as stream:
+        stream = _recorded(holder, await _aunwrap(request, await endpoint.create(**kwargs)))
+        async with stream:
             yield STARTED
             async for chunk in stream:
                 yield see(chunk)
