@@ -11,12 +11,14 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _stores import RedisServer
@@ -284,6 +286,94 @@ def test_claude_transcript_usage_is_counted_once(tmp_path: Path, clock: FakeCloc
             store.close()
 
 
+def _counted_in_reads(
+    content: bytes, cuts: list[int], schedule: list[tuple[int, int | None]]
+) -> tuple[int, list[Cursor]]:
+    """The session tokens counted when ``content`` is written in pieces (ending at each of
+    ``cuts``, then the rest) and a Stop hook reads it after each piece, as ``schedule`` says:
+    for each read, which of two hook processes (each on its own connection to one SQLite file)
+    reads, and which cursor stored after an earlier read (if any) it finds instead of the
+    latest — as when a hook that read less stores its cursor last. Returns the tokens counted
+    and the cursors stored."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        path.write_bytes(b"")
+        clock = FakeClock()
+        stores = [SQLiteStore(Path(tmp) / "s.sqlite") for _ in range(2)]
+        try:
+            guards = [guard(store, clock) for store in stores]
+            stop = payload("claude-code", "stop", transcript_path=str(path))
+            session = stop["session_id"]
+            stored: list[str | None] = []
+            for i, end in enumerate([*cuts, len(content)]):
+                with path.open("ab") as f:
+                    f.write(content[cuts[i - 1] if i else 0 : end])
+                who, stale = schedule[i % len(schedule)] if schedule else (0, None)
+                if stale is not None and stored and stored[stale % len(stored)] is not None:
+                    stores[0].put(
+                        "hooks:cursor", session, str(stored[stale % len(stored)]), clock(), 60
+                    )
+                clock.advance(1)
+                guards[who].handle("claude-code", stop)
+                stored.append(stores[0].get("hooks:cursor", session, clock()))
+            used = guards[0].ledger.usage(session).session_tokens
+        finally:
+            for store in stores:
+                store.close()
+    return used, [Cursor.loads(text, str(path)) for text in stored]
+
+
+_reads = st.lists(st.tuples(st.integers(0, 1), st.none() | st.integers(0, 64)), max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), schedule=_reads)
+def test_a_message_split_over_reads_counts_its_largest_usage(
+    data: st.DataObject, schedule: list[tuple[int, int | None]]
+) -> None:
+    """The transcript's lines written and read in any pieces (a hook between a message's text
+    line, 8 output tokens, and its tool-use line, 97), by two hook processes, one finding a
+    cursor another stored late: the tokens counted are those of one whole read."""
+    content = (DATA / "claude-code" / "transcript.jsonl").read_bytes()
+    whole, _ = _counted_in_reads(content, [], [])
+    assert whole == (3 + 1520 + 14210 + 97) + (5 + 240 + 15730 + 21)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(content) - 1), max_size=6)))
+    assert _counted_in_reads(content, cuts, schedule)[0] == whole
+
+
+_line_usage = st.tuples(st.integers(0, 50_000), st.integers(0, 4_000))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    messages=st.lists(st.lists(_line_usage, min_size=1, max_size=4), min_size=1, max_size=12),
+    data=st.data(),
+    schedule=_reads,
+)
+def test_each_message_counts_its_largest_usage_once(
+    messages: list[list[tuple[int, int]]],
+    data: st.DataObject,
+    schedule: list[tuple[int, int | None]],
+) -> None:
+    """Messages of one to four lines each, their usage rising or not from line to line, read in
+    any pieces: each counts its largest prompt and its largest output, once; a cursor keeps at
+    most a few messages' counts, however long the session."""
+    template = json.loads((DATA / "claude-code" / "transcript.jsonl").read_bytes().splitlines()[1])
+    user = (DATA / "claude-code" / "transcript.jsonl").read_bytes().splitlines()[0] + b"\n"
+    content = b""
+    for i, lines in enumerate(messages):
+        for prompt, output in lines:
+            line = copy.deepcopy(template)
+            line["message"]["id"] = f"msg_{i:02d}"
+            line["message"]["usage"] = {"input_tokens": prompt, "output_tokens": output}
+            content += json.dumps(line).encode() + b"\n"
+        content += user
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(content) - 1), max_size=8)))
+    used, cursors = _counted_in_reads(content, cuts, schedule)
+    assert used == sum(max(p for p, _ in m) + max(c for _, c in m) for m in messages)
+    assert all(len(cursor.counted) <= transcripts._COUNTED for cursor in cursors)
+
+
 def test_codex_rollout_usage_follows_the_running_total(tmp_path: Path, db: SQLiteStore) -> None:
     """Codex token_count events: the running total counts; a repeated report adds nothing."""
     path = _transcript(tmp_path, "codex", "rollout.jsonl")
@@ -304,11 +394,23 @@ def test_the_transcript_is_read_incrementally(tmp_path: Path) -> None:
     assert cursor.offset == len(lines[0]) + len(lines[1])
     path.write_bytes(b"".join(lines))
     rest, cursor = read_usage("claude-code", cursor)
-    assert [e.usage.completion_tokens for e in rest] == [97, 21]
-    assert rest[0].event_id == first[0].event_id  # the same message: counted once
+    # the message's second line adds what it shows beyond its first (97 - 8 output tokens)
+    assert [e.usage.completion_tokens for e in rest] == [89, 21]
+    assert [e.usage.prompt_tokens for e in rest] == [0, 5 + 240 + 15730]
+    assert rest[0].message == first[0].message == first[0].event_id
+    assert rest[0].event_id == f"{first[0].event_id}@{3 + 1520 + 14210}/8"
     assert Cursor.loads(cursor.dumps(), str(path)) == cursor
     assert Cursor.loads(cursor.dumps(), "other.jsonl") == Cursor("other.jsonl")
     assert Cursor.loads("not json", str(path)) == Cursor(str(path))
+    assert cursor.counted == (
+        (first[0].event_id, 3 + 1520 + 14210, 97),
+        (rest[1].event_id, 5 + 240 + 15730, 21),
+    )
+    # a cursor stored before it kept counts reads on from its offset; a damaged one from the start
+    assert Cursor.loads(json.dumps([str(path), 7, 0]), str(path)) == Cursor(str(path), 7)
+    assert Cursor.loads(json.dumps([str(path), 7, 0, [["m", -1, 0]]]), str(path)) == Cursor(
+        str(path)
+    )
 
 
 def test_a_transcript_path_cannot_make_the_hook_read_forever(
@@ -443,6 +545,52 @@ def test_faults_fail_open(
         store.close()
     assert "RuntimeError" in caplog.text
     assert "sk-proj" not in caplog.text
+
+
+class _Steps:
+    """A store that counts the operations tried on it."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store, self.tried = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.tried += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def test_a_write_locked_store_fails_the_event_open_at_its_first_step(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the store's write lock: each event is let through (and the fault
+    logged) at the first store step that finds it locked — the budget read, the loop log, the
+    turn's refusals are not waited for one after the other (each would wait the busy timeout)."""
+    path = _transcript(tmp_path, "claude-code", "transcript.jsonl")
+    real = SQLiteStore(tmp_path / "locked.sqlite", busy_timeout=0)  # busy: at once, not after 5 s
+    holder = sqlite3.connect(tmp_path / "locked.sqlite", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        store = _Steps(real)
+        g = guard(store, clock, token_budget={"per_session": 1_000})
+        caplog.set_level(logging.WARNING, "agentguard.hooks")
+        for name, changes in [
+            ("pre_tool_use", {"transcript_path": None}),
+            ("post_tool_use", {"transcript_path": None}),
+            ("stop", {"transcript_path": None}),
+            ("pre_tool_use", {"transcript_path": str(path)}),
+            ("user_prompt_submit", {}),
+        ]:
+            store.tried = 0
+            assert g.handle("claude-code", payload("claude-code", name, **changes)) == HookAnswer()
+            assert store.tried == 1, name
+        assert caplog.text.count("agentguard hook failed open (StoreUnavailable)") == 5
+    finally:
+        holder.close()
+        real.close()
 
 
 def test_redis_shares_sessions_too(redis_server: RedisServer, clock: FakeClock) -> None:

@@ -5,7 +5,9 @@ the event's JSON on stdin, the answer read from the exit code and stdout.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -14,16 +16,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from _stores import SRC
 from agentguard import GuardConfig
 from agentguard.hooks import HookAnswer, HookGuard
+from agentguard.hooks import _client as client
+from agentguard.hooks import _guard as guards
 from agentguard.hooks._client import daemon_socket
 from agentguard.hooks._daemon import _answer
+from agentguard.hooks._guard import judge_once
 from agentguard.storage import SQLiteStore
+from agentguard.testing import FakeClock
 
 DATA = Path(__file__).parent / "data" / "hooks"
 
@@ -248,6 +254,76 @@ def test_a_write_locked_store_fails_open(hooks: Hooks) -> None:
         holder.close()
     assert done.returncode == 0
     assert done.stdout == b""
+
+
+class _OpenedLocked(SQLiteStore):
+    """A SQLite store whose first open waits on a fake clock, counting the operations tried."""
+
+    opened: ClassVar[list[_OpenedLocked]] = []
+
+    def __init__(self, path: str, *, busy_timeout: float) -> None:
+        clock = FakeClock()
+        super().__init__(path, busy_timeout=busy_timeout, clock=clock, sleep=clock.sleep)
+        self.steps = 0
+        self.opened.append(self)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self.steps += 1
+        with super()._transaction() as db:
+            yield db
+
+
+def test_a_store_locked_through_its_set_up_fails_the_event_open_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hook judging in its own process opens the store while another process holds its write
+    lock: the set-up waits its busy timeout (on the store's clock, here a fake one) and gives
+    up, and the event proceeds then — no store step waits the busy timeout again."""
+    for key in [k for k in os.environ if k.startswith("AGENTGUARD_")]:
+        monkeypatch.delenv(key)
+    path = tmp_path / "hooks.sqlite"
+    SQLiteStore(path).close()
+    monkeypatch.setattr(guards, "SQLiteStore", _OpenedLocked)
+    _OpenedLocked.opened.clear()
+    caplog.set_level(logging.WARNING, "agentguard.hooks")
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        event = (DATA / "claude-code" / "pre_tool_use.json").read_bytes()
+        assert judge_once("claude-code", event, None, str(path)) == HookAnswer()
+    finally:
+        holder.close()
+    (store,) = _OpenedLocked.opened
+    assert not store.ready
+    assert store.steps == 0
+    assert "agentguard hook failed open (StoreUnavailable)" in caplog.text
+
+
+def test_a_daemon_that_does_not_answer_in_time_lets_the_event_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that takes the event but does not answer within the hook's wait (its store is
+    write-locked, and it waits for it): the event proceeds, unjudged — the hook does not open
+    the store itself to wait for the same lock again."""
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("AGENTGUARD_HOOK_DIR", str(run_dir))
+    monkeypatch.setattr(client, "ANSWER_TIMEOUT", 0.05)
+    store = tmp_path / "hooks.sqlite"
+    path = daemon_socket(None, str(store))
+    assert path is not None
+    busy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    busy.bind(path)
+    busy.listen(1)  # takes the connection, never answers
+    out = io.BytesIO()
+    try:
+        event = (DATA / "claude-code" / "pre_tool_use.json").read_bytes()
+        code = client.run("claude-code", store=str(store), stdin=io.BytesIO(event), stdout=out)
+    finally:
+        busy.close()
+        Hooks(tmp_path).stop_daemons()
+    assert (code, out.getvalue()) == (0, b"")
+    assert not store.exists()
 
 
 def test_no_daemon_socket_in_a_directory_others_can_enter(tmp_path: Path) -> None:

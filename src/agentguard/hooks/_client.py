@@ -6,7 +6,9 @@ judgement itself, so the command hook is a thin client that imports only the sta
 it hands the event to a hook daemon — a process started on first use, with the guard loaded,
 answering on a Unix socket in a private directory and leaving after some idle minutes — and
 prints its answer. When no daemon answers, the hook judges the event itself (the state lives in
-the shared store either way, so both give the same answer) and starts one for the next events.
+the shared store either way, so both give the same answer) and starts one for the next events;
+when a daemon takes the event but does not answer in time (its store is locked), the event
+proceeds unjudged.
 
 Whatever goes wrong, the hook exits 0 with no output: the agent goes on as if there were no
 hook (fail open).
@@ -104,16 +106,23 @@ def resolved(
 
 
 def ask(
-    path: str, agent: str, payload: bytes, timeout: float = ANSWER_TIMEOUT
+    path: str, agent: str, payload: bytes, timeout: float | None = None
 ) -> tuple[int, bytes] | None:
-    """The daemon's answer ``(exit code, stdout)`` to one event, or ``None`` when none answers."""
+    """The daemon's answer ``(exit code, stdout)`` to one event.
+
+    ``None`` when no daemon answers (none listens, or it closed without an answer): the hook
+    judges the event itself. A daemon that is there but does not answer within ``timeout``
+    (default :data:`ANSWER_TIMEOUT`) is waiting for the store, which another process keeps
+    locked (or is stuck): the answer is then silence, the event proceeds — judging it here
+    would wait for the same store again.
+    """
     try:
         conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except OSError:
         return None
     chunks: list[bytes] = []
     try:
-        conn.settimeout(timeout)
+        conn.settimeout(ANSWER_TIMEOUT if timeout is None else timeout)
         conn.connect(path)
         conn.sendall(agent.encode() + b"\n" + payload)
         conn.shutdown(_socket.SHUT_WR)
@@ -123,6 +132,8 @@ def ask(
             size += len(chunk)
             if size > _MAX_ANSWER:
                 return None
+    except TimeoutError:  # a daemon is there, busy past the hook's wait: proceed (fail open)
+        return 0, b""
     except OSError:
         return None
     finally:
@@ -158,13 +169,9 @@ def _spawn(path: str, config: str | None, store: str | None) -> None:
 def _judge_here(
     agent: str, payload: bytes, config: str | None, store: str | None
 ) -> tuple[int, bytes]:
-    from ._guard import open_guard  # noqa: PLC0415 - the slow path loads the guard
+    from ._guard import judge_once  # noqa: PLC0415 - the slow path loads the guard
 
-    guard = open_guard(config, store)
-    try:
-        answer = guard.handle(agent, payload)
-    finally:
-        guard.close()
+    answer = judge_once(agent, payload, config, store)
     return answer.exit_code, answer.stdout.encode()
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentguard import _clock
-from agentguard.budget import TokenLedger
+from agentguard.budget import Reservation, TokenLedger
 from agentguard.config import GuardConfig
+from agentguard.exceptions import StoreUnavailable
 from agentguard.storage import RedisStore, SQLiteStore, Store, store_from_config
 from agentguard.types import Severity
 
@@ -28,7 +29,7 @@ from ._protocol import (
 from ._state import SessionLoops
 from ._transcript import Cursor, read_usage
 
-__all__ = ["HookGuard", "default_store_path", "open_guard"]
+__all__ = ["HookGuard", "default_store_path", "judge_once", "open_guard"]
 
 logger = logging.getLogger("agentguard.hooks")
 
@@ -80,7 +81,9 @@ class HookGuard:
     sessions) once per model call, however many hook processes read it.
 
     Every internal fault fails open: the event is let through silently (and logged, without
-    its text) — a guard fault never blocks the agent.
+    its text) — a guard fault never blocks the agent. The first store fault ends the event: a
+    store another process keeps write-locked is waited for once (its busy timeout), not once
+    per step.
 
     Args:
         config: the guard configuration (``loop_detection``, ``token_budget``, ``storage``).
@@ -106,7 +109,12 @@ class HookGuard:
         counting = budget.model_copy(
             update={"policy": "warn_and_continue", "max_output_tokens": None}
         )
-        self.ledger = TokenLedger(counting, store=self.store, clock=clock)
+        # A store fault ends the event (it fails open at once): the ledger raises it rather
+        # than serve from local state, which would let the event's next step wait for the
+        # store again. Nothing is lost: what was not counted is read again from the transcript.
+        closed = config.storage.model_copy(update={"fail_mode": "closed"})
+        ledger_config = config.model_copy(update={"token_budget": counting, "storage": closed})
+        self.ledger = TokenLedger(ledger_config, store=self.store, clock=clock)
         self._ttl = budget.session_ttl_seconds
         self._lock = threading.Lock()  # one event at a time: the detectors are sequential
 
@@ -128,8 +136,7 @@ class HookGuard:
             with self._lock:
                 return self._judge(event)
         except Exception as exc:  # a guard fault must never block the agent
-            logger.warning("agentguard hook failed open (%s)", type(exc).__name__)
-            return ALLOW
+            return _failed_open(exc)
 
     def close(self) -> None:
         """Close the store."""
@@ -211,8 +218,12 @@ class HookGuard:
                 entries, after = read_usage(event.agent, cursor)
             except OSError:  # not written yet, or unreadable: the budget waits
                 entries, after = [], cursor
+            held: dict[str | None, Reservation] = {}  # one per model (it prices the usage)
             for entry in entries:
-                reservation = self.ledger.reserve(session, 0, model=entry.model)
+                reservation = held.get(entry.model)
+                if reservation is None:
+                    reservation = self.ledger.reserve(session, 0, model=entry.model)
+                    held[entry.model] = reservation
                 self.ledger.commit(reservation, entry.usage, event_id=f"{session}:{entry.event_id}")
             if after != cursor:
                 self.store.put("hooks:cursor", session, after.dumps(), now, self._ttl)
@@ -231,6 +242,12 @@ class HookGuard:
             if worst is None and used >= config.warn_ratio * limit:
                 worst = _Budget("warn", name, used, limit)
         return worst
+
+
+def _failed_open(exc: BaseException) -> HookAnswer:
+    """Let the event through, and log the fault (its type only: its text may quote the event)."""
+    logger.warning("agentguard hook failed open (%s)", type(exc).__name__)
+    return ALLOW
 
 
 def default_store_path(env: Mapping[str, str] | None = None) -> str:
@@ -274,3 +291,25 @@ def open_guard(
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         shared = SQLiteStore(path, busy_timeout=cfg.storage.busy_timeout_seconds)
     return HookGuard(cfg, store=shared)
+
+
+def judge_once(
+    agent: str, payload: bytes, config: str | None = None, store: str | None = None
+) -> HookAnswer:
+    """The answer to one event of a command hook judging in its own process: a guard opened
+    for it (see :func:`open_guard`) and closed after it.
+
+    Fails open (logged as :meth:`HookGuard.handle` does) when the guard cannot be opened, and
+    when the SQLite store is still write-locked by another process once its set-up has waited
+    its busy timeout: the event's steps do not wait for the lock again.
+    """
+    try:
+        guard = open_guard(config, store)
+    except Exception as exc:  # a configuration or store that cannot be opened
+        return _failed_open(exc)
+    try:
+        if isinstance(guard.store, SQLiteStore) and not guard.store.ready:
+            return _failed_open(StoreUnavailable(f"SQLite store {guard.store.path!r} is locked"))
+        return guard.handle(agent, payload)
+    finally:
+        guard.close()

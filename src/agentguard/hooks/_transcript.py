@@ -8,11 +8,18 @@ Both agents append one JSON object per line to the transcript file a hook event 
 - the Codex CLI writes ``event_msg`` lines of type ``token_count`` whose
   ``info.total_token_usage`` is the session's running total.
 
-A reader keeps a cursor (file, byte offset of the first line not read, the running total seen)
-in the store, so each hook reads only what was appended since the last one: a session's
-transcript is read once in all, however many hooks run. Each usage found gets an event id that
-is the same whoever reads it (the message id, or the line's offset), so the ledger counts it
-once even when two hook processes read the same lines.
+A reader keeps a cursor (file, byte offset of the first line not read, the running total seen,
+what the latest messages counted) in the store, so each hook reads only what was appended since
+the last one: a session's transcript is read once in all, however many hooks run. Each usage
+found gets an event id that is the same whoever reads it (the message id, or the line's offset),
+so the ledger counts it once even when two hook processes read the same lines.
+
+A Claude Code message's lines are written one by one, the later ones with the larger
+``output_tokens``, and a hook may read between them. So a message counts its first line's usage
+under its id, and each later line only what it adds to the largest usage of the lines before
+it, under an id naming that usage (``msg_01@15733/8``): every reader finds the same ids and
+amounts, whichever lines it read before (the cursor carries what the message counted so far),
+and the message counts its largest usage once in all.
 """
 
 from __future__ import annotations
@@ -33,21 +40,27 @@ _CHUNK = 1 << 20
 _READ_BUDGET = 256 << 20
 #: Longer lines are passed over unread (a tool result or a written file, never a usage line).
 _MAX_LINE = 64 << 20
+#: Messages whose counts a cursor keeps. A message's lines are consecutive, so one is enough to
+#: continue a message past a read's end; the rest in case concurrent messages interleave.
+_COUNTED = 8
 
 
 @dataclass(frozen=True, slots=True)
 class UsageEntry:
-    """Tokens of one model call found in a transcript.
+    """Tokens of one model call found in a transcript (or what a later line of its message adds).
 
     Attributes:
         event_id: the same for every reader (idempotency key for the ledger).
         usage: prompt (cached and uncached input) and completion tokens.
         model: the model named beside it, if any.
+        message: the message it counts for, when later lines may carry a larger usage of it
+            (a Claude Code message, one line per content block).
     """
 
     event_id: str
     usage: Usage
     model: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,31 +71,55 @@ class Cursor:
         path: the transcript file.
         offset: byte offset of the first line not read yet.
         total: the last running total seen (Codex), to turn totals into per-call usage.
+        counted: the latest messages read (at most :data:`_COUNTED`, the most recent last),
+            each with the largest prompt and completion tokens counted for it: a message
+            continued after ``offset`` counts only what its later lines add.
     """
 
     path: str
     offset: int = 0
     total: int = 0
+    counted: tuple[tuple[str, int, int], ...] = ()
 
     def dumps(self) -> str:
         """The cursor as a store record."""
-        return json.dumps([self.path, self.offset, self.total])
+        return json.dumps([self.path, self.offset, self.total, self.counted])
 
     @classmethod
     def loads(cls, text: str | None, path: str) -> Cursor:
         """The cursor in a store record, or a new one when it is missing, damaged or for another
         file."""
         try:
-            saved, offset, total = json.loads(text) if text else (None, 0, 0)
+            # a record written before ``counted`` existed has three items
+            saved, offset, total, *rest = json.loads(text) if text else (None, 0, 0)
         except (ValueError, TypeError):
             return cls(path)
-        if saved != path or not isinstance(offset, int) or not isinstance(total, int):
-            return cls(path)
-        return cls(path, max(offset, 0), max(total, 0))
+        counted = rest[0] if rest else []
+        if (
+            saved != path
+            or len(rest) > 1
+            or not isinstance(offset, int)
+            or not isinstance(total, int)
+            or not isinstance(counted, list)
+            or not all(_counted(item) for item in counted)
+        ):
+            return cls(path)  # read again from the start: the same ids and amounts, counted once
+        counted = [tuple(item) for item in counted[-_COUNTED:]]
+        return cls(path, max(offset, 0), max(total, 0), tuple(counted))
 
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _counted(item: Any) -> bool:
+    """Whether ``item`` is a valid ``[message, prompt, completion]`` of a stored cursor."""
+    return (
+        isinstance(item, list)
+        and len(item) == 3
+        and isinstance(item[0], str)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in item[1:])
+    )
 
 
 def _lines(
@@ -133,9 +170,11 @@ def _claude(line: bytes, at: int, total: int) -> tuple[UsageEntry | None, int]:
         + _int(usage.get("cache_creation_input_tokens"))
         + _int(usage.get("cache_read_input_tokens"))
     )
-    entry_id = message["id"] if isinstance(message.get("id"), str) else f"line-{at}"
     model = message.get("model") if isinstance(message.get("model"), str) else None
-    return UsageEntry(entry_id, Usage(prompt, _int(usage.get("output_tokens"))), model), total
+    found = Usage(prompt, _int(usage.get("output_tokens")))
+    if isinstance(message.get("id"), str):
+        return UsageEntry(message["id"], found, model, message["id"]), total
+    return UsageEntry(f"line-{at}", found, model), total
 
 
 def _codex(line: bytes, at: int, total: int) -> tuple[UsageEntry | None, int]:
@@ -167,14 +206,17 @@ _READERS: dict[str, Callable[[bytes, int, int], tuple[UsageEntry | None, int]]] 
 def read_usage(agent: str, cursor: Cursor) -> tuple[list[UsageEntry], Cursor]:
     """The usage appended to ``cursor.path`` since ``cursor``, and the cursor after it.
 
-    Lines that are not valid JSON are skipped. Entries of one Claude Code message (one line per
-    content block) are merged, keeping the largest count of each kind.
+    Lines that are not valid JSON are skipped. A Claude Code message (one line per content
+    block) counts its largest count of each kind: its first line's usage under its id, then
+    what each later line adds, under an id naming the usage counted before it (see the module
+    documentation).
 
     Raises:
         OSError: the file cannot be read.
     """
     reader = _READERS[agent]
-    found: dict[str, UsageEntry] = {}
+    found: list[UsageEntry] = []
+    counted = {message: (prompt, completion) for message, prompt, completion in cursor.counted}
     total, offset = cursor.total, cursor.offset
     for at, offset, line in _lines(cursor.path, cursor.offset):  # noqa: B007 - offset: the cursor
         if line is None:
@@ -185,15 +227,20 @@ def read_usage(agent: str, cursor: Cursor) -> tuple[list[UsageEntry], Cursor]:
             continue
         if entry is None:
             continue
-        seen = found.get(entry.event_id)
-        if seen is not None:
-            entry = UsageEntry(
-                entry.event_id,
-                Usage(
-                    max(seen.usage.prompt_tokens, entry.usage.prompt_tokens),
-                    max(seen.usage.completion_tokens, entry.usage.completion_tokens),
-                ),
-                entry.model or seen.model,
-            )
-        found[entry.event_id] = entry
-    return list(found.values()), Cursor(cursor.path, offset, total)
+        message = entry.message
+        if message is None:
+            found.append(entry)
+            continue
+        prompt, completion = entry.usage.prompt_tokens, entry.usage.completion_tokens
+        before = counted.pop(message, None)
+        if before is None:
+            counted[message] = (prompt, completion)
+            found.append(entry)
+            continue
+        now = counted[message] = (max(before[0], prompt), max(before[1], completion))
+        if now != before:
+            usage = Usage(now[0] - before[0], now[1] - before[1])
+            event_id = f"{message}@{before[0]}/{before[1]}"
+            found.append(UsageEntry(event_id, usage, entry.model, message))
+    kept = tuple((m, p, c) for m, (p, c) in list(counted.items())[-_COUNTED:])
+    return found, Cursor(cursor.path, offset, total, kept)

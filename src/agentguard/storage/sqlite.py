@@ -146,6 +146,13 @@ class SQLiteStore(SyncBackedStore):
                 sleep(min(delay * random.uniform(0.5, 1.5), left))
                 delay = min(delay * 2, _MAX_DELAY)
 
+    @property
+    def ready(self) -> bool:
+        """Whether the file is set up (WAL mode, schema): ``False`` after a first open that found
+        it locked by another process for the whole ``busy_timeout`` (the next operation tries
+        again, waiting ``busy_timeout`` once more)."""
+        return self._ready
+
     def _set_up_without_waiting(self, busy_timeout: float) -> None:
         """:meth:`_setup` with SQLite's busy handler off (the caller holds ``self._lock``)."""
         db = self._db
