@@ -133,6 +133,37 @@ def test_prompt_without_a_backup_offers_retry_and_cancel() -> None:
     assert prompt.options == (Choice.RETRY, Choice.CANCEL)
 
 
+@pytest.mark.parametrize(
+    ("answer", "three", "two"),
+    [
+        (Choice.USE_BACKUP, Choice.USE_BACKUP, None),  # not on offer without a backup
+        ("use_backup", Choice.USE_BACKUP, None),
+        ("USE_BACKUP", Choice.USE_BACKUP, None),
+        (" Cancel\n", Choice.CANCEL, Choice.CANCEL),
+        ("1", Choice.RETRY, Choice.RETRY),
+        (3, Choice.CANCEL, None),  # the number render() shows, as a number or text
+        ("2", Choice.USE_BACKUP, Choice.CANCEL),
+        (None, None, None),
+        (True, None, None),  # a flag, not the number 1
+        (0, None, None),
+        ("no", None, None),
+        ("9" * 5000, None, None),  # more digits than int() reads
+        (["retry"], None, None),
+    ],
+)
+def test_read_answer_picks_an_option_on_offer_or_none(
+    answer: object, three: Choice | None, two: Choice | None
+) -> None:
+    """A confirm callback's answer picks an option on offer by itself, its value or name, or
+    its number in render(); anything else picks none."""
+    policy = _policy(mode="confirm")
+    fast, top = policy.tier_for("fast"), policy.tier_for("premium")
+    with_backup = policy.prompt(policy.on_failure(fast, "timeout"), fast, message="timed out")
+    without = policy.prompt(policy.on_failure(top, "timeout"), top, message="timed out")
+    assert policy.read_answer(with_backup, answer) == three
+    assert policy.read_answer(without, answer) == two
+
+
 def test_escalation_required_carries_the_prompt() -> None:
     """The exception raised without a callback shows and carries the prompt."""
     policy = _policy(mode="confirm")

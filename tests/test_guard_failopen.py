@@ -18,7 +18,7 @@ from agentguard import AgentGuardError, GuardConfig, GuardFailure, ToolCallValid
 from agentguard.events import GuardInternalError
 from agentguard.guard import AsyncGuard, Guard
 from agentguard.guard._pipeline import Pipeline
-from agentguard.testing import FakeClock, Reply, ScriptedModel, capture_events
+from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 from agentguard.transport import ModelRequest, StreamChunk, report_of
 
 SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
@@ -319,3 +319,135 @@ def test_a_fault_while_handling_a_failed_call_raises_the_upstreams_error(
         anyio.run(call_async) if asynchronous else guard.complete(_request())
     assert transport.calls == 1
     assert [e.component for e in events.of_type(GuardInternalError)] == ["pipeline"]
+
+
+# -- the unguarded call, through the real openai client -------------------------------------------
+
+TIERS = GuardConfig.from_dict(
+    {
+        "tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}},
+        "escalation": {"chain": ["fast", "premium"]},
+        "memory_pressure": {"enabled": False},
+    },
+    env={},
+)
+
+
+def _openai_client(model: ScriptedModel, *, asynchronous: bool, **options: Any) -> Any:
+    """The real openai client over ``model`` (either major version, sync or async)."""
+    openai = pytest.importorskip("openai")
+    http = pytest.importorskip("httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx")
+    if asynchronous:
+        return openai.AsyncOpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.AsyncClient(transport=model.mock_transport(http)),
+            **options,
+        )
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://scripted.invalid/v1",
+        http_client=http.Client(transport=model.mock_transport(http)),
+        **options,
+    )
+
+
+def _text_of(client: Any, *, asynchronous: bool, stream: bool, model: str = "fast") -> Any:
+    """One chat call for ``model`` on ``client``: the answer's text, or the exception raised."""
+    ask = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+
+    async def call_async() -> str:
+        answer = await client.chat.completions.create(**ask)
+        if not stream:
+            return str(answer.choices[0].message.content)
+        return "".join([c.choices[0].delta.content or "" async for c in answer if c.choices])
+
+    def call() -> str:
+        if asynchronous:
+            return anyio.run(call_async)
+        answer = client.chat.completions.create(**ask)
+        if not stream:
+            return str(answer.choices[0].message.content)
+        return "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+
+    try:
+        return call()
+    except Exception as exc:
+        return exc
+
+
+def _wrap(client: Any, asynchronous: bool) -> Any:
+    import agentguard as ag
+
+    clock = FakeClock()
+    sleep = clock.asleep if asynchronous else clock.sleep
+    return ag.wrap(client, TIERS, clock=clock, sleep=sleep, rng=random.Random(0))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_request_for_a_tier_fails_open_to_the_tiers_model(
+    asynchronous: bool, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request for a tier's name (``model="fast"``) fails open to that tier's model, as the
+    guard would have sent it. It went out for the model "fast", which no server has (vLLM: 404
+    "The model `fast` does not exist"): a fault of the guard's broke a working call."""
+    from agentguard.escalation import EscalationPolicy
+
+    model = ScriptedModel({"small": [Reply.text("Hello.")] * 2})
+    client = _wrap(_openai_client(model, asynchronous=asynchronous, max_retries=0), asynchronous)
+    assert _text_of(client, asynchronous=asynchronous, stream=stream) == "Hello."  # no fault
+    monkeypatch.setattr(EscalationPolicy, "start", _explode)
+    with capture_events() as events:
+        text = _text_of(client, asynchronous=asynchronous, stream=stream)
+    assert text == "Hello."
+    assert [r.model for r in model.requests] == ["small", "small"]
+    assert [e.error_type for e in events.of_type(GuardInternalError)] == ["RuntimeError"]
+
+
+@pytest.fixture
+def instant_sdk_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The openai client's own retries without their wait (the SDK sleeps for real)."""
+    base = pytest.importorskip("openai._base_client")
+    for kind in (base.SyncAPIClient, base.AsyncAPIClient):
+        monkeypatch.setattr(kind, "_calculate_retry_timeout", lambda *args, **kwargs: 0.0)
+
+
+@pytest.mark.usefixtures("instant_sdk_retries")
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(
+    ("client_retries", "copy_retries"),
+    [(None, None), (1, None), (0, 2)],
+    ids=["default", "client-1", "copy-2"],
+)
+def test_the_unguarded_call_keeps_the_callers_retries(
+    asynchronous: bool,
+    stream: bool,
+    client_retries: int | None,
+    copy_retries: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Failing open before its first model call, the guarded client makes the call as the raw
+    client would, with the client's (or the copy's) own ``max_retries``: two 503s, then an
+    answer, give what they give the raw client. It went out once on the guard's retry-less
+    client copy: the first 503 reached the agent, which the raw client retried away."""
+    from agentguard.escalation import EscalationPolicy
+
+    openai = pytest.importorskip("openai")
+    script = [Fault.server_error(503)] * 2 + [Reply.text("Hello.")]
+    options = {} if client_retries is None else {"max_retries": client_retries}
+    copy = {} if copy_retries is None else {"max_retries": copy_retries}
+
+    def outcome(client: Any, model: ScriptedModel) -> tuple[Any, int]:
+        client = client.with_options(**copy) if copy else client
+        got = _text_of(client, asynchronous=asynchronous, stream=stream, model="small")
+        return (got if isinstance(got, str) else type(got)), len(model.requests)
+
+    raw_model = ScriptedModel({"small": script})
+    raw = outcome(_openai_client(raw_model, asynchronous=asynchronous, **options), raw_model)
+    monkeypatch.setattr(EscalationPolicy, "start", _explode)
+    model = ScriptedModel({"small": script})
+    client = _wrap(_openai_client(model, asynchronous=asynchronous, **options), asynchronous)
+    assert outcome(client, model) == raw
+    assert raw == (("Hello.", 3) if client_retries != 1 else (openai.InternalServerError, 2))

@@ -331,6 +331,165 @@ def test_confirm_mode_follows_the_users_choice(
     assert len(asked) == 1
 
 
+def _caller(model: ScriptedModel, *, asynchronous: bool, **options: Any) -> Any:
+    """A wrapped client over ``model`` (time injected), as a function making one call: the
+    answer, or the exception raised. One client for every call: its breakers carry over."""
+    clock = FakeClock()
+
+    async def asleep(seconds: float) -> None:
+        clock.advance(seconds)
+
+    kwargs = {"model": "fast", "messages": MESSAGES, "tools": TOOLS}
+    common: dict[str, Any] = {"clock": clock, "rng": random.Random(0), **options}
+    if asynchronous:
+        client: Any = openai.AsyncOpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.AsyncClient(transport=model.mock_transport(http)),
+        )
+        wrapped = ag.wrap(client, sleep=asleep, **common)
+
+        async def go() -> Any:
+            return await wrapped.chat.completions.create(**kwargs)
+
+        make = lambda: anyio.run(go)  # noqa: E731
+    else:
+        client = openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://scripted.invalid/v1",
+            http_client=http.Client(transport=model.mock_transport(http)),
+        )
+        wrapped = ag.wrap(client, sleep=clock.advance, **common)
+        make = lambda: wrapped.chat.completions.create(**kwargs)  # noqa: E731
+
+    def call() -> Any:
+        try:
+            return make()
+        except Exception as exc:
+            return exc
+
+    return call
+
+
+class _Retrying:
+    """A confirm callback answering retry up to ``limit`` times, then cancel; it notes how many
+    requests the upstream had when each question came."""
+
+    def __init__(self, model: ScriptedModel, limit: int = 10) -> None:
+        self.model, self.limit = model, limit
+        self.prompts: list[EscalationPrompt] = []
+        self.requests_at: list[int] = []
+
+    def __call__(self, prompt: EscalationPrompt) -> Choice:
+        self.prompts.append(prompt)
+        self.requests_at.append(len(self.model.requests))
+        return Choice.RETRY if len(self.prompts) <= self.limit else Choice.CANCEL
+
+
+@MODES
+def test_confirm_retry_while_the_breaker_is_open_sends_the_request(asynchronous: bool) -> None:
+    """Retry chosen after the tier's breaker opened: the request goes to the tier (the user's
+    choice is the probe), one per answer, so the call ends when the tier answers. It re-asked
+    at once with no request, forever for a callback that kept answering retry."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 7 + [GOOD], "big": [GOOD]})
+    confirm = _Retrying(model)
+    config = _config(escalation={"mode": "confirm"})
+    answer = _caller(model, asynchronous=asynchronous, config=config, confirm=confirm)()
+    report = ag.report_of(answer)
+    assert report is not None
+    assert report.tier == "fast"
+    assert [r.model for r in model.requests] == ["small"] * 8
+    # two failures per question while the breaker is closed, then one per retry chosen
+    assert confirm.requests_at == [2, 4, 5, 6, 7]
+    assert [("circuit breaker is open" in p.message) for p in confirm.prompts] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert all(p.options[0] == Choice.RETRY for p in confirm.prompts)
+
+
+@MODES
+def test_confirm_retry_at_a_start_on_an_open_breaker_sends_the_request(
+    asynchronous: bool,
+) -> None:
+    """The next call starts on a tier whose breaker is open: confirm mode asks before moving,
+    and retry sends that call to the tier instead of asking again without a request."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 5 + [GOOD], "big": [GOOD]})
+    confirm = _Retrying(model, limit=2)
+    config = _config(escalation={"mode": "confirm"})
+    call = _caller(model, asynchronous=asynchronous, config=config, confirm=confirm)
+    assert isinstance(call(), openai.InternalServerError)  # retry, retry, then cancel
+    assert len(model.requests) == 5  # the breaker opened on the fifth failure
+    confirm.prompts.clear()
+    confirm.requests_at.clear()
+    answer = call()
+    report = ag.report_of(answer)
+    assert report is not None
+    assert report.tier == "fast"
+    assert confirm.requests_at == [5]  # asked once, at the start, before the request
+    assert "circuit breaker is open" in confirm.prompts[0].message
+    assert [r.model for r in model.requests] == ["small"] * 6
+
+
+@MODES
+@pytest.mark.parametrize(
+    ("answer", "cancelled"),
+    [
+        (None, False),  # a callback that forgot to return
+        ("no", False),
+        (True, False),  # not the number 1
+        ("4", False),  # no such option
+        ("3", True),  # the number render() shows for Cancel
+        (3, True),
+        ("CANCEL", True),
+        (" cancel\n", True),
+    ],
+)
+def test_confirm_answers_that_are_not_a_yes_never_move(
+    asynchronous: bool, answer: Any, cancelled: bool
+) -> None:
+    """No silent failover: an answer that picks no option, or picks Cancel by its number or
+    name, ends the call on the failing tier; the backup tier is never called. Anything but
+    exactly RETRY or CANCEL moved to the (paid) backup."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 2, "big": [GOOD]})
+    config = _config(escalation={"mode": "confirm"})
+    call = _caller(model, asynchronous=asynchronous, config=config, confirm=lambda p: answer)
+    error = call()
+    assert isinstance(error, openai.InternalServerError)
+    assert [r.model for r in model.requests] == ["small", "small"]
+    warnings = error.agentguard_report.warnings
+    assert any("taken as cancel" in w for w in warnings) is not cancelled
+
+
+@MODES
+@pytest.mark.parametrize(
+    ("answer", "served"),
+    [
+        ("2", "premium"),
+        (2, "premium"),
+        ("USE_BACKUP", "premium"),
+        ("use_backup", "premium"),
+        ("1", "fast"),
+        ("Retry", "fast"),
+    ],
+)
+def test_confirm_answers_by_number_or_name_pick_that_option(
+    asynchronous: bool, answer: Any, served: str
+) -> None:
+    """A terminal callback may return what the user typed: the option's number as
+    ``render()`` shows it, or its name."""
+    model = ScriptedModel({"small": [Fault.server_error(503)] * 2 + [GOOD], "big": [GOOD]})
+    config = _config(escalation={"mode": "confirm"})
+    call = _caller(model, asynchronous=asynchronous, config=config, confirm=lambda p: answer)
+    report = ag.report_of(call())
+    assert report is not None
+    assert report.tier == served
+    assert not report.warnings
+
+
 @MODES
 def test_off_mode_never_changes_tier(asynchronous: bool) -> None:
     """escalation.mode off: the failing tier's error comes back; the backup is never called."""

@@ -190,6 +190,34 @@ class EscalationPolicy:
             backup_cost=backup_cost if decision.target is not None else None,
         )
 
+    @staticmethod
+    def read_answer(prompt: EscalationPrompt, answer: object) -> Choice | None:
+        """The option of ``prompt`` that ``answer`` (what a confirm callback returned) picks.
+
+        An answer picks an option on offer (in ``prompt.options``) by being it (a
+        :class:`Choice`), by its value or name in any case (``"use_backup"``, ``"CANCEL"``),
+        or by the number :meth:`EscalationPrompt.render` shows for it (``3`` or ``"3"``).
+        Anything else -- ``None``, ``"no"``, an option not on offer -- picks none: ``None``,
+        which the guard takes as *cancel*, never as consent to move.
+        """
+        options = prompt.options
+        if isinstance(answer, Choice):
+            return answer if answer in options else None
+        if isinstance(answer, str):
+            text = answer.strip()
+            for option in options:
+                if text.lower() in (option.value, option.name.lower()):
+                    return option
+            # (a short one: int() refuses thousands of digits, and no prompt has that many)
+            if not (text.isascii() and text.isdigit() and len(text) < 4):
+                return None
+            number = int(text)
+        elif isinstance(answer, int) and not isinstance(answer, bool):
+            number = answer
+        else:
+            return None
+        return options[number - 1] if 1 <= number <= len(options) else None
+
     def _move(self, target: Tier, trigger: str, message: str) -> EscalationDecision:
         action: Literal["escalate", "confirm"] = (
             "confirm" if self._config.mode == "confirm" else "escalate"

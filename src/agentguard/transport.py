@@ -36,6 +36,7 @@ __all__ = [
     "SCOPE",
     "SESSION_HEADER",
     "TRACE_PARENT",
+    "UNGUARDED",
     "Accumulator",
     "AsyncTransport",
     "ModelRequest",
@@ -67,6 +68,12 @@ SCOPE = "agentguard.scope"
 #: span), a context, or the W3C trace-context headers the caller sent (``traceparent``,
 #: ``tracestate``). Only telemetry reads it; nothing of it goes upstream.
 TRACE_PARENT = "agentguard.trace_parent"
+
+#: The :attr:`ModelRequest.extensions` key the guard sets (to ``True``) on the call it lets
+#: through unguarded when it fails open: a transport whose client has retries of its own (the
+#: openai client's ``max_retries``, which it turns off for guarded calls, the guard being the
+#: one retry layer) makes this call with them, as the caller's client would.
+UNGUARDED = "agentguard.unguarded"
 
 
 #: Tool-call arguments (JSON text, UTF-8 bytes, a mapping, or nothing) as a ``dict``: the one

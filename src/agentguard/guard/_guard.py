@@ -38,6 +38,7 @@ from agentguard.exceptions import AgentGuardError, EscalationRequired, GuardFail
 from agentguard.pressure import MemoryPressureProbe
 from agentguard.telemetry._gate import OFF, observe_call
 from agentguard.transport import (
+    UNGUARDED,
     AsyncTransport,
     ModelRequest,
     ModelResponse,
@@ -161,10 +162,18 @@ def _message_of(exc: BaseException) -> str:
         return f"<{type(exc).__name__}>"
 
 
-def _unguarded(request: ModelRequest) -> ModelRequest:
-    """``request`` as sent when the guard fails open: without the guard's own header."""
+def _unguarded(request: ModelRequest, tier: Tier) -> ModelRequest:
+    """``request`` as sent to ``tier`` when the guard fails open: without the guard's own header,
+    for the tier's model (a request naming a tier, ``"fast"``, is for the model it stands for),
+    marked :data:`~agentguard.transport.UNGUARDED` (a transport with retries of its own makes
+    it as the caller's client would)."""
     _, headers = split_session_header(request.headers)
-    return request if headers is request.headers else dataclasses.replace(request, headers=headers)
+    return dataclasses.replace(
+        request,
+        model=tier.model,
+        headers=headers,
+        extensions={**request.extensions, UNGUARDED: True},
+    )
 
 
 class _Trace:
@@ -405,9 +414,11 @@ class Guard(_Base):
                 failed = trace.unanswered()
                 if failed is not None:  # the upstream's own error, as the raw client raises it
                     raise failed from None
-                response = trace.last or self._transport_for(
-                    self.pipeline.policy.tier_for(request.model)
-                ).send(_unguarded(request))
+                if trace.last is not None:
+                    response = trace.last
+                else:  # the call the guard did not make, unguarded
+                    tier = self.pipeline.policy.tier_for(request.model)
+                    response = self._transport_for(tier).send(_unguarded(request, tier))
             trace.obs.report(report)
         attach_report(response.raw, report)
         return dataclasses.replace(response, report=report)
@@ -458,7 +469,7 @@ class Guard(_Base):
                         yield from source
                     elif not trace.opened:  # the fault came before any upstream call
                         tier = self.pipeline.policy.tier_for(request.model)
-                        yield from self._transport_for(tier).stream(_unguarded(request))
+                        yield from self._transport_for(tier).stream(_unguarded(request, tier))
                     return report
                 trace.sent(chunk)
                 yield chunk
@@ -578,9 +589,11 @@ class AsyncGuard(_Base):
                 failed = trace.unanswered()
                 if failed is not None:  # as in Guard.complete
                     raise failed from None
-                response = trace.last or await self._transport_for(
-                    self.pipeline.policy.tier_for(request.model)
-                ).asend(_unguarded(request))
+                if trace.last is not None:  # as in Guard.complete
+                    response = trace.last
+                else:
+                    tier = self.pipeline.policy.tier_for(request.model)
+                    response = await self._transport_for(tier).asend(_unguarded(request, tier))
             trace.obs.report(report)
         attach_report(response.raw, report)
         return dataclasses.replace(response, report=report)
@@ -635,7 +648,7 @@ class AsyncGuard(_Base):
                     source = trace.rest()
                     if source is None and not trace.opened:  # before any upstream call
                         tier = self.pipeline.policy.tier_for(request.model)
-                        source = self._transport_for(tier).astream(_unguarded(request))
+                        source = self._transport_for(tier).astream(_unguarded(request, tier))
                     if source is not None:  # read on where the guard stopped
                         async for rest in source:
                             yield rest

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint, fingerprint_bytes
-from agentguard._redact import register_credentials
+from agentguard._redact import redact, register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT, holds_media
 from agentguard.budget._values import Reservation, Settlement
@@ -570,7 +570,7 @@ class Pipeline:
             timeout=tier.timeout or call.request.timeout,
         )
         breaker = self.breaker(tier)
-        if not breaker.allow().allowed:
+        if not breaker.allow().allowed and not call.chosen:
             yield from self._release(reservation)
             b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
             call.tier = b.tier = yield from self._trigger(call, "server_error", None)
@@ -1299,10 +1299,14 @@ class Pipeline:
         target = decision.target
         if decision.action == "confirm":
             tokens, prices = self._next_attempt(call), self._prices()
+            message = _what_failed(error, decision)
+            breaker = self.breakers.get(current.name)
+            if breaker is not None and breaker.state == "open":
+                message += "; its circuit breaker is open (a retry is sent to it anyway)"
             prompt = self.policy.prompt(
                 decision,
                 current,
-                message=_what_failed(error, decision),
+                message=message,
                 tokens_spent=b.usage.total_tokens,
                 cost_spent=b.cost,
                 attempts=len(b.attempts),
@@ -1311,14 +1315,23 @@ class Pipeline:
                 backup_cost=_price_of(prices, target, tokens),
             )
             try:
-                choice = yield Ask(prompt)
+                answer = yield Ask(prompt)
             except Exception as exc:  # EscalationRequired (no callback), or the callback's own
                 _record(call, exc)
                 raise
+            choice = self.policy.read_answer(prompt, answer)
+            if choice is None:  # not a yes: never taken as consent to move (or spend)
+                b.warnings.append(
+                    f"the confirm callback answered {_shown(answer)}, none of the options "
+                    f"({', '.join(o.value for o in prompt.options)}): taken as cancel"
+                )
+                choice = Choice.CANCEL
             if choice == Choice.CANCEL:
                 _raise(call, decision.reason, error)
             if choice == Choice.RETRY:
                 call.reset()
+                # the user's choice is the probe: sent even while the tier's breaker is open
+                call.chosen = True
                 return current
         b.reasons.append(decision.reason)
         self.emitter.emit(
@@ -1661,6 +1674,7 @@ class _Call:
     shrunk: bool = False  # sent again without repeated tool results after a context-length 400
     shared: str | None = None  # the session's key in the pipeline's session store
     kept: list[str] = field(default_factory=list)  # threads to share (see _share_threads)
+    chosen: bool = False  # confirm mode: the user chose to retry this tier (see _move)
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""
@@ -1668,6 +1682,7 @@ class _Call:
         self.corrections = 0
         self.messages = self.base_messages
         self.rework = Rework()
+        self.chosen = False
 
 
 def _what_failed(error: BaseException | None, decision: EscalationDecision) -> str:
@@ -1678,6 +1693,18 @@ def _what_failed(error: BaseException | None, decision: EscalationDecision) -> s
     if classification.status_code is not None:
         return f"HTTP {classification.status_code} ({classification.error_class.value})"
     return classification.reason
+
+
+def _shown(answer: object) -> str:
+    """A confirm callback's answer, briefly and redacted, for a warning."""
+    if isinstance(answer, str):
+        text = redact(repr(str(answer[:200])))
+        return text if len(text) <= 40 else text[:37] + "..."
+    if answer is None or isinstance(answer, bool):
+        return repr(answer)
+    if isinstance(answer, int) and -(10**6) < answer < 10**6:  # (repr fails on huge ones)
+        return str(int(answer))
+    return f"an answer of type {type(answer).__name__}"
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:

@@ -517,7 +517,9 @@ def _per_endpoint(wrapped: Any, make: Callable[..., T]) -> Callable[[Tier], T]:
         transport = made.get(tier.endpoint)
         if transport is None:
             derive = functools.partial(_tier_client, tier=tier)
-            transport = made[tier.endpoint] = make(derive(wrapped), derive=derive)
+            transport = made[tier.endpoint] = make(
+                derive(wrapped), derive=derive, max_retries=wrapped.max_retries
+            )
         return transport
 
     return transport_for

@@ -2,8 +2,10 @@
 
 The transports call ``chat.completions.create`` (or ``responses.create`` for a request built
 from a Responses call) on a copy of the user's client whose own retries are off
-(``max_retries=0``): agentguard's retry layer is the only one, so retries never multiply.
-Upstream errors are the SDK's own exceptions, passed through untouched.
+(``max_retries=0``): agentguard's retry layer is the only one, so retries never multiply. The
+call the guard lets through unguarded when it fails open (``UNGUARDED``) keeps the caller's own
+``max_retries``: nobody else retries it. Upstream errors are the SDK's own exceptions, passed
+through untouched.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import Any
 
 from agentguard.exceptions import ModelError
 from agentguard.integrations._lazy import require
-from agentguard.transport import ModelRequest, ModelResponse, StreamChunk, reasoning_of
+from agentguard.transport import (
+    UNGUARDED,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    reasoning_of,
+)
 from agentguard.types import Usage
 
 from ._responses import (
@@ -523,7 +531,15 @@ class _Transport:
     """What both transports share: the client they call, and the client of a call made on a
     copy of a wrapped client."""
 
-    def __init__(self, client: Any, *, derive: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        derive: Callable[[Any], Any] | None = None,
+        max_retries: int | None = None,
+    ) -> None:
+        # the caller's own retries, for the one call the guard lets through unguarded
+        self._retries = getattr(client, "max_retries", 0) if max_retries is None else max_retries
         self._client = client.with_options(max_retries=0)
         self._derive = derive
         self._otel = _describe(client)
@@ -540,11 +556,16 @@ class _Transport:
 
     def _client_for(self, request: ModelRequest) -> Any:
         """The client ``request`` goes out with: the one its copy of a wrapped client derives
-        (``derive``), else the transport's own."""
+        (``derive``), else the transport's own; for a call the guard lets through unguarded,
+        a copy of it with the caller's retries (the copy's, else ``max_retries``)."""
         copy = request.extensions.get(CLIENT)
         if copy is None or self._derive is None:
-            return self._client
-        return self._derive(copy)
+            client, retries = self._client, self._retries
+        else:
+            client, retries = self._derive(copy), getattr(copy, "max_retries", 0)
+        if retries and request.extensions.get(UNGUARDED):  # the guard failed open: the call
+            return client.with_options(max_retries=retries)  # goes out as the caller's would
+        return client
 
 
 class OpenAITransport(_Transport):
@@ -555,6 +576,9 @@ class OpenAITransport(_Transport):
             changed.
         derive: for :func:`agentguard.wrap`: the client to send a call with that was made on a
             copy of the wrapped client (the request's ``CLIENT`` extension), given that copy.
+        max_retries: the retries of a call the guard lets through unguarded (it failed open:
+            the request's :data:`~agentguard.transport.UNGUARDED` extension); default
+            ``client``'s own.
     """
 
     def send(self, request: ModelRequest) -> ModelResponse:
