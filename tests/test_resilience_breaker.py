@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agentguard.events import BreakerStateChanged
 from agentguard.resilience import BreakerState, CircuitBreaker, Classification, ErrorClass
+from agentguard.storage import MemoryStore
 from agentguard.testing import FakeClock, capture_events
 
 CLIENT = Classification.of(ErrorClass.CLIENT_ERROR)
@@ -78,6 +80,57 @@ def test_half_open_probe_closes_or_reopens() -> None:
     assert breaker.state == BreakerState.CLOSED
 
 
+def test_an_ignored_end_frees_a_probes_slot() -> None:
+    """A probe that ends with no outcome (its stream closed, the call cancelled) counts as
+    neither success nor failure, and its slot is given out again: kept, the breaker would stay
+    half-open with no probe ever let through."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock)
+    for _ in range(4):
+        breaker.record_failure(SERVER)
+    clock.advance(30)
+    assert breaker.allow().probe
+    assert not breaker.allow().allowed
+    breaker.record_ignored()
+    assert breaker.state == BreakerState.HALF_OPEN
+    assert breaker.allow().probe
+    breaker.record_success()
+    assert breaker.state == BreakerState.CLOSED
+    breaker.record_ignored()  # closed: nothing counted
+    assert breaker.snapshot().calls == 0
+
+
+def test_an_ignored_end_frees_a_probes_slot_in_a_store() -> None:
+    """The async twin, on a breaker kept in a store."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock, store=MemoryStore())
+
+    async def go() -> None:
+        for _ in range(4):
+            await breaker.arecord_failure(SERVER)
+        clock.advance(30)
+        assert (await breaker.aallow()).probe
+        assert not (await breaker.aallow()).allowed
+        await breaker.arecord_ignored()
+        assert (await breaker.aallow()).probe
+
+    anyio.run(go)
+
+
+def test_an_unreported_probe_lapses_with_a_lease_in_memory() -> None:
+    """With ``probe_lease``, an in-memory breaker's probe that never reports stops counting."""
+    clock = FakeClock(0)
+    breaker = _breaker(clock, probe_lease=10)
+    for _ in range(4):
+        breaker.record_failure(SERVER)
+    clock.advance(30)
+    assert breaker.allow().probe
+    clock.advance(9)
+    assert not breaker.allow().allowed
+    clock.advance(1)
+    assert breaker.allow().probe
+
+
 def test_client_errors_count_as_neither() -> None:
     """A bad request says nothing about the health of the endpoint."""
     clock = FakeClock(0)
@@ -136,6 +189,8 @@ class BreakerMachine(RuleBasedStateMachine):
             assert self.clock() < decision.retry_at
         if decision.probe:
             self.probes += 1
+        elif self.breaker.state == BreakerState.HALF_OPEN:
+            assert self.probes == 2  # a half-open breaker refuses only with every slot taken
         assert self.probes <= 2
 
     @rule(ok=st.booleans(), client=st.booleans())
@@ -157,6 +212,19 @@ class BreakerMachine(RuleBasedStateMachine):
             self.probes = 0
         else:
             self.probes = max(0, self.probes - 1)
+
+    @rule()
+    def ignored(self) -> None:
+        """A call that ended with no outcome (abandoned, cancelled, rate limited)."""
+        before = self.breaker.snapshot()
+        self.breaker.record_ignored()
+        after = self.breaker.snapshot()
+        assert after.state == before.state  # neither a success nor a failure moves it
+        assert (after.calls, after.failures) == (before.calls, before.failures)
+        if after.state == BreakerState.HALF_OPEN:
+            self.probes = max(0, self.probes - 1)  # its slot is free again
+        else:
+            self.probes = 0
 
     @rule(seconds=st.floats(min_value=0, max_value=20))
     def wait(self, seconds: float) -> None:

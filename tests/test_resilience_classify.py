@@ -150,6 +150,54 @@ def test_retry_after_http_date() -> None:
     assert retry_after_of(bad) is None
 
 
+@pytest.mark.parametrize(
+    ("status", "header", "kind", "retryable"),
+    [
+        (500, "false", ErrorClass.TRANSIENT, False),
+        (503, " False ", ErrorClass.TRANSIENT, False),
+        (429, "false", ErrorClass.RATE_LIMITED, False),
+        (400, "true", ErrorClass.CLIENT_ERROR, True),
+        (409, "true", ErrorClass.CLIENT_ERROR, True),
+        (500, "true", ErrorClass.TRANSIENT, True),
+        (500, "maybe", ErrorClass.TRANSIENT, True),  # neither word: the status decides
+        (400, "", ErrorClass.CLIENT_ERROR, False),
+    ],
+)
+def test_x_should_retry_decides_retrying_and_keeps_the_class(
+    status: int, header: str, kind: ErrorClass, retryable: bool
+) -> None:
+    """The server's (or its proxy's) ``x-should-retry`` wins over the status, as in the openai
+    SDK: ``false`` once a proxy spent its own retries; the class stays, so the error still
+    escalates and counts against the tier as before."""
+    result = classify(ModelError("x", status_code=status, headers={"x-should-retry": header}))
+    assert (result.error_class, result.retryable, result.status_code) == (kind, retryable, status)
+
+
+def test_x_should_retry_on_the_response_and_of_litellm_errors() -> None:
+    """Read from ``exc.response.headers`` (the openai and httpx errors), and from the upstream
+    headers litellm keeps; a user's classifier still decides first."""
+
+    class Resp:
+        status_code = 502
+
+        def __init__(self) -> None:
+            self.headers = {"X-Should-Retry": "false"}
+
+    class Proxied(Exception):
+        response = Resp()
+
+    class LiteLLMError(Exception):
+        status_code = 500
+
+        def __init__(self) -> None:
+            self.litellm_response_headers = {"x-should-retry": "false"}
+
+    assert not classify(Proxied()).retryable
+    assert not classify(LiteLLMError()).retryable
+    mine = Classification.of(ErrorClass.TRANSIENT, reason="mine")
+    assert classify(Proxied(), classifiers=(lambda exc: mine,)).retryable
+
+
 def test_retry_after_of_litellm_errors() -> None:
     """litellm's exceptions keep the upstream's headers in `litellm_response_headers` (their
     `response` is a stand-in): read when the response's own headers ask for no wait."""

@@ -463,13 +463,15 @@ class BreakerAgreement(RuleBasedStateMachine):
         self.local = CircuitBreaker(name, **options)
         self.shared = CircuitBreaker(name, store=self.store, **options)
 
-    @rule(op=st.sampled_from(["allow", "success", "failure", "client_error"]))
+    @rule(op=st.sampled_from(["allow", "success", "failure", "client_error", "ignored"]))
     def act(self, op: str) -> None:
         for breaker in (self.local, self.shared):
             if op == "allow":
                 breaker.allow()
             elif op == "success":
                 breaker.record_success()
+            elif op == "ignored":
+                breaker.record_ignored()
             else:
                 kind = ErrorClass.CLIENT_ERROR if op == "client_error" else ErrorClass.TRANSIENT
                 breaker.record_failure(Classification.of(kind))

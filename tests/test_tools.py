@@ -7,6 +7,7 @@ the two tests that prove a real timeout fires (10 ms each).
 from __future__ import annotations
 
 import concurrent.futures
+import email.utils
 import os
 import random
 import subprocess
@@ -169,6 +170,16 @@ def test_retry_after_is_honoured_up_to_the_cap(clock: FakeClock) -> None:
     )
     assert "wait 60s" in outcome.error.message
     assert clock.sleeps == [4.0]
+
+
+def test_an_http_date_retry_after_is_a_wait_until_then(clock: FakeClock) -> None:
+    """``Retry-After`` as an HTTP date (nginx, Cloudflare, gateways send it) is read on the
+    guard's clock: the wait is until that date, not a quick backoff."""
+    tools = _guard(clock)
+    soon = email.utils.formatdate(clock() + 5, usegmt=True)
+    tools.register(Script(_error(429, **{"retry-after": soon}), "ok"), name="api")
+    assert tools.call("api", {}).ok
+    assert clock.sleeps == [5.0]
 
 
 def test_client_errors_are_never_retried(clock: FakeClock) -> None:

@@ -105,6 +105,9 @@ _ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
 _INSTRUCTIONS = frozenset({"system", "developer"})
 # what a stream's plan yields for each chunk: it holds nothing, one serves every read
 _PULL = Pull()
+#: Seconds after which a tier's half-open probe that never reported stops counting (as long as
+#: the breaker stays open: the store's default lease).
+_PROBE_LEASE = 30.0
 _TRIGGER_OF = {
     ErrorClass.TIMEOUT: "timeout",
     ErrorClass.RATE_LIMITED: "rate_limited",
@@ -120,7 +123,9 @@ class Pipeline:
         ledger: the token ledger; by default one over a store built from ``config.storage``
             when budgets are enabled.
         probe: the memory-pressure probe; by default one when memory pressure is enabled.
-        clock: monotonic seconds, for breakers and loop windows.
+        clock: monotonic seconds, for breakers and loop windows. An HTTP-date
+            ``Retry-After`` is read on the wall clock: the clock's own ``wall()`` when it has
+            one (``FakeClock`` does), else the real one.
         rng: randomness for backoff jitter.
         hooks: event hooks of this guard.
         max_sessions: sessions remembered at once (least recently used are forgotten).
@@ -140,6 +145,7 @@ class Pipeline:
         cfg = config or GuardConfig()
         self.config = cfg
         self.clock = clock or _clock.monotonic
+        self.wall = _clock.wall_of(clock)
         self.emitter = Emitter(hooks)
         self.policy = EscalationPolicy(cfg)
         self.ledger = (
@@ -264,6 +270,9 @@ class Pipeline:
             store = self.breaker_store
             breaker = CircuitBreaker(  # a shared breaker runs on wall-clock time, as its store
                 name=f"tier:{tier.name}",
+                # a probe that never reports (its worker gone, a fault no one foresaw) stops
+                # counting after this, in memory too: a tier is never wedged half-open
+                probe_lease=_PROBE_LEASE,
                 clock=self.clock if store is None else None,
                 hooks=self.emitter.hooks,
                 store=store,
@@ -501,7 +510,7 @@ class Pipeline:
     def _classified(self, call: _Call, error: BaseException) -> Classification:
         """What the tier's error was; one that shows degraded quality is a warning too."""
         call.b.warnings.extend(self.quality.failed(call.tier.name, error, session=call.b.session))
-        return classify(error)
+        return classify(error, now=self.wall())
 
     def _degraded_start(
         self, call: _Call, decision: EscalationDecision, home: Tier
@@ -570,45 +579,60 @@ class Pipeline:
             timeout=tier.timeout or call.request.timeout,
         )
         breaker = self.breaker(tier)
-        if not breaker.allow().allowed and not call.chosen:
+        admitted = breaker.allow()
+        if not admitted.allowed and not call.chosen:  # (a retry chosen in confirm mode is sent)
             yield from self._release(reservation)
             b.attempts.append(Attempt(tier.name, tier.model, "breaker_open"))
             call.tier = b.tier = yield from self._trigger(call, "server_error", None)
             return None
+        settled = False  # whether the breaker was told how the attempt ended
         try:
-            if stream:
-                response = yield from self._stream_settled(call, tier, request, reservation)
-            else:
-                response = yield from self._answer(call, tier, request, reservation)
-        except Exception as exc:
-            broken_off = stream and call.handed_on
-            spent = yield from self._free(
-                call, reservation, delivered=broken_off, unanswered=unanswered(exc)
-            )
-            yield from self._free_room(call)
-            if spent is not None:
-                b.add_usage(spent.usage, spent.cost)
-            classification = self._classified(call, exc)
-            breaker.record_failure(classification)
-            b.attempts.append(
-                Attempt(
-                    tier.name, tier.model, classification.error_class.value, classification.reason
+            try:
+                if stream:
+                    response = yield from self._stream_settled(call, tier, request, reservation)
+                else:
+                    response = yield from self._answer(call, tier, request, reservation)
+            except Exception as exc:
+                broken_off = stream and call.handed_on
+                classification = yield from self._failed_attempt(call, exc, reservation, broken_off)
+                settled = True
+                if classification.error_class is not ErrorClass.RATE_LIMITED:
+                    breaker.record_failure(classification)
+                elif admitted.probe:
+                    # a 429 is the upstream alive and metering: never held against its tier
+                    # (the retry waits what it asks; a limit that lasts escalates after
+                    # max_retries_before_escalate), a probe's slot given back
+                    breaker.record_ignored()
+                b.attempts.append(
+                    Attempt(
+                        tier.name,
+                        tier.model,
+                        classification.error_class.value,
+                        classification.reason,
+                    )
                 )
-            )
-            if broken_off:
-                # Part of this answer reached the caller: no other attempt can go on from it (a
-                # retry's text would be held back, the caller left with a cut answer ending as
-                # if whole). The stream ends on the error, as it would straight from upstream.
-                raise
-            decision = self.retry.decide(call.transient, classification)
-            if decision.retry and breaker.state != "open":  # a just-opened breaker: move on now
-                call.transient += 1
-                b.retries += 1
-                yield Sleep(decision.delay)
+                if broken_off:
+                    # Part of this answer reached the caller: no other attempt can go on from it
+                    # (a retry's text would be held back, the caller left with a cut answer
+                    # ending as if whole). The stream ends on the error, as it would straight
+                    # from upstream.
+                    raise
+                decision = self.retry.decide(call.transient, classification)
+                if decision.retry and breaker.state != "open":  # a just-opened breaker: move on
+                    call.transient += 1
+                    b.retries += 1
+                    yield Sleep(decision.delay)
+                    return None
+                call.tier = b.tier = yield from self._failed(call, classification.error_class, exc)
                 return None
-            call.tier = b.tier = yield from self._failed(call, classification.error_class, exc)
-            return None
-        breaker.record_success()
+            settled = True
+            breaker.record_success()
+        finally:
+            if not settled and admitted.probe:
+                # The probe ended with no outcome: its stream closed (or dropped) by the caller,
+                # the call cancelled, a fault of the guard's. It says nothing of the tier, and
+                # its slot is given back: kept, no other call would ever probe the tier again.
+                self._probe_abandoned(breaker)
         usage = response.usage or _estimated(call, response.message)
         cost = None
         if ledger is not None and reservation is not None:
@@ -620,6 +644,28 @@ class Pipeline:
         b.add_usage(usage, cost)
         b.attempts.append(Attempt(tier.name, tier.model, "ok"))
         return response
+
+    def _failed_attempt(
+        self, call: _Call, exc: Exception, reservation: Reservation | None, broken_off: bool
+    ) -> Plan[Classification]:
+        """Settle the hold of an attempt that failed with ``exc``; what the failure was."""
+        spent = yield from self._free(
+            call, reservation, delivered=broken_off, unanswered=unanswered(exc)
+        )
+        yield from self._free_room(call)
+        if spent is not None:
+            call.b.add_usage(spent.usage, spent.cost)
+        return self._classified(call, exc)
+
+    @staticmethod
+    def _probe_abandoned(breaker: CircuitBreaker) -> None:
+        """Give a half-open probe's slot back where nothing can be yielded (a plan being
+        closed). Never raises: a close must not fail; a store that cannot be told leaves the
+        slot to the probe's lease."""
+        try:
+            breaker.record_ignored()
+        except Exception:  # see the docstring
+            logger.debug("could not free an abandoned probe's slot", exc_info=True)
 
     def _answer(
         self, call: _Call, tier: Tier, request: ModelRequest, reservation: Reservation | None
@@ -1885,3 +1931,4 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
         message["content"] = report.content
     finish = "tool_calls" if calls else response.finish_reason
     return dataclasses.replace(response, message=message, finish_reason=finish)
+

@@ -57,7 +57,8 @@ class BreakerDecision:
     Attributes:
         allowed: go ahead, or answer at once without calling.
         state: the breaker's state.
-        probe: the call is a half-open probe (report its outcome!).
+        probe: the call is a half-open probe: report how it ends (``record_ignored`` when it
+            ends with no outcome, abandoned or cancelled), or its slot stays taken.
         retry_at: when an open breaker will let a probe through (clock seconds).
     """
 
@@ -227,6 +228,12 @@ class CircuitBreaker:
         """Report a call that failed; client errors and cancellations are ignored."""
         self._step(_failure(classification))
 
+    def record_ignored(self) -> None:
+        """Report a call whose end says nothing of the health of what it was sent to (abandoned
+        by its caller, cancelled, answered "wait" by a rate limit): it counts as neither
+        success nor failure, and a half-open probe's slot is free again."""
+        self._step("ignored")
+
     async def arecord_success(self) -> None:
         """Async twin of :meth:`record_success`."""
         await self._astep("success")
@@ -234,6 +241,10 @@ class CircuitBreaker:
     async def arecord_failure(self, classification: Classification | None = None) -> None:
         """Async twin of :meth:`record_failure`."""
         await self._astep(_failure(classification))
+
+    async def arecord_ignored(self) -> None:
+        """Async twin of :meth:`record_ignored`."""
+        await self._astep("ignored")
 
     def snapshot(self) -> BreakerSnapshot:
         """The state and the window's counts."""

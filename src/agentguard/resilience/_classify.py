@@ -3,7 +3,10 @@
 Understands, without importing any of them: ``TimeoutError`` / ``asyncio.TimeoutError``,
 ``ConnectionError`` / ``OSError``, httpx and httpx2 exceptions, openai's exceptions, and anything
 with a ``status_code`` or ``response.status_code`` attribute. ``Retry-After`` (seconds or an
-HTTP date) and ``retry-after-ms`` are read from ``exc.response.headers``.
+HTTP date) and ``retry-after-ms`` are read from ``exc.response.headers``, and so is
+``x-should-retry``: a server (or a proxy that spent its own retries) saying ``false`` makes an
+error status not retryable, ``true`` makes it retryable, its class kept either way (the openai
+and Anthropic SDKs obey it the same way).
 
 An error the upstream reported *inside* a 200 answer — a stream's error event after its head
 went out, which the openai client raises as ``APIError`` with the event's ``error`` object as
@@ -228,6 +231,21 @@ def _retry_after(headers: Any, now: float | None) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+def _should_retry(exc: BaseException) -> bool | None:
+    """What the error's ``x-should-retry`` header says (``None``: it says nothing)."""
+    for headers in (
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+    ):
+        if headers is None:
+            continue
+        value = _header(headers, "x-should-retry")
+        if value is not None:
+            answer = value.strip().lower()
+            return True if answer == "true" else (False if answer == "false" else None)
+    return None
+
+
 def _header(headers: Any, name: str) -> str | None:
     try:
         value = headers.get(name)
@@ -255,7 +273,8 @@ def classify(
         exc: the exception.
         classifiers: functions returning a Classification, or ``None`` to fall through.
         retry_conflict: treat HTTP 409 as transient (some APIs use it for "try again").
-        now: wall-clock seconds, to read HTTP-date ``Retry-After`` headers.
+        now: wall-clock seconds, to read HTTP-date ``Retry-After`` headers (without it, such a
+            header asks for no wait).
     """
     for classifier in classifiers:
         result = classifier(exc)
@@ -287,7 +306,13 @@ def classify(
             cls = ErrorClass.CLIENT_ERROR
         else:
             cls = ErrorClass.PERMANENT
-        return Classification.of(cls, retry_after=retry_after, status_code=status, reason=reason)
+        found = Classification.of(cls, retry_after=retry_after, status_code=status, reason=reason)
+        # the server's word on retrying wins, as in the SDKs whose retries the guard replaces: a
+        # proxy that spent its own retries says "false" so that clients do not multiply them
+        obey = _should_retry(exc)
+        if obey is not None and obey != found.retryable:
+            found = dataclasses.replace(found, retryable=obey)
+        return found
     if isinstance(exc, TimeoutError) or names & _TIMEOUT_NAMES:
         return Classification.of(ErrorClass.TIMEOUT, reason=reason)
     if isinstance(exc, ConnectionError) or names & _CONNECTION_NAMES:

@@ -246,8 +246,19 @@ def retry_call(
     clock: Callable[[], float] | None = None,
     budget: RetryBudget | None = None,
 ) -> T:
-    """Call ``fn`` until it succeeds or ``policy`` (or ``budget``) says stop; re-raise then."""
+    """Call ``fn`` until it succeeds or ``policy`` (or ``budget``) says stop; re-raise then.
+
+    Args:
+        fn: the call.
+        policy: decides each retry.
+        sleep: waits (default ``time.sleep``).
+        clock: seconds, for ``max_elapsed`` (default: the monotonic clock). An HTTP-date
+            ``Retry-After`` is read on the wall clock: the clock's own ``wall()`` when it has
+            one (``FakeClock`` does), else the real one.
+        budget: retries shared with other calls (one agent turn's).
+    """
     sleep = sleep or _clock.sleep
+    wall = _clock.wall_of(clock)
     clock = clock or _clock.monotonic
     start = clock()
     retries = 0
@@ -255,7 +266,8 @@ def retry_call(
         try:
             return fn()
         except Exception as exc:
-            decision = policy.decide(retries, classify(exc), elapsed=clock() - start, error=exc)
+            c = classify(exc, now=wall())
+            decision = policy.decide(retries, c, elapsed=clock() - start, error=exc)
             if not decision.retry or (budget is not None and not budget.try_acquire()):
                 raise
         sleep(decision.delay)
@@ -275,6 +287,7 @@ async def aretry_call(
         import anyio  # noqa: PLC0415 - only the async driver needs it
 
         sleep = anyio.sleep
+    wall = _clock.wall_of(clock)
     clock = clock or _clock.monotonic
     start = clock()
     retries = 0
@@ -282,7 +295,8 @@ async def aretry_call(
         try:
             return await fn()
         except Exception as exc:
-            decision = policy.decide(retries, classify(exc), elapsed=clock() - start, error=exc)
+            c = classify(exc, now=wall())
+            decision = policy.decide(retries, c, elapsed=clock() - start, error=exc)
             if not decision.retry or (budget is not None and not budget.try_acquire()):
                 raise
         await sleep(decision.delay)

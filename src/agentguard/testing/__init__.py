@@ -69,6 +69,11 @@ class FakeClock:
         """The current time (same as calling the clock)."""
         return self._now
 
+    def wall(self) -> float:
+        """The current time as wall-clock time (same as calling the clock): what a component
+        given this clock reads an HTTP date against."""
+        return self._now
+
     def advance(self, seconds: float) -> float:
         """Move time forward by ``seconds`` (must not be negative); returns the new time."""
         if seconds < 0:

@@ -33,14 +33,15 @@ class _SchemaDrift(Exception):
 
 
 def classify_failure(
-    tool: GuardedTool, exc: BaseException, classifiers: tuple[Classifier, ...]
+    tool: GuardedTool, exc: BaseException, classifiers: tuple[Classifier, ...], *, now: float
 ) -> Classification:
-    """What a failed attempt means: schema drift and our own timeouts first, then the rules."""
+    """What a failed attempt means: schema drift and our own timeouts first, then the rules
+    (``now``: wall-clock seconds, to read an HTTP-date ``Retry-After``)."""
     if isinstance(exc, _SchemaDrift):
         return Classification.of(ErrorClass.SCHEMA, reason=redact(str(exc))[:200])
     if isinstance(exc, ToolTimeout):
         return Classification.of(ErrorClass.TIMEOUT, reason=f"no answer within {exc.seconds:g}s")
-    return classify(exc, classifiers=tool.classifiers + classifiers)
+    return classify(exc, classifiers=tool.classifiers + classifiers, now=now)
 
 
 def describe(

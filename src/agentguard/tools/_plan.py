@@ -136,7 +136,7 @@ def _unguarded(
     try:
         value = yield Invoke(tool, arguments, None, None)
     except Exception as exc:
-        c = classify(exc, classifiers=tool.classifiers + g._classifiers)
+        c = classify(exc, classifiers=tool.classifiers + g._classifiers, now=g._clock())
         error = ToolError(c.error_class.value, tool.name, describe(tool, c, 1), c.retryable)
         return _finish(
             g, turn, arguments, ToolOutcome(tool.name, False, error=error, attempts=1), start
@@ -223,7 +223,7 @@ def _attempts(
             if tool.validate_result is not None:
                 value = checked(tool, value)
         except Exception as exc:
-            c = classify_failure(tool, exc, g._classifiers)
+            c = classify_failure(tool, exc, g._classifiers, now=g._clock())
             result.errors.append(c)
             yield from breakers.record(g, breaker, c)
             retry = policy.decide(result.attempts - 1, c, elapsed=g._clock() - first)
