@@ -1931,4 +1931,3 @@ def _with_tool_calls(response: ModelResponse, report: ValidationReport) -> Model
         message["content"] = report.content
     finish = "tool_calls" if calls else response.finish_reason
     return dataclasses.replace(response, message=message, finish_reason=finish)
-
