@@ -296,6 +296,35 @@ def test_html_report_escapes_what_the_trace_says(tmp_path: Path) -> None:
     assert "&lt;script&gt;" in page
 
 
+def test_html_report_masks_the_values_of_secret_looking_keys(tmp_path: Path) -> None:
+    """A looping call logging in somewhere: its arguments' ``password`` and ``token`` and its
+    result's ``client_secret`` (plain values, no key shape) are ``***`` in the shared report;
+    the rest of the call is shown."""
+    password, token = "hunter2-correct-horse-9", "3f9c2a7be41d4c08a6f15e9d2b7c0a41"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "deploy"}]
+    for i in range(8):
+        arguments = json.dumps({"env": "prod", "password": password, "token": token})
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "deploy", "arguments": arguments},
+        }
+        result = json.dumps({"error": "failed", "client_secret": password})
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": result},
+        ]  # fmt: skip
+    path = tmp_path / "login.jsonl"
+    path.write_text(json.dumps({"messages": messages}) + "\n")
+    report = tmp_path / "login.html"
+    run(path, "--html", report)
+    page = report.read_text()
+    assert password not in page
+    assert token not in page
+    assert "deploy(" in page
+    assert "prod" in page
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -506,6 +506,33 @@ def test_secrets_in_tool_inputs_reach_neither_store_nor_answers(
     assert any(_decision(a) == "deny" for a in answers if a is not None)
 
 
+def test_credentials_typed_in_shell_commands_are_not_stored(
+    db: SQLiteStore, clock: FakeClock
+) -> None:
+    """What coding agents type: a variable assigned a key, an exported token, a credential
+    header, a CLI setting a secret. The value is not stored (plain values: no key shape, only
+    their names tell); each command repeated is still judged the same (its form is stable),
+    and a command without a secret is stored as it came."""
+    commands = {
+        "OPENAI_API_KEY=Zq8mW3xK9pL2vN7rT4yB6cD1fG5hJ0sA python run.py": "Zq8mW3xK9pL2vN7rT4yB6cD1fG5hJ0sA",
+        "export GITHUB_TOKEN=abcd1234efgh5678ijkl9012mnop3456": "abcd1234efgh5678ijkl9012mnop3456",
+        "curl -H 'X-Api-Key: 77aa88bb99cc00dd11ee22ff33aa44bb' https://api.internal/v1": "77aa88bb99cc00dd11ee22ff33aa44bb",
+        "aws configure set aws_secret_access_key wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY": "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+    }  # fmt: skip
+    for command in commands:
+        assert argument_form({"command": command}) == argument_form({"command": command})
+    s = Session("claude-code", [guard(db, clock)], clock)
+    for command in commands:
+        s.tool({"command": command}, {"stdout": "ok"})
+    s.tool({"command": "pytest -q tests/test_tokens.py"}, {"stdout": "ok"})
+    session = payload("claude-code", "pre_tool_use")["session_id"]
+    stored = json.dumps(db.items(f"hooks:loops:{session}", clock()))
+    for value in commands.values():
+        assert value not in stored
+    assert "export GITHUB_TOKEN=***" in stored
+    assert "pytest -q tests/test_tokens.py" in stored
+
+
 def test_secret_keys_in_short_tool_results_are_redacted_as_in_inputs(
     db: SQLiteStore, clock: FakeClock
 ) -> None:

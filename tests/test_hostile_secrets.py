@@ -146,6 +146,31 @@ def test_a_retryable_error_echoing_the_tier_key_is_redacted(
     assert_no_canary(*_shown(got, events, caplog))
 
 
+@pytest.mark.parametrize("status", [401, 500, 503])
+def test_a_logged_traceback_holds_no_tier_key_echoed_upstream(status: int, tier_key: str) -> None:
+    """``logger.exception`` prints the whole chain: the guard's error and the upstream error
+    chained to it (``__cause__``, still the SDK's own, its status kept), whose message is the
+    body that echoed the tier's key. Neither prints the key."""
+    body = json.dumps({"error": {"message": f"invalid key {CANARY}"}}).encode()
+    client = _client(RawUpstream([(status, JSON, body)]), _tier_config())
+    got = outcome(lambda: client.chat.completions.create(model="fast", messages=MESSAGES))
+    assert got.error is not None
+    log = io.StringIO()
+    logger = logging.getLogger("hostile.app")
+    logger.addHandler(handler := logging.StreamHandler(log))
+    try:
+        try:
+            raise got.error
+        except Exception:
+            logger.exception("agent step failed")
+    finally:
+        logger.removeHandler(handler)
+    assert_no_canary([log.getvalue()])
+    upstream = got.error.__cause__ if isinstance(got.error, ag.TiersExhausted) else got.error
+    assert isinstance(upstream, openai.APIStatusError)
+    assert upstream.status_code == status
+
+
 def test_a_redis_password_is_not_shown_when_the_store_is_down(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

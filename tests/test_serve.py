@@ -822,3 +822,32 @@ async def test_a_tier_elsewhere_never_gets_the_callers_credentials(
     assert (fast["authorization"], fast["x-api-key"]) == (f"Bearer {KEY_A}", KEY_B)
     assert not {"api-key", "x-api-key"} & set(tier)
     assert tier.get("authorization") == ("Bearer sk-premium-tier-0123456789" if tier_key else None)
+
+
+async def test_the_guarded_requests_repr_holds_no_caller_key(
+    served: Callable[..., Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the server keeps beside a guarded request (the caller's header pairs and body, in
+    its extensions) is out of its ``repr``: a transport's debug log or an error tracker's
+    frame locals never write the caller's key."""
+    from agentguard.serve import _upstream
+
+    seen: list[str] = []
+    send = _upstream.HTTPUpstream.asend
+
+    async def recording(self: Any, request: Any) -> Any:
+        seen.append(repr(request))
+        return await send(self, request)
+
+    monkeypatch.setattr(_upstream.HTTPUpstream, "asend", recording)
+    s = served([Reply.text("ok")])
+    async with s.http() as http:
+        got = await http.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": ASK},
+            headers={"authorization": f"Bearer {KEY_A}"},
+        )
+    assert got.status_code == 200
+    assert seen
+    assert all(KEY_A not in text for text in seen)
+    assert all("Forward(path='/chat/completions'" in text for text in seen)

@@ -285,3 +285,19 @@ def test_the_access_log_shows_no_key(tmp_path: Path) -> None:
     assert azure not in text
     assert "generateContent?key=*** HTTP/1.1" in text
     assert "/v1/m?api-key=*** HTTP/1.1" in text
+
+
+def test_the_access_log_shows_no_key_under_any_secret_name(tmp_path: Path) -> None:
+    """Azure API Management's ``subscription-key``, Azure Functions' ``code``, an
+    ``auth_token``, a SAS ``sig``: a parameter whose name ends in a secret word is masked in the
+    access log; other parameters stay."""
+    canary = "QUERYCANARY7777777"
+    names = ("subscription-key", "code", "auth_token", "sig", "X-Api-Key")
+    with _serve(tmp_path, log_level="info") as (base, _, log):
+        for name in names:
+            target = f"/v1/m?api-version=2024-06-01&{name}={canary}"
+            assert httpx.get(f"{base}{target}", timeout=60).status_code == 200
+    text = log.read_text()  # whole: the process has ended
+    assert canary not in text
+    for name in names:
+        assert f"/v1/m?api-version=2024-06-01&{name}=*** HTTP/1.1" in text

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import agentguard as ag
-from _processes import free_port, process_env, running
+from _processes import free_port, process_env, running, serving
 from _stores import RedisServer
 from agentguard.testing import Fault, Reply, ScriptedModel
 from agentguard.transport import caller_scope
@@ -40,10 +40,14 @@ LONG = " ".join(f"note{i}" for i in range(200))
 
 @contextlib.contextmanager
 def serve(
-    tmp: Path, upstream: str, reliability: dict[str, Any], name: str = "serve"
+    tmp: Path,
+    upstream: str,
+    reliability: dict[str, Any],
+    name: str = "serve",
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``agentguard serve --upstream URL --config FILE`` on a free loopback port until the block
-    ends; yields its base URL and the process."""
+    ends (``env``: more environment variables); yields its base URL and the process."""
     config = tmp / f"{name}.yaml"
     config.write_text(yaml.safe_dump({"reliability": reliability}))
     port = str(free_port())
@@ -51,7 +55,7 @@ def serve(
     command += ["--config", str(config), "--port", port, "--graceful-timeout", "1"]
     base = f"http://127.0.0.1:{port}"
     with running(
-        command, env=process_env(), log=tmp / f"{name}.log", health=f"{base}/health", name=name
+        command, env=process_env(env), log=tmp / f"{name}.log", health=f"{base}/health", name=name
     ) as process:
         yield base, process
 
@@ -275,3 +279,67 @@ def test_an_answer_passed_on_carries_the_upstreams_date_and_server_once(tmp_path
         assert len(answer.headers.get_list("date")) == 1
     assert len(health.headers.get_list("date")) == 1
     assert "server" not in health.headers
+
+
+class _EchoingKey(BaseHTTPRequestHandler):
+    """An upstream refusing every request with a 401 that echoes the key it was sent, in its
+    body and in a header (as gateways and self-hosted servers do)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        key = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+        body = json.dumps(
+            {"error": {"message": f"Incorrect API key provided: {key}", "type": "auth"}}
+        ).encode()
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("x-seen-key", key)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_tier_keys_echo_never_reaches_the_caller(tmp_path: Path) -> None:
+    """A tier at another origin is sent the operator's key (``api_key_env``); its 401 echoing
+    that key reaches the caller with the key masked (status and the rest of the body as the
+    upstream sent them). The caller's own key's 401 is passed on byte for byte, as the
+    upstream answers it directly."""
+    operator = "Zq8mW3xK9pL2vN7rT4yB6cD1fG5hJ0sA"  # no sk- shape: only its value tells
+    with serving(_EchoingKey) as port:
+        upstream = f"http://127.0.0.1:{port}/v1"
+        reliability = {
+            "tiers": {
+                "fast": {"model": "small"},
+                "premium": {
+                    "model": "big",
+                    "base_url": f"http://localhost:{port}/v1",  # another origin
+                    "api_key_env": "SERVE_TEST_OPERATOR_KEY",
+                },
+            },
+            "escalation": {"chain": ["fast", "premium"]},
+            "memory_pressure": {"enabled": False},
+        }
+        env = {"SERVE_TEST_OPERATOR_KEY": operator}
+        with serve(tmp_path, upstream, reliability, env=env) as (base, _):
+            tier = _chat(base, "tier-key", model="premium")
+            own = _chat(base, "own-key", model="fast")
+            streamed = httpx.post(
+                f"{base}/v1/chat/completions",
+                json={"model": "premium", "messages": ASK, "stream": True},
+                headers=AUTH,
+                timeout=60,
+            )
+        body = {"model": "small", "messages": ASK}
+        direct = httpx.post(f"{upstream}/chat/completions", json=body, headers=AUTH, timeout=60)
+    assert tier.status_code == 401
+    assert operator not in tier.text
+    assert all(operator not in v for v in tier.headers.values())
+    assert tier.json() == {"error": {"message": "Incorrect API key provided: ***", "type": "auth"}}
+    assert tier.headers["x-seen-key"] == "***"
+    assert (streamed.status_code, streamed.content) == (401, tier.content)
+    assert own.status_code == 401
+    assert own.content == direct.content  # the caller's own key, echoed to the caller: as sent
+    assert own.headers["x-seen-key"] == KEY

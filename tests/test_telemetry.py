@@ -693,6 +693,38 @@ def test_captured_messages_follow_the_conventions_parts_form(otel: Recorded) -> 
     ]  # fmt: skip
 
 
+def test_captured_messages_mask_the_values_of_secret_looking_keys(otel: Recorded) -> None:
+    """With capture on, a tool call's arguments (a JSON string) with ``password`` and
+    ``api_key``, and a tool result with ``client_secret`` (plain values, no key shape), are
+    recorded with those values as ``***``; the other fields as they were."""
+    ag_telemetry.configure(
+        tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider,
+        capture_content=True,
+    )  # fmt: skip
+    password, key, secret = "hunter2-correct-horse", "plainkey0123456789", "clientsecret-abc-1"
+    model = ScriptedModel(
+        [Reply.call("login", {"user": "bob", "password": password, "api_key": key})]
+    )
+    asked = [
+        {"role": "user", "content": "log in"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "login", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": json.dumps({"client_secret": secret})},
+    ]  # fmt: skip
+    login = {"type": "function", "function": {"name": "login", "parameters": {"type": "object"}}}
+    _guard(model).complete(_request(messages=asked, tools=[login]))
+    attrs = dict(otel.one("chat small").attributes or {})
+    recorded = json.dumps({k: str(v) for k, v in attrs.items()})
+    for value in (password, key, secret):
+        assert value not in recorded
+    output = json.loads(str(attrs["gen_ai.output.messages"]))
+    arguments = output[0]["parts"][0]["arguments"]
+    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+    assert arguments == {"user": "bob", "password": "***", "api_key": "***"}
+    response = json.loads(str(attrs["gen_ai.input.messages"]))[-1]["parts"][0]["response"]
+    assert json.loads(response) == {"client_secret": "***"}
+
+
 def test_a_captured_stream_records_its_text(otel: Recorded) -> None:
     """With capture on, a streamed attempt's output message is the text it streamed."""
     ag_telemetry.configure(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
-from agentguard._redact import redact
+from agentguard._redact import MAX_JSON_CHARS, redact, redact_content
 from agentguard.types import Severity
 
 __all__ = ["SEVERITY_NAMES", "Issue", "ToolStats", "context_line", "make_issue"]
@@ -118,14 +118,19 @@ class ToolStats:
 
 def context_line(message: Any) -> tuple[str, str]:
     """``(role, text)`` of a message for the report: its text, then its calls, shortened, with
-    anything that looks like a secret (provider keys, bearer credentials) redacted."""
+    anything that looks like a secret (provider keys, bearer credentials, the values of
+    secret-looking keys) redacted."""
     role = str(message.get("role") or "?")
     content = message.get("content")
-    parts = [content if isinstance(content, str) else ""]
+    # a result or arguments that are a JSON object: the values of its secret-looking keys
+    # masked before it is printed (see redact_content)
+    parts = [_keys_hidden(content) if isinstance(content, str) else ""]
     for call in message.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
-            parts.append(f"→ {fn.get('name')}({_text(fn.get('arguments'))})")
+            arguments = fn.get("arguments")
+            shown = _keys_hidden(arguments) if isinstance(arguments, str) else _text(arguments)
+            parts.append(f"→ {fn.get('name')}({shown})")
     # redacted before it is cut (a key cut in two would escape the pattern), but only the head
     text = redact("\n".join(p for p in parts if p)[: 2 * _CONTEXT_CHARS])
     if len(text) > _CONTEXT_CHARS:
@@ -134,4 +139,13 @@ def context_line(message: Any) -> tuple[str, str]:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else repr(value)
+    return value if isinstance(value, str) else repr(redact_content(value))
+
+
+def _keys_hidden(text: str) -> str:
+    """``text`` with the values of its secret-looking keys masked when it is a JSON object or
+    array (parsed once, up to ``MAX_JSON_CHARS``); other text as it is (the context's own
+    :func:`redact`, on the part shown, takes care of it)."""
+    if text.lstrip()[:1] in ("{", "[") and len(text) <= MAX_JSON_CHARS:
+        return str(redact_content(text))
+    return text

@@ -515,8 +515,8 @@ class StorageConfig(Section):
             except ValueError:  # not a URL the store could use either; validation goes on
                 password = None
             if password:
-                register_secret(password)
-                register_secret(urllib.parse.unquote(password))
+                register_secret(password, configured=True)
+                register_secret(urllib.parse.unquote(password), configured=True)
         return url
 
     @model_validator(mode="after")
@@ -743,14 +743,14 @@ class TierConfig(Section):
         if value is not None and not _ENV_NAME.fullmatch(value):
             # not a variable's name: most likely the key itself, so it is never repeated
             # (the loader shows no value for this error) and redacted from now on
-            register_secret(value)
+            register_secret(value, configured=True)
             raise PydanticCustomError(
                 _load.SECRET_VALUE,
                 "looks like a key, not the NAME of an environment variable: put the key in a "
                 "variable (e.g. OPENROUTER_API_KEY) and give its name",
             )
         if value is not None:
-            register_secret(os.environ.get(value))  # the key the tier will send
+            register_secret(os.environ.get(value), configured=True)  # the key the tier will send
         return value
 
 

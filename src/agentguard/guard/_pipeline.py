@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 from agentguard import _clock
 from agentguard._engine import END, Ask, Emit, Open, Plan, Pull, Send, Sleep, perform
 from agentguard._fingerprint import fingerprint, fingerprint_bytes
-from agentguard._redact import redact, register_credentials
+from agentguard._redact import redact, redact_exception, register_credentials
 from agentguard.budget import PriceTable, TokenLedger, estimate_tokens, estimate_usage
 from agentguard.budget._estimate import REPLY_PRIMING, UNCAPPED_OUTPUT, holds_media
 from agentguard.budget._values import Reservation, Settlement
@@ -1768,6 +1768,10 @@ def _raise(call: _Call, reason: str, error: BaseException | None) -> NoReturn:
     Either way the error carries the guard's record of the call (see :func:`_record`).
     """
     moved = len({a.tier for a in call.b.attempts}) > 1
+    if error is not None:
+        # its message may be the upstream's body echoing a key the guard sent (a tier's): the
+        # error stays the cause (its type, status and response), its text redacted
+        redact_exception(error)
     if moved or error is None:
         exhausted = TiersExhausted(call.b.attempts, reason)
         _record(call, exhausted)
@@ -1810,8 +1814,12 @@ def _record(call: _Call, error: BaseException) -> None:
     An :class:`AgentGuardError` gets its ``attempts`` and ``agentguard_report``; any other
     exception (an upstream SDK error that keeps its type) the same ``agentguard_report``
     attribute. Both get a one-line note for tracebacks. The innermost record wins: an error
-    passing through several frames of the plan is recorded once.
+    passing through several frames of the plan is recorded once. The text of the error and of
+    the errors chained to it is redacted (see :func:`~agentguard._redact.redact_exception`).
     """
+    # its text (and that of what is chained to it) may be an upstream's body echoing a key the
+    # guard sent: redacted, the error itself kept (its type, status, response)
+    redact_exception(error)
     if getattr(error, "agentguard_report", None) is not None:
         return
     report = call.b.build()

@@ -32,7 +32,7 @@ def tier_api_key(tier: Tier) -> str | None:
                 }
             ]
         )
-    register_secret(value)  # sent upstream: an error echoing it is redacted by value
+    register_secret(value, configured=True)  # sent upstream: an error echoing it is redacted
     return value
 
 

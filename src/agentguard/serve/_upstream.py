@@ -23,6 +23,7 @@ import anyio
 import httpx
 from httpx import _decoders as httpx_decoders
 
+from agentguard._redact import MIN_SECRET_LENGTH, REDACTED
 from agentguard.exceptions import ModelError, ModelTimeout
 from agentguard.integrations.openai import request_from_responses
 from agentguard.integrations.openai._responses import (
@@ -200,10 +201,11 @@ class Forward:
     """
 
     path: str
-    body: Mapping[str, Any]
-    content: bytes
+    # the caller's data and credentials: never in a repr (a debug log, an error tracker)
+    body: Mapping[str, Any] = field(repr=False)
+    content: bytes = field(repr=False)
     query: str = ""
-    sent: list[tuple[bytes, bytes]] = field(default_factory=list)
+    sent: list[tuple[bytes, bytes]] = field(default_factory=list, repr=False)
     headers: httpx.Headers = field(default_factory=httpx.Headers)
     last: Event | None = None
     chat: list[tuple[Event, StreamChunk]] = field(default_factory=list)
@@ -446,6 +448,29 @@ CREDENTIALS = frozenset(
 _CREDENTIALS = frozenset(name.encode() for name in CREDENTIALS)
 
 
+def _own_keys(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, ...]:
+    """The secrets among a transport's own headers: each credential header's value and the
+    token of an ``Authorization: <scheme> <token>`` (and their forms in JSON text), longest
+    first."""
+    keys: set[bytes] = set()
+    for name, value in headers:
+        if name not in _CREDENTIALS:
+            continue
+        for key in (value.strip(), value.strip().rpartition(b" ")[2]):
+            if len(key) >= MIN_SECRET_LENGTH:
+                keys.add(key)
+                keys.add(json.dumps(key.decode("latin-1"))[1:-1].encode("latin-1"))
+    return tuple(sorted(keys, key=len, reverse=True))
+
+
+def _masked(content: bytes, keys: tuple[bytes, ...]) -> bytes:
+    """``content`` with each of ``keys`` replaced by ``***``."""
+    for key in keys:
+        if key in content:
+            content = content.replace(key, REDACTED.encode())
+    return content
+
+
 def _event_stream(headers: httpx.Headers) -> bool:
     """Whether an answer's ``Content-Type`` is an event stream (``text/event-stream``)."""
     kind: str = headers.get("content-type", "")
@@ -499,6 +524,9 @@ class HTTPUpstream:
         self._replaced = frozenset(k for k, _ in self._own) | (
             frozenset() if keep_credentials else _CREDENTIALS
         )
+        # the transport's own credentials (a tier's key): the caller never gave them, so an
+        # answer to a request they went with is passed on without them (see _hidden)
+        self._keys = _own_keys(self._own)
 
     async def _open(self, request: ModelRequest, *, stream: bool) -> httpx.Response:
         forward = request.extensions.get(FORWARD)
@@ -535,10 +563,30 @@ class HTTPUpstream:
         if not 200 <= response.status_code < 300 or (
             stream and not _event_stream(response.headers)
         ):
-            raise _as_answered(
-                response, await read_whole(response, model=request.model), request.model
+            raise self._hidden(
+                _as_answered(
+                    response, await read_whole(response, model=request.model), request.model
+                )
             )
         return response
+
+    def _hidden(self, failure: UpstreamError) -> UpstreamError:
+        """``failure`` with the transport's own credentials (a tier's key) masked in the body
+        and headers it passes on (an upstream echoing the key it was sent, as many do in a 401,
+        must not hand it to the caller). An answer to the caller's own credentials (no key of
+        the transport's) is passed on as it came."""
+        if self._keys:
+            failure.content = _masked(failure.content, self._keys)
+            if any(key in value for _, value in failure.headers.raw for key in self._keys):
+                failure.headers = httpx.Headers(
+                    [(k, _masked(v, self._keys)) for k, v in failure.headers.raw]
+                )
+            event = failure.event
+            if event is not None:
+                data = _masked(event.data.encode(), self._keys).decode()
+                if data != event.data:
+                    failure.event = Event(json_object(data) or {}, data, event.name)
+        return failure
 
     async def asend(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call."""
@@ -546,7 +594,7 @@ class HTTPUpstream:
         content = await read_whole(response, model=request.model)
         data = json_object(content)
         if data is None:
-            raise _as_answered(response, content, request.model)
+            raise self._hidden(_as_answered(response, content, request.model))
         answer = Answer(data, content, response.headers, response.status_code)
         forward = request.extensions.get(FORWARD)
         responses = _is_responses(forward if isinstance(forward, Forward) else None)
@@ -568,7 +616,7 @@ class HTTPUpstream:
                 model=request.model,
             )
             failure.answered = response.status_code
-            raise failure
+            raise self._hidden(failure)
         if responses:
             return response_from_responses(answer, raw=answer)
         return ModelResponse.from_body(answer, raw=answer)
@@ -596,7 +644,12 @@ class HTTPUpstream:
                 if forward is not None and responses:
                     forward.events.append(event)
                 if _failed(event, responses):
-                    raise _reported(event, responses=responses, model=request.model)
+                    reported = self._hidden(
+                        _reported(event, responses=responses, model=request.model)
+                    )
+                    if forward is not None and responses and reported.event is not None:
+                        forward.events[-1] = reported.event  # kept as passed on: key masked
+                    raise reported
                 chunk = (
                     chunk_of_event(event, calls, event.get("type") or event.name)
                     if responses

@@ -19,7 +19,7 @@ from opentelemetry.metrics import _internal as _metrics_state
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentguard import _clock
-from agentguard._redact import redact, redact_data
+from agentguard._redact import redact, redact_content
 from agentguard.transport import TRACE_PARENT, ModelRequest, ModelResponse, StreamChunk
 
 from . import _semconv as sc
@@ -126,8 +126,9 @@ class Bridge:
         return {k: span_attrs[k] for k in keep if k in span_attrs}
 
     def content(self, value: Any) -> str:
-        """Captured content as a JSON string, redacted and bounded."""
-        text = json.dumps(redact_data(value), ensure_ascii=False, default=str)
+        """Captured content as a JSON string, redacted (the values of secret-looking keys too,
+        inside tool arguments and results that are JSON text) and bounded."""
+        text = json.dumps(redact_content(value), ensure_ascii=False, default=str)
         return text if len(text) <= _CONTENT_LIMIT else text[:_CONTENT_LIMIT] + "…"
 
 
