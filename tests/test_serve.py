@@ -306,6 +306,37 @@ async def test_sessions_are_never_shared_across_keys(served: Callable[..., Serve
     assert answer.choices[0].message.content == LONG
 
 
+async def test_one_key_is_one_caller_however_its_header_is_spelled(
+    served: Callable[..., Served],
+) -> None:
+    """A key's spent budget is spent under every spelling of it: ``Bearer`` in any case, extra
+    spaces, ``api-key`` / ``x-api-key`` (it used to be a fresh budget per spelling)."""
+    budget = {"token_budget": {"per_session": 300, "max_output_tokens": 100, "policy": "hard_stop"}}
+    server = served([Reply.text(LONG) for _ in range(8)], budget)
+    body = {"model": "m", "messages": ASK}
+    spellings = [
+        {"authorization": f"Bearer {KEY_A}"},
+        {"authorization": f"bearer {KEY_A}"},
+        {"authorization": f"  BEARER   {KEY_A} "},
+        {"api-key": KEY_A},
+        {"x-api-key": f" {KEY_A}"},
+    ]
+    async with server.http() as http:
+        named = {"x-agentguard-session": "task-1"}
+        first = await http.post("/v1/chat/completions", json=body, headers=spellings[0] | named)
+        assert first.status_code == 200
+        statuses = [
+            (await http.post("/v1/chat/completions", json=body, headers=h | named)).status_code
+            for h in spellings
+        ]
+        other = await http.post(
+            "/v1/chat/completions", json=body, headers={"api-key": KEY_B} | named
+        )
+    assert statuses == [403] * len(spellings)
+    assert other.status_code == 200
+    assert len(server.upstream.seen) == 2
+
+
 async def test_the_hourly_budget_is_per_key_and_says_when_to_retry(
     served: Callable[..., Served],
 ) -> None:

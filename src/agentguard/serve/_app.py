@@ -275,15 +275,27 @@ def _monotonic() -> float:
     return time.monotonic()  # noqa: TID251 - the server's own pacing, never a decision's clock
 
 
+# An ``Authorization`` value's ``Bearer`` scheme (RFC 9110: any case, then one or more spaces).
+_BEARER = re.compile(r"bearer[ \t]+", re.IGNORECASE)
+
+
 def _caller(headers: Mapping[str, str]) -> str:
     """The fingerprint of the caller whose request has ``headers`` (lowercase names; ``""``
-    when they name no key)."""
+    when they name no key).
+
+    The caller is its key, however the request spells it: ``Authorization: Bearer K``,
+    ``authorization: bearer K`` and ``api-key: K`` are one caller, with one budget.
+    """
     for name in _KEY_HEADERS:
         value = headers.get(name)
         if value:
             register_secret(value)  # forwarded upstream: never shown in an error
-            register_secret(value.removeprefix("Bearer ").strip())
-            return caller_scope(value)
+            key = value.strip()
+            scheme = _BEARER.match(key)
+            if scheme:
+                key = key[scheme.end() :].strip()
+            register_secret(key)
+            return caller_scope(key or value)
     return ""
 
 
