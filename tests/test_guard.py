@@ -378,6 +378,28 @@ def test_opening_breaker_moves_on_without_waiting() -> None:
     assert len(clock.sleeps) == 4  # no wait after the failure that opened it
 
 
+def test_an_open_tier_stays_skipped_however_many_model_names_follow() -> None:
+    """A request starts past a configured tier whose breaker is open, after hundreds of requests
+    for models no tier has: each is a tier of its own, whose breakers are bounded (the least
+    recently used go first), while the configured tiers' are never dropped."""
+    from agentguard.guard._pipeline import IMPLICIT_BREAKERS
+
+    model = ScriptedModel({"small": [Fault.server_error(503)], "*": [Reply.text("ok")]}, cycle=True)
+    guard, _ = _guard(model, _cfg(escalation={"max_retries_before_escalate": 8}))
+    guard.complete(_req(tools=False))
+    for i in range(IMPLICIT_BREAKERS + 50):
+        guard.complete(_req(f"model-{i}", tools=False))
+    response = guard.complete(_req(tools=False))
+    assert response.message["content"] == "ok"
+    assert len([r for r in model.requests if r.model == "small"]) == 5  # still open: skipped
+    assert model.requests[-1].model == "medium"
+    breakers = guard.pipeline.breakers
+    assert len(breakers) == IMPLICIT_BREAKERS + 3
+    assert {"fast", "standard", "premium"} <= set(breakers)
+    assert "model-0" not in breakers  # the least recently used went
+    assert f"model-{IMPLICIT_BREAKERS + 49}" in breakers
+
+
 def test_confirm_mode_without_callback_raises_with_options() -> None:
     """No silent failover: confirm mode asks, and without a callback raises the question."""
     model = ScriptedModel({"small": [Fault.server_error(503)] * 3, "medium": [Reply.text("ok")]})

@@ -376,6 +376,24 @@ def test_answers_that_stop_parsing_and_sustained_degradation_move_complex_reques
     assert not monitor.sustained("strong")
 
 
+def test_quality_is_watched_for_a_bounded_number_of_model_names() -> None:
+    """Each model name no tier has is a tier of its own, and names are the caller's to choose:
+    the monitor keeps the recent answers of the last 1,024 tiers judged, the tier just judged
+    among them (it used to keep every name it was ever given)."""
+    from agentguard.guard._quality import _TIERS_KEPT
+
+    monitor = QualityMonitor(GuardConfig.from_dict({"quality": {"sustained_count": 2}}, env={}))
+    overflow = _http_error(400, "This model's maximum context length is 4096 tokens.")
+    monitor.failed("small", overflow)
+    for i in range(_TIERS_KEPT + 10):
+        monitor.answered(f"model-{i}", usage=None, sent_prompt_tokens=10, parsed=True)
+        if i % 100 == 0:
+            monitor.failed("small", overflow)  # in use: kept
+    assert monitor.sustained("small")
+    assert len(monitor._tiers) == _TIERS_KEPT
+    assert "model-0" not in monitor._tiers
+
+
 def test_context_overflows_make_the_next_complex_request_start_up_a_tier() -> None:
     """Context-length 400s on the small tier, sustained: the next request with tools starts on
     the strong tier, the reason quality_degraded."""

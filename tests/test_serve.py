@@ -26,6 +26,7 @@ import agentguard as ag
 from _hostile import completion
 from _openai_upstream import Upstream
 from _otel import recorded_spans
+from _stores import RedisServer
 from agentguard.serve import ROUTES, GuardServer, add_route, create_app
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel
 
@@ -304,6 +305,93 @@ async def test_sessions_are_never_shared_across_keys(served: Callable[..., Serve
     assert "retry-after" not in caught.value.response.headers  # spent for good: no retry
     answer = await b.chat.completions.create(model="m", messages=ASK, extra_headers=named)
     assert answer.choices[0].message.content == LONG
+
+
+async def test_one_key_is_one_caller_however_its_header_is_spelled(
+    served: Callable[..., Served],
+) -> None:
+    """A key's spent budget is spent under every spelling of it: ``Bearer`` in any case, extra
+    spaces, ``api-key`` / ``x-api-key`` (it used to be a fresh budget per spelling)."""
+    budget = {"token_budget": {"per_session": 300, "max_output_tokens": 100, "policy": "hard_stop"}}
+    server = served([Reply.text(LONG) for _ in range(8)], budget)
+    body = {"model": "m", "messages": ASK}
+    spellings = [
+        {"authorization": f"Bearer {KEY_A}"},
+        {"authorization": f"bearer {KEY_A}"},
+        {"authorization": f"  BEARER   {KEY_A} "},
+        {"api-key": KEY_A},
+        {"x-api-key": f" {KEY_A}"},
+    ]
+    async with server.http() as http:
+        named = {"x-agentguard-session": "task-1"}
+        first = await http.post("/v1/chat/completions", json=body, headers=spellings[0] | named)
+        assert first.status_code == 200
+        statuses = [
+            (await http.post("/v1/chat/completions", json=body, headers=h | named)).status_code
+            for h in spellings
+        ]
+        other = await http.post(
+            "/v1/chat/completions", json=body, headers={"api-key": KEY_B} | named
+        )
+    assert statuses == [403] * len(spellings)
+    assert other.status_code == 200
+    assert len(server.upstream.seen) == 2
+
+
+async def test_a_request_costs_the_same_store_work_however_many_models_were_named(
+    served: Callable[..., Served], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Model names are the caller's to choose, and each unknown one is a tier of its own: the
+    store work of a request stays that of its chain (read asynchronously), and the state kept
+    per name is bounded. It used to read every breaker ever made, blocking, on every request."""
+    import redis
+
+    from agentguard.guard._pipeline import IMPLICIT_BREAKERS
+    from agentguard.storage import RedisStore
+
+    config = {
+        "storage": {"backend": "redis", "url": redis_server.url, "key_prefix": "many-models"},
+        "tiers": {"fast": {"model": "small"}, "premium": {"model": "big"}},
+        "escalation": {"chain": ["fast", "premium"]},
+    }
+    server = served(ScriptedModel([Reply.text("ok")], cycle=True), config)
+    admin = redis.Redis(unix_socket_path=redis_server.socket)
+    blocking_views: list[str] = []
+    view = RedisStore.breaker_view
+
+    def counted(store: RedisStore, spec: Any, now: float) -> Any:
+        blocking_views.append(spec.name)
+        return view(store, spec, now)
+
+    monkeypatch.setattr(RedisStore, "breaker_view", counted)
+
+    def commands() -> int:
+        return sum(int(v["calls"]) for v in admin.info("commandstats").values())
+
+    async with server.http() as http:
+
+        async def ask(model: str) -> None:
+            body = {"model": model, "messages": ASK}
+            answer = await http.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 200
+
+        async def cost() -> int:
+            before = commands()
+            await ask("small")
+            return commands() - before
+
+        await ask("small")
+        fresh = await cost()
+        for i in range(IMPLICIT_BREAKERS + 44):
+            await ask(f"model-{i}")
+        after = await cost()
+    admin.close()
+    assert after == fresh
+    assert blocking_views == []
+    kept = server.server._breakers
+    assert len(kept) == IMPLICIT_BREAKERS + 2
+    assert {"fast", "premium"} <= set(kept)  # the configured tiers' breakers are never dropped
+    assert len(server.server._transports) == 1  # one endpoint: the upstream
 
 
 async def test_the_hourly_budget_is_per_key_and_says_when_to_retry(

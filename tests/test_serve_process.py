@@ -192,7 +192,7 @@ def test_sigterm_mid_stream_settles_the_reservation(tmp_path: Path) -> None:
         assert process.wait(timeout=60) in (0, -signal.SIGTERM)
     assert "The release " in received[0]
     config = ag.GuardConfig.from_dict({"reliability": reliability})
-    scope = f"{config.token_budget.scope}:{caller_scope(AUTH['authorization'])}"
+    scope = f"{config.token_budget.scope}:{caller_scope(KEY)}"
     scoped = config.model_copy(
         update={"token_budget": config.token_budget.model_copy(update={"scope": scope})}
     )

@@ -268,7 +268,7 @@ def _settled(server: GuardServer, body: Body) -> None:
     assert body.closed
     assert not body.ended
     assert server.open_streams == 0
-    ledger = server.guard_for(caller_scope("Bearer sk-1")).pipeline.ledger
+    ledger = server.guard_for(caller_scope("sk-1")).pipeline.ledger
     assert ledger is not None
     usage = ledger.usage("s-1")
     assert usage.session_reserved == 0

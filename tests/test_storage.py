@@ -6,7 +6,10 @@ Budgets, circuit breakers (also as a state machine against the in-process breake
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -445,6 +448,78 @@ def test_every_tool_key_has_a_ttl(redis_server: RedisServer, clock: FakeClock) -
     assert all(client.pttl(k) > 0 for k in keys), {k: client.pttl(k) for k in keys}
     client.close()
     store.close()
+
+
+def _clients(admin: Any, *, settled_at: int) -> int:
+    """Redis's count of connected clients, once it is down to ``settled_at``: Redis notices a
+    closed connection in its own time, so it is asked again (a bounded number of times)."""
+    count = len(admin.client_list())
+    for _ in range(1000):
+        if count <= settled_at:
+            break
+        count = len(admin.client_list())
+    return count
+
+
+@pytest.mark.redis
+def test_async_clients_close_with_their_event_loop(redis_server: RedisServer) -> None:
+    """A worker running ``asyncio.run`` per request on one store (a sync web view, a Celery task)
+    holds the connections of one run at a time: each loop's asyncio client closes when the loop
+    shuts down, and the loop goes. It used to keep every loop, its client and its connection."""
+    import redis
+
+    admin = redis.Redis(unix_socket_path=redis_server.socket)
+    store = RedisStore(redis_server.url, key_prefix="perloop")
+    ledger = TokenLedger(TokenBudgetConfig(per_session=10**9, scope="perloop"), store=store)
+    before = len(admin.client_list())
+    during: list[int] = []
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def one_request(i: int) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        held = await ledger.areserve(f"s{i}", 10, max_output_tokens=10)
+        await ledger.acommit(held, 10)
+        during.append(len(admin.client_list()))
+
+    for i in range(100):
+        asyncio.run(one_request(i))
+    gc.collect()
+    after = _clients(admin, settled_at=before)
+    admin.close()
+    ledger.close()
+    assert set(during) == {before + 1}  # each run had its connection ...
+    assert after == before  # ... and closed it
+    assert not any(loop() for loop in loops)
+
+
+@pytest.mark.redis
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # sockets of loops closed, not shut down
+def test_async_clients_of_loops_closed_bare_are_dropped(redis_server: RedisServer) -> None:
+    """A loop closed without shutting down (``loop.close()`` alone) cannot close its client:
+    the store drops it when the next loop first uses the store, and its sockets close as they
+    are collected. At most the last such loop is kept."""
+    import redis
+
+    admin = redis.Redis(unix_socket_path=redis_server.socket)
+    store = RedisStore(redis_server.url, key_prefix="bareloop")
+    before = len(admin.client_list())
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    for _ in range(20):
+        loop = asyncio.new_event_loop()
+        loops.append(weakref.ref(loop))
+        loop.run_until_complete(store.aget("ns", "k", 0.0))
+        loop.close()
+    del loop
+    gc.collect()
+    kept = sum(1 for loop in loops if loop() is not None)
+    asyncio.run(store.aget("ns", "k", 0.0))  # drops the last one, and closes with its loop
+    gc.collect()
+    after = _clients(admin, settled_at=before)
+    admin.close()
+    store.close()
+    assert kept <= 1
+    assert after == before
+    assert not any(loop() for loop in loops)
 
 
 class BreakerAgreement(RuleBasedStateMachine):

@@ -99,6 +99,10 @@ __all__ = ["Pipeline"]
 _SESSIONS = "guard:sessions"
 #: The store namespace of the tiers keeping conversations upstream (see ``Pipeline._home``).
 _THREADS = "guard:threads"
+#: Breakers kept for tiers that are not configured (a model name no tier has is a tier of its
+#: own): the least recently used go first. Model names are the caller's to choose, so without a
+#: bound a server would keep (and read) one breaker per name it has ever been sent.
+IMPLICIT_BREAKERS = 256
 # attempts whose model call answered (usably or not): their output sizes the next one's estimate
 _ANSWERED = frozenset({"ok", "tool_validation_failure", "loop_detected"})
 #: The roles of a conversation's standing instructions, kept in a compact conversation.
@@ -168,9 +172,11 @@ class Pipeline:
             rng=rng or random.Random(),
         )
         self.quality = QualityMonitor(cfg, hooks=self.emitter.hooks)
-        #: The tier breakers by tier name. Pipelines may share one dict (``agentguard serve``
-        #: gives each caller a pipeline, and every caller the same breakers).
-        self.breakers: dict[str, CircuitBreaker] = {}
+        #: The tier breakers by tier name, least recently used first. Pipelines may share one
+        #: dict (``agentguard serve`` gives each caller a pipeline, and every caller the same
+        #: breakers). Those of the configured tiers are kept; of the others (implicit tiers, one
+        #: per model name no tier has) at most :data:`IMPLICIT_BREAKERS`.
+        self.breakers: collections.OrderedDict[str, CircuitBreaker] = collections.OrderedDict()
         #: Where breakers made from now on keep their state: ``None`` (the default) in the
         #: breaker; a store shares it with every process on the store (a fleet of servers opens
         #: and closes a tier's breaker together).
@@ -265,24 +271,51 @@ class Pipeline:
 
     def breaker(self, tier: Tier) -> CircuitBreaker:
         """The circuit breaker of ``tier`` (one per tier, shared by every session)."""
-        breaker = self.breakers.get(tier.name)
-        if breaker is None:
-            store = self.breaker_store
-            breaker = CircuitBreaker(  # a shared breaker runs on wall-clock time, as its store
-                name=f"tier:{tier.name}",
-                # a probe that never reports (its worker gone, a fault no one foresaw) stops
-                # counting after this, in memory too: a tier is never wedged half-open
-                probe_lease=_PROBE_LEASE,
-                clock=self.clock if store is None else None,
-                hooks=self.emitter.hooks,
-                store=store,
-            )
-            self.breakers[tier.name] = breaker
+        breakers = self.breakers
+        breaker = breakers.get(tier.name)
+        if breaker is not None:
+            with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
+                breakers.move_to_end(tier.name)
+            return breaker
+        store = self.breaker_store
+        breaker = CircuitBreaker(  # a shared breaker runs on wall-clock time, as its store
+            name=f"tier:{tier.name}",
+            # a probe that never reports (its worker gone, a fault no one foresaw) stops
+            # counting after this, in memory too: a tier is never wedged half-open
+            probe_lease=_PROBE_LEASE,
+            clock=self.clock if store is None else None,
+            hooks=self.emitter.hooks,
+            store=store,
+        )
+        breakers[tier.name] = breaker
+        chain = self.policy.chain
+        if len(breakers) > IMPLICIT_BREAKERS + len(chain):
+            configured = {t.name for t in chain}
+            implicit = [name for name in list(breakers) if name not in configured]
+            for name in implicit[: len(implicit) - IMPLICIT_BREAKERS]:
+                breakers.pop(name, None)
         return breaker
 
-    def degraded(self) -> frozenset[str]:
-        """Tiers whose breaker is open."""
-        return frozenset(name for name, b in self.breakers.items() if b.state == "open")
+    def _escapes(self) -> tuple[Tier, ...]:
+        """The tiers a request may move to or skip: the chain, when escalation can move (an
+        implicit tier has nowhere to go: its breaker is never read for it)."""
+        cfg = self.policy.config
+        return self.policy.chain if cfg.enabled and cfg.mode != "off" else ()
+
+    def _read_degraded(self, call: _Call) -> Plan[None]:
+        """Read which of the tiers escalation may move to are degraded (open breakers) into
+        ``call.degraded``, for :meth:`_closed`. One read per tier of the chain, never per tier
+        ever seen; a breaker kept in a store is read asynchronously by an async guard."""
+        open_: list[str] = []
+        for tier in self._escapes():
+            breaker = self.breaker(tier)
+            if breaker.store is None:
+                state = breaker.state
+            else:
+                state = (yield from perform(breaker.snapshot, breaker.asnapshot)).state
+            if state == "open":
+                open_.append(tier.name)
+        call.degraded = frozenset(open_)
 
     def _home(
         self, state: Run, request: ModelRequest, realm: str
@@ -353,9 +386,10 @@ class Pipeline:
         call.kept = []
 
     def _closed(self, call: _Call) -> frozenset[str]:
-        """Tiers ``call`` may not move to: degraded ones, and, for a conversation kept upstream,
-        those at another endpoint than the one keeping it."""
-        closed = self.degraded()
+        """Tiers ``call`` may not move to: degraded ones (as last read by
+        :meth:`_read_degraded`), and, for a conversation kept upstream, those at another
+        endpoint than the one keeping it."""
+        closed = call.degraded
         if call.kept_at is not None:
             closed |= {t.name for t in self.policy.chain if t.endpoint != call.kept_at}
         return closed
@@ -480,14 +514,9 @@ class Pipeline:
             kept_at=kept_at,
             choice=request.params.get("tool_choice"),
         )
-        decision = self.policy.start(
-            named,
-            pressure_sustained=sustained,
-            complex_request=complex_request,
-            degraded=self._closed(call),
+        decision = yield from self._start(
+            call, home, named, sustained=sustained, complex_request=complex_request
         )
-        if decision.action == "stay" and complex_request:
-            decision = self._degraded_start(call, decision, home)
         if decision.action != "stay":
             call.tier = yield from self._move(call, home, decision, error=None)
         else:
@@ -511,6 +540,22 @@ class Pipeline:
         """What the tier's error was; one that shows degraded quality is a warning too."""
         call.b.warnings.extend(self.quality.failed(call.tier.name, error, session=call.b.session))
         return classify(error, now=self.wall())
+
+    def _start(
+        self, call: _Call, home: Tier, named: str, *, sustained: bool, complex_request: bool
+    ) -> Plan[EscalationDecision]:
+        """Where ``call`` starts (see :meth:`EscalationPolicy.start`), once the breakers of the
+        tiers it could start at instead are read."""
+        yield from self._read_degraded(call)
+        decision = self.policy.start(
+            named,
+            pressure_sustained=sustained,
+            complex_request=complex_request,
+            degraded=self._closed(call),
+        )
+        if decision.action == "stay" and complex_request:
+            decision = self._degraded_start(call, decision, home)
+        return decision
 
     def _degraded_start(
         self, call: _Call, decision: EscalationDecision, home: Tier
@@ -1328,6 +1373,7 @@ class Pipeline:
 
     def _trigger(self, call: _Call, trigger: str, error: BaseException | None) -> Plan[Tier]:
         """Move ``call`` off its tier because of ``trigger``, or raise when it cannot move."""
+        yield from self._read_degraded(call)
         decision = self.policy.on_failure(call.tier, trigger, degraded=self._closed(call))
         return (yield from self._move(call, call.tier, decision, error=error))
 
@@ -1721,6 +1767,7 @@ class _Call:
     shared: str | None = None  # the session's key in the pipeline's session store
     kept: list[str] = field(default_factory=list)  # threads to share (see _share_threads)
     chosen: bool = False  # confirm mode: the user chose to retry this tier (see _move)
+    degraded: frozenset[str] = frozenset()  # tiers with an open breaker (see _read_degraded)
 
     def reset(self) -> None:
         """A new tier (or a fresh try): retry and correction counts start over."""

@@ -20,6 +20,7 @@ decisions, no I/O.
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 from collections.abc import Callable, Iterable
 
@@ -29,6 +30,9 @@ from agentguard.resilience import classify
 from agentguard.types import Usage
 
 __all__ = ["QualityMonitor", "context_overflow", "runaway"]
+
+# Tiers whose recent answers are kept (see QualityMonitor._tier).
+_TIERS_KEPT = 1024
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _-]?(length|window|size)|maximum context|too many tokens|exceeds? the (context|max)",
@@ -77,12 +81,20 @@ class QualityMonitor:
         else:
             self.config = (config or GuardConfig()).quality
         self._emitter = Emitter(hooks)
-        self._tiers: dict[str, _Tier] = {}
+        # by tier, least recently judged first (a model name no tier has is a tier of its own,
+        # and names are the caller's to choose: the oldest go past _TIERS_KEPT)
+        self._tiers: collections.OrderedDict[str, _Tier] = collections.OrderedDict()
 
     def _tier(self, name: str) -> _Tier:
-        state = self._tiers.get(name)
+        tiers = self._tiers
+        state = tiers.get(name)
         if state is None:
-            state = self._tiers[name] = _Tier(self.config.window)
+            state = tiers[name] = _Tier(self.config.window)
+            while len(tiers) > _TIERS_KEPT:
+                tiers.popitem(last=False)
+        else:
+            with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
+                tiers.move_to_end(name)
         return state
 
     def sustained(self, tier: str) -> bool:

@@ -150,8 +150,10 @@ class GuardServer:
         )
         self._guards: collections.OrderedDict[str, AsyncGuard] = collections.OrderedDict()
         self._max_callers = max(1, max_callers)
-        self._transports: dict[str, HTTPUpstream] = {}
-        self._breakers: dict[str, CircuitBreaker] = {}
+        # by endpoint, not tier: a model name no tier has is a tier of its own, and names are
+        # the caller's to choose (the breakers of such tiers are bounded by the pipeline)
+        self._transports: dict[tuple[str | None, str | None], HTTPUpstream] = {}
+        self._breakers: collections.OrderedDict[str, CircuitBreaker] = collections.OrderedDict()
         self._streams: set[AsyncGuardedStream] = set()
 
     def caller(self, request: Request) -> str:
@@ -195,14 +197,14 @@ class GuardServer:
         The caller's credentials (``Authorization``, ``api-key``, ``x-api-key`` ...) were given
         for the server's upstream: a tier at another origin never gets them, only its own key.
         """
-        found = self._transports.get(tier.name)
+        found = self._transports.get(tier.endpoint)
         if found is None:
             key = tier_api_key(tier)
             headers = {"authorization": f"Bearer {key}"} if key else {}
             base = tier.base_url or self.upstream
             elsewhere = origin(base) != origin(self.upstream)
             found = HTTPUpstream(self.pool, base, headers, keep_credentials=not elsewhere)
-            self._transports[tier.name] = found
+            self._transports[tier.endpoint] = found
         return found
 
     @property
@@ -275,15 +277,27 @@ def _monotonic() -> float:
     return time.monotonic()  # noqa: TID251 - the server's own pacing, never a decision's clock
 
 
+# An ``Authorization`` value's ``Bearer`` scheme (RFC 9110: any case, then one or more spaces).
+_BEARER = re.compile(r"bearer[ \t]+", re.IGNORECASE)
+
+
 def _caller(headers: Mapping[str, str]) -> str:
     """The fingerprint of the caller whose request has ``headers`` (lowercase names; ``""``
-    when they name no key)."""
+    when they name no key).
+
+    The caller is its key, however the request spells it: ``Authorization: Bearer K``,
+    ``authorization: bearer K`` and ``api-key: K`` are one caller, with one budget.
+    """
     for name in _KEY_HEADERS:
         value = headers.get(name)
         if value:
             register_secret(value)  # forwarded upstream: never shown in an error
-            register_secret(value.removeprefix("Bearer ").strip())
-            return caller_scope(value)
+            key = value.strip()
+            scheme = _BEARER.match(key)
+            if scheme:
+                key = key[scheme.end() :].strip()
+            register_secret(key)
+            return caller_scope(key or value)
     return ""
 
 

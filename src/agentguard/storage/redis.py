@@ -6,7 +6,9 @@ Needs the ``redis`` package (``pip install agentguard[redis]``), imported when a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentguard.exceptions import StoreError, StoreUnavailable
@@ -364,6 +366,12 @@ class RedisStore:
     ``pool_timeout`` seconds) for a connection to come back instead of failing with "Too many
     connections". Only a wait past ``pool_timeout`` counts as the store being unreachable.
 
+    An asyncio client is bound to its event loop: async calls use one per running loop, closed
+    (its connections with it) when that loop shuts down: at the end of ``asyncio.run`` (or of
+    any runner that shuts down the loop's async generators), or by :meth:`aclose` on the loop.
+    One whose loop was closed without that is dropped when the next loop first uses the store.
+    So a worker running ``asyncio.run`` per request holds one pool, not one per request.
+
     Args:
         url: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path/to/socket``.
         key_prefix: prefix of every key.
@@ -415,12 +423,13 @@ class RedisStore:
             )
             self._client = redis.Redis(connection_pool=pool)
         self._given_async = async_client
-        # asyncio clients are bound to the event loop that first used them: keep one per loop.
-        self._async: dict[asyncio.AbstractEventLoop, redis_async.Redis] = {}
+        # asyncio clients are bound to the event loop that first used them: one per live loop,
+        # closed with it (see _aclient)
+        self._async: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
+        self._async_lock = threading.RLock()
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
         self._redis_error = redis.exceptions.RedisError
         self._sync_scripts: dict[str, Any] = {}
-        self._async_scripts: dict[tuple[asyncio.AbstractEventLoop, str], Any] = {}
 
     # -- keys and arguments (shared by the sync and async paths) --------------------------
 
@@ -533,38 +542,77 @@ class RedisStore:
         except self._redis_error as exc:
             raise StoreError(f"Redis store failed: {exc}") from exc
 
-    def _aclient(self) -> redis_async.Redis:
+    def _aclient(self) -> _LoopClient:
+        """The asyncio client of the running loop (made on the loop's first use, and closed
+        when the loop shuts down: see :meth:`_closer`)."""
         loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            if self._given_async is not None:
-                client = self._given_async
-            elif self.url is not None:
-                import redis.asyncio as aredis  # noqa: PLC0415 - optional dependency
-                from redis.asyncio.retry import Retry as ARetry  # noqa: PLC0415
-                from redis.backoff import NoBackoff  # noqa: PLC0415
+        found = self._async.get(loop)
+        if found is not None:
+            return found
+        with self._async_lock:
+            found = self._async.get(loop)
+            if found is None:
+                self._drop_closed()
+                found = _LoopClient(self._new_aclient())
+                found.closer = self._closer(loop, found)
+                self._async[loop] = found
+                _start(found.closer)
+        return found
 
-                pool = aredis.BlockingConnectionPool.from_url(
-                    self.url,
-                    max_connections=self._max_connections,
-                    timeout=self._pool_timeout,
-                    socket_timeout=self._timeout,
-                    socket_connect_timeout=self._timeout,
-                    retry=ARetry(NoBackoff(), 0),
-                )
-                client = aredis.Redis(connection_pool=pool)
-            else:
-                raise StoreError("this RedisStore has only a sync client; use the sync methods")
-            self._async[loop] = client
-        return client
+    def _new_aclient(self) -> redis_async.Redis:
+        if self._given_async is not None:
+            return self._given_async
+        if self.url is None:
+            raise StoreError("this RedisStore has only a sync client; use the sync methods")
+        import redis.asyncio as aredis  # noqa: PLC0415 - optional dependency
+        from redis.asyncio.retry import Retry as ARetry  # noqa: PLC0415
+        from redis.backoff import NoBackoff  # noqa: PLC0415
+
+        pool = aredis.BlockingConnectionPool.from_url(
+            self.url,
+            max_connections=self._max_connections,
+            timeout=self._pool_timeout,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            retry=ARetry(NoBackoff(), 0),
+        )
+        return aredis.Redis(connection_pool=pool)
+
+    async def _closer(
+        self, loop: asyncio.AbstractEventLoop, entry: _LoopClient
+    ) -> AsyncGenerator[None, None]:
+        """Closes ``entry``'s client when ``loop`` shuts down.
+
+        An async generator, started on ``loop`` and left waiting: a loop shutting down closes
+        the async generators it ran (``loop.shutdown_asyncgens()``, which ``asyncio.run`` and
+        ``asyncio.Runner`` call while the loop still runs), so its ``finally`` closes the
+        client on its own loop, as an asyncio client must be closed."""
+        try:
+            yield
+        finally:
+            with self._async_lock:
+                if self._async.get(loop) is entry:
+                    del self._async[loop]
+            if not loop.is_closed():  # (dropped by _drop_closed: nothing can run on it now)
+                client = entry.client
+                with contextlib.suppress(Exception):  # a store gone away: nothing left to close
+                    await client.aclose(close_connection_pool=client is not self._given_async)
+
+    def _drop_closed(self) -> None:
+        """Forget the clients of loops closed without shutting down their async generators
+        (a bare ``loop.close()``): their connections close as they are collected."""
+        for loop, entry in list(self._async.items()):
+            if loop.is_closed():
+                del self._async[loop]
+                if entry.closer is not None:
+                    _finish(entry.closer)
 
     async def _arun(self, call: tuple[str, list[str], list[Any]]) -> Any:
         source, keys, args = call
-        client = self._aclient()
-        loop = asyncio.get_running_loop()
-        script = self._async_scripts.get((loop, source))
+        entry = self._aclient()
+        script = entry.scripts.get(source)
         if script is None:
-            script = self._async_scripts[(loop, source)] = client.register_script(source)
+            script = entry.scripts[source] = entry.client.register_script(source)
         try:
             result: Awaitable[Any] = script(keys=keys, args=args)
             return await result
@@ -715,7 +763,7 @@ class RedisStore:
             raise StoreError(f"Redis store failed: {exc}") from exc
 
     async def _acommand(self, command: Callable[[redis_async.Redis], Awaitable[Any]]) -> Any:
-        client = self._aclient()
+        client = self._aclient().client
         try:
             return await command(client)
         except self._errors as exc:
@@ -724,7 +772,8 @@ class RedisStore:
             raise StoreError(f"Redis store failed: {exc}") from exc
 
     def close(self) -> None:
-        """Close the sync client's connections (async clients close with their event loop)."""
+        """Close the sync client's connections (an async client closes when its event loop
+        shuts down, or by :meth:`aclose` on that loop)."""
         if self._client is not None:
             self._client.close()
             if self._client_owned:  # built here: its pool's connections are ours to close
@@ -732,9 +781,36 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Close the asyncio client of the running event loop."""
-        client = self._async.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose(close_connection_pool=client is not self._given_async)
+        with self._async_lock:
+            entry = self._async.get(asyncio.get_running_loop())
+        if entry is not None and entry.closer is not None:
+            await entry.closer.aclose()  # its ``finally`` closes the client
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.key_prefix!r})"
+
+
+class _LoopClient:
+    """The asyncio client of one event loop, its registered scripts, and its closer."""
+
+    __slots__ = ("client", "closer", "scripts")
+
+    def __init__(self, client: redis_async.Redis) -> None:
+        self.client = client
+        self.scripts: dict[str, Any] = {}
+        self.closer: AsyncGenerator[None, None] | None = None
+
+
+def _start(closer: AsyncGenerator[None, None]) -> None:
+    """Run ``closer`` to its ``yield`` now, on the running loop, which then owns it (it is
+    one of the async generators the loop closes when it shuts down)."""
+    step: Any = closer.asend(None)
+    with contextlib.suppress(StopIteration):  # (it never waits: it ends on its first step)
+        step.send(None)
+
+
+def _finish(closer: AsyncGenerator[None, None]) -> None:
+    """Close ``closer`` off any loop (its loop is closed: its ``finally`` awaits nothing)."""
+    step: Any = closer.aclose()
+    with contextlib.suppress(StopIteration):  # (it never waits: it ends on its first step)
+        step.send(None)
