@@ -644,9 +644,7 @@ class HTTPUpstream:
                 if forward is not None and responses:
                     forward.events.append(event)
                 if _failed(event, responses):
-                    reported = self._hidden(
-                        _reported(event, responses=responses, model=request.model)
-                    )
+                    reported = self._hidden(_reported(event, model=request.model))
                     if forward is not None and responses and reported.event is not None:
                         forward.events[-1] = reported.event  # kept as passed on: key masked
                     raise reported
@@ -680,7 +678,7 @@ def _failed(event: Event, responses: bool) -> bool:
     return responses and (event.get("type") or event.name) in FAILURES
 
 
-def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
+def _reported(event: Event, *, model: str) -> UpstreamError:
     """An upstream stream's error event (see :func:`_failed`) as the upstream error it is, with
     the status its code or name stands for (see ``inband_status``): retried while nothing of
     the attempt reached the caller; then, or once every attempt failed so, passed on as the
