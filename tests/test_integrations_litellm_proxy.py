@@ -307,6 +307,7 @@ def test_a_clients_params_reach_the_model_as_plain_litellm_sends_them(
     up, url = upstream
     params = {"max_completion_tokens": 50, "reasoning_effort": "low", "seed": 7}
     messages = [{"role": "user", "content": "which docs cover the install?"}]
+    up.queues["fast-model"].clear()  # what earlier tests queued and left
     start = up.script(fast_model=[Reply.text("plain"), Reply.text("guarded")])
     plain = litellm.completion(
         model="openai/fast-model",
