@@ -367,6 +367,11 @@ def test_the_proxy_caller_scopes_conversations_found_without_a_session() -> None
     assert len({one, two, header}) == 3
     assert "sk-live-secret" not in str(header)
     assert scope() is None
+    # one key is one caller however the header spells its scheme (each spelling would have a
+    # budget of its own)
+    spellings = ["bearer sk-live-secret", "BEARER  sk-live-secret ", " Bearer\tsk-live-secret"]
+    for spelled in spellings:
+        assert scope(proxy_server_request={"headers": {"authorization": spelled}}) == header
 
 
 # -- healthy traffic: the answer litellm returns, whole ---------------------------------------
