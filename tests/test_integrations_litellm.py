@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import http.server
 import json
 import random
@@ -366,6 +367,11 @@ def test_the_proxy_caller_scopes_conversations_found_without_a_session() -> None
     assert len({one, two, header}) == 3
     assert "sk-live-secret" not in str(header)
     assert scope() is None
+    # one key is one caller however the header spells its scheme (each spelling would have a
+    # budget of its own)
+    spellings = ["bearer sk-live-secret", "BEARER  sk-live-secret ", " Bearer\tsk-live-secret"]
+    for spelled in spellings:
+        assert scope(proxy_server_request={"headers": {"authorization": spelled}}) == header
 
 
 # -- healthy traffic: the answer litellm returns, whole ---------------------------------------
@@ -406,14 +412,21 @@ RICH = {
 
 
 @contextlib.contextmanager
-def canned(*answers: dict[str, Any] | bytes) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def canned(
+    *answers: dict[str, Any] | bytes, path: str | None = None
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A loopback upstream answering ``answers`` in turn (the last one again after them): JSON,
-    or the bytes of a stream; and the request bodies it received."""
+    or the bytes of a stream; and the request bodies it received. ``path``: the one path
+    answered (others get a 404: litellm's model-info lookups for Ollama)."""
     bodies: list[dict[str, Any]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            received = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if path is not None and self.path != path:
+                self.send_error(404)
+                return
+            bodies.append(received)
             answer = answers[min(len(bodies), len(answers)) - 1]
             streamed = isinstance(answer, bytes)
             body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
@@ -741,3 +754,147 @@ async def test_an_error_in_a_streams_body_releases_no_call_unjudged(asynchronous
     assert error == raw_error
     assert items == raw_items[:1] == [[("assistant", "", None)]]
     assert len(raw_items) > 1
+
+
+# -- the call's parameters reach the model as plain litellm sends them ----------------------------
+
+_SAID = RICH["choices"][0]["message"]["content"]
+_OLLAMA = {"model": "qwen3", "created_at": "2026-01-01T00:00:00Z", "prompt_eval_count": 10}
+_OLLAMA_TEXT = {
+    **_OLLAMA,
+    "message": {"role": "assistant", "content": _SAID},
+    "done": True,
+    "done_reason": "stop",
+    "eval_count": 2,
+}
+_OLLAMA_STREAM = (
+    json.dumps({**_OLLAMA, "message": {"role": "assistant", "content": _SAID[:5]}, "done": False})
+    + "\n"
+    + json.dumps({**_OLLAMA_TEXT, "message": {"role": "assistant", "content": _SAID[5:]}})
+    + "\n"
+).encode()
+_SCHEMA = {"name": "w", "schema": {"type": "object", "properties": {"sky": {"type": "string"}}}}
+# Parameters each model's provider takes that litellm's generic list for custom providers lacks
+# or maps otherwise: they were refused (UnsupportedParamsError) or renamed
+# (max_completion_tokens to max_tokens) on the way to the guard.
+_PARAMS = [
+    ("openai/gpt-5", {"reasoning_effort": "low", "verbosity": "low", "user": "u-1"}),
+    (
+        "openai/gpt-4o",
+        {
+            "max_completion_tokens": 64,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "seed": 7,
+            "user": "u-1",
+        },
+    ),
+    ("openai/o3-mini", {"max_tokens": 64, "temperature": 0.2, "drop_params": True}),
+    ("hosted_vllm/qwen3", {"reasoning_effort": "low", "max_completion_tokens": 64, "top_k": 20}),
+    (
+        "hosted_vllm/qwen3",
+        {
+            "thinking": {"type": "enabled", "budget_tokens": 128},
+            "response_format": {"type": "json_schema", "json_schema": _SCHEMA},
+        },
+    ),
+    ("ollama_chat/qwen3", {"reasoning_effort": "low", "max_completion_tokens": 64, "seed": 7}),
+]
+_IDS = [f"{model}:{','.join(params)}" for model, params in _PARAMS]
+
+
+@pytest.fixture
+def _collect_between_tests() -> Iterator[None]:
+    """The garbage collector off during the test, run after it. litellm 1.105's own HTTP handler
+    (``hosted_vllm``, ``ollama_chat``) ends a sync stream without closing its response, which
+    the collector closes later; run inside the next request, while that thread holds httpcore's
+    connection-pool lock, the close waits for the lock forever (plain litellm does the same:
+    it hung these tests now and then)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def _upstream(model: str, *, stream: bool) -> Any:
+    """The scripted upstream of ``model``'s provider: the answer, and the path of its calls."""
+    if model.startswith("ollama_chat/"):
+        return canned(_OLLAMA_STREAM if stream else _OLLAMA_TEXT, path="/api/chat")
+    return canned(_sse({"delta": {"role": "assistant", "content": _SAID}}) if stream else RICH)
+
+
+def _call(model: str, url: str, params: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    """The arguments of a call to ``model``, plain or ``agentguard/``."""
+    ollama = model.removeprefix("agentguard/").startswith("ollama_chat/")
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "api_base": url.removesuffix("/v1") if ollama else url,
+        "api_key": "sk-test-not-real",
+        "stream": stream,
+        **copy.deepcopy(params),
+    }
+
+
+def _text(answer: Any, *, stream: bool) -> str:
+    if stream:
+        return "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+    return str(answer.choices[0].message.content)
+
+
+@pytest.mark.usefixtures("_collect_between_tests")
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("model", "params"), _PARAMS, ids=_IDS)
+def test_params_reach_the_model_as_plain_litellm_sends_them(
+    model: str, params: dict[str, Any], stream: bool
+) -> None:
+    """Differential: raw litellm and the ``agentguard/`` provider in front of the same model
+    send the upstream the same body — parameters litellm supports for the model's provider
+    included (``reasoning_effort``, ``verbosity``, ``thinking`` were refused as unsupported by
+    "agentguard", ``max_completion_tokens`` went as ``max_tokens``, ``user`` was lost, an
+    explicit ``stream=False`` was left out), and ``drop_params`` drops what that provider does
+    not take, as it does without the guard."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    texts = []
+    with _upstream(model, stream=stream) as (url, bodies):
+        for name in (model, f"agentguard/{model}"):
+            answer = litellm.completion(**_call(name, url, params, stream=stream))
+            texts.append(_text(answer, stream=stream))
+    assert len(bodies) == 2
+    assert bodies[1] == bodies[0]
+    assert texts == [_SAID, _SAID]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("_collect_between_tests")
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("model", "params"), _PARAMS, ids=_IDS)
+async def test_async_params_reach_the_model_as_plain_litellm_sends_them(
+    model: str, params: dict[str, Any], stream: bool
+) -> None:
+    """The same through ``acompletion``."""
+    register(ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}))
+    texts = []
+    with _upstream(model, stream=stream) as (url, bodies):
+        for name in (model, f"agentguard/{model}"):
+            answer = await litellm.acompletion(**_call(name, url, params, stream=stream))
+            if stream:
+                answer = [chunk async for chunk in answer]
+            texts.append(_text(answer, stream=stream))
+    assert len(bodies) == 2
+    assert bodies[1] == bodies[0]
+    assert texts == [_SAID, _SAID]
+
+
+def test_a_param_the_tiers_provider_lacks_is_refused_as_litellm_refuses_it() -> None:
+    """A parameter the tier's model does not take is litellm's ``UnsupportedParamsError`` for
+    that model's provider, before anything is sent — a mistake of the request, not escalated
+    (it named the ``agentguard`` provider's list before)."""
+    model = ScriptedModel([Reply.text("unused")])
+    with model.serve() as url:
+        guarded(url)
+        with pytest.raises(litellm.UnsupportedParamsError, match="openai does not support"):
+            litellm.completion(model="agentguard/fast", messages=ASK, thinking={"type": "enabled"})
+    assert model.requests == []

@@ -294,6 +294,38 @@ def test_callers_with_the_same_conversation_get_their_own_sessions(
     assert all(s.startswith("auto-") for s in sessions.values())
 
 
+# litellm's own types trip a pydantic warning on first use in this process; it is theirs
+@pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier")
+def test_a_clients_params_reach_the_model_as_plain_litellm_sends_them(
+    proxy: Any, upstream: Any
+) -> None:
+    """Differential: what a client of the proxy asks for reaches the tier's model as plain
+    litellm sends it to that model — ``reasoning_effort`` was refused as unsupported by the
+    ``agentguard`` provider (a 400), ``max_completion_tokens`` went as ``max_tokens``."""
+    import litellm
+
+    up, url = upstream
+    params = {"max_completion_tokens": 50, "reasoning_effort": "low", "seed": 7}
+    messages = [{"role": "user", "content": "which docs cover the install?"}]
+    up.queues["fast-model"].clear()  # what earlier tests queued and left
+    start = up.script(fast_model=[Reply.text("plain"), Reply.text("guarded")])
+    plain = litellm.completion(
+        model="openai/fast-model",
+        messages=messages,
+        api_base=url,
+        api_key="sk-test-upstream-not-real",
+        **params,
+    )
+    raw = _ask(proxy, "params-1", messages=messages, **params)
+    assert (plain.choices[0].message.content, raw.parse().choices[0].message.content) == (
+        "plain",
+        "guarded",
+    )
+    sent_plain, sent_guarded = up.model.requests[start:]
+    assert sent_guarded.params == sent_plain.params
+    assert sent_guarded.params["max_completion_tokens"] == 50
+
+
 # The proxy's own check of two keys (litellm's `custom_auth`): no database of virtual keys.
 _TWO_KEYS = """
 from litellm.proxy._types import UserAPIKeyAuth

@@ -3,7 +3,9 @@
 ``model="agentguard/<model>"`` runs any litellm chat call — sync, async, streaming — through the
 whole guard; ``<model>`` names a tier of the configuration (or is a plain litellm model, with no
 tier to escalate to), and every model call the guard makes goes through ``litellm.completion`` /
-``litellm.acompletion`` to the real model, with litellm's own retries off.
+``litellm.acompletion`` to the real model, with litellm's own retries off. The call's
+parameters reach that model as passed, and litellm checks and maps them for its provider, as
+without the guard (see :class:`_AsPassed`).
 
 In code::
 
@@ -34,6 +36,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, NoReturn
@@ -199,7 +203,8 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
     ``litellm_session_id`` is the explicit session of calls without one.
     """
     params = dict(kwargs.get("optional_params") or {})
-    params.pop("stream", None)
+    if params.get("stream") is not False:  # an explicit stream=False goes upstream as sent
+        params.pop("stream", None)
     litellm_params = kwargs.get("litellm_params") or {}
     # through the proxy, the client's own headers are in the proxy request, not in `headers`
     client_headers = (litellm_params.get("proxy_server_request") or {}).get("headers") or {}
@@ -236,6 +241,59 @@ def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
     )
 
 
+class _AsPassed:
+    """litellm's ``get_optional_params``, but for calls to a provider served by a
+    :class:`GuardedLLM`: those keep the caller's parameters as the caller passed them.
+
+    litellm checks and maps a call's parameters for the provider it routes the call to, before
+    it calls a custom provider too; for ``agentguard`` it took the generic list of an
+    OpenAI-compatible server — refusing what that lacks (``reasoning_effort``, ``verbosity``,
+    ``thinking``) and renaming ``max_completion_tokens`` to ``max_tokens`` — though the guard
+    sends the parameters on to the real model with ``litellm.completion``, where litellm checks
+    and maps them for that model's provider. Passed as they came, they are checked and mapped
+    once, for the provider of the model that answers: the upstream gets what plain litellm
+    sends it, and ``drop_params``, ``additional_drop_params`` and ``allowed_openai_params`` act
+    there as they do without the guard. litellm offers no per-provider hook for this: the list
+    and mapping of custom providers are the generic ones.
+    """
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args or not _guarded(kwargs.get("custom_llm_provider")):
+            return self.original(*args, **kwargs)
+        # the model and provider it maps for, and the messages, are no parameters of the call
+        routing = ("model", "custom_llm_provider", "messages")
+        return {k: v for k, v in kwargs.items() if v is not None and k not in routing}
+
+
+def _guarded(provider: Any) -> bool:
+    """Whether litellm calls a :class:`GuardedLLM` for ``provider`` (the last entry of its
+    ``custom_provider_map`` naming it, as litellm picks)."""
+    handler = None
+    try:
+        for item in _litellm().custom_provider_map:
+            if item.get("provider") == provider:
+                handler = item.get("custom_handler")
+    except Exception:  # litellm changed its map: its own mapping, as before
+        return False
+    return isinstance(handler, GuardedLLM)
+
+
+_as_passed_lock = threading.Lock()
+
+
+def _take_params_as_passed() -> None:
+    """Make litellm hand guarded providers their calls' parameters as passed (see
+    :class:`_AsPassed`); once per process."""
+    main: Any = require("litellm.main", "litellm")
+    with _as_passed_lock:
+        current = getattr(main, "get_optional_params", None)
+        if current is not None and not isinstance(current, _AsPassed):
+            main.get_optional_params = _AsPassed(current)
+
+
 def _trace_parent(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]) -> Any:
     """Where the guarded call's spans belong in the proxy (see ``TRACE_PARENT``): under the
     proxy's own request span when its OpenTelemetry callback made one (litellm parents its
@@ -261,8 +319,14 @@ def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]
                 return caller_scope(key)
     for name, value in client_headers.items():
         if str(name).lower() == "authorization" and value:
-            return caller_scope(str(value))
+            # the key, however the header spells its scheme (``Bearer K``, ``bearer  K``): one
+            # caller, as in ``agentguard serve``
+            key = _BEARER.sub("", str(value).strip(), count=1).strip()
+            return caller_scope(key or str(value))
     return None
+
+
+_BEARER = re.compile(r"\Abearer[ \t]+", re.IGNORECASE)
 
 
 def _result(response: ModelResponse, report: GuardReport | None) -> Any:
@@ -481,6 +545,8 @@ class GuardedLLM:
         )
         self._max_callers = max(1, max_callers)
         self._lock = threading.Lock()
+        if sys.modules.get("litellm") is not None:  # else register() does it (no litellm import)
+            _take_params_as_passed()
 
     def _pair(self, config: GuardConfig, options: Mapping[str, Any]) -> tuple[Guard, AsyncGuard]:
         guard = Guard(config=config, tier_transport=LiteLLMTransport, sleep=self._sleep, **options)
@@ -610,6 +676,7 @@ def register(
         ImportError: litellm is not installed (``pip install "agentguard[litellm]"``).
     """
     litellm = _litellm()
+    _take_params_as_passed()
     handler = GuardedLLM(config, **options)
     others = [p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER]
     litellm.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": handler}]
