@@ -646,6 +646,116 @@ async def test_an_async_streams_refusal_and_other_answers_go_out(body: bytes) ->
     assert got["agentguard/openai/m"] == got["openai/m"]
 
 
+# -- an error in a stream's body --------------------------------------------------------------
+
+_CHUNK_HEAD = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+_BODY_ERROR = b'data: {"error": {"message": "the model crashed", "type": "server_error"}}\n\n'
+
+
+def _opened(*deltas: dict[str, Any]) -> bytes:
+    chunks = [
+        {**_CHUNK_HEAD, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+        for d in deltas
+    ]
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode()
+
+
+_ROLE = {"role": "assistant", "content": ""}
+_BEFORE_ERROR = {
+    "first": b"",
+    "after the role chunk": _opened(_ROLE),
+    "after text": _opened(_ROLE, {"content": "Sunny "}),
+}
+
+
+def _fresh_guard() -> None:
+    """A new guard for the provider (no breaker state of an earlier call), on a fake clock."""
+    clock = FakeClock()
+    register(
+        ag.GuardConfig.from_dict({"memory_pressure": {"enabled": False}}, env={}),
+        clock=clock,
+        sleep=clock.sleep,
+        asleep=clock.asleep,
+        rng=random.Random(0),
+    )
+
+
+async def _items_then_error(model: str, url: str, asynchronous: bool) -> tuple[list[Any], Any]:
+    """The chunks a streamed litellm call yields (each choice's role, text, finish), then what
+    it raises: its type, the type of the error it wraps, its status and its message."""
+    ask = {"messages": ASK, "api_base": url, "api_key": "sk-test-not-real", "stream": True}
+    items: list[Any] = []
+
+    def add(chunk: Any) -> None:
+        items.append([(c.delta.role, c.delta.content, c.finish_reason) for c in chunk.choices])
+
+    async def read() -> None:
+        if asynchronous:
+            async for chunk in await litellm.acompletion(model=model, **ask):
+                add(chunk)
+        else:
+            for chunk in litellm.completion(model=model, **ask):
+                add(chunk)
+
+    with pytest.raises(
+        litellm.exceptions.MidStreamFallbackError, match="the model crashed"
+    ) as raised:
+        await read()
+    error = raised.value
+    inner = getattr(error, "original_exception", None)
+    return items, (type(error), type(inner), getattr(error, "status_code", None), str(error))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("where", list(_BEFORE_ERROR))
+async def test_an_error_in_a_streams_body_is_raised_as_raw_litellm_raises_it(
+    where: str, asynchronous: bool
+) -> None:
+    """Differential, streamed: the upstream's 200 stream carries an error in its body. Raw
+    litellm yields what came before it (the opening ``role`` chunk, text), then raises a
+    ``MidStreamFallbackError`` around the upstream's error; through the provider (after the
+    guard's retries, each failing so) the caller gets the same error, and before it the
+    opening as raw litellm yields it. Before: the role chunk was lost, and litellm wrapped its
+    own ``MidStreamFallbackError`` in a second one (another ``original_exception``, another
+    message)."""
+    body = _BEFORE_ERROR[where] + _BODY_ERROR
+    with canned(body) as (url, bodies):
+        raw = await _items_then_error("openai/plain-model", url, asynchronous)
+        asked = len(bodies)
+        _fresh_guard()
+        guarded_answer = await _items_then_error("agentguard/openai/plain-model", url, asynchronous)
+    assert guarded_answer[1] == raw[1]
+    assert raw[1][0].__name__ == "MidStreamFallbackError"
+    if where == "after text":
+        # the guard names the role on its first chunk out (as on a healthy stream): the same
+        # role and text, in one chunk where raw litellm has two
+        assert guarded_answer[0] == [[("assistant", "Sunny ", None)]]
+        assert raw[0] == [[("assistant", "", None)], [(None, "Sunny ", None)]]
+        assert len(bodies) - asked == 1  # text had gone out: not asked again
+    else:
+        assert guarded_answer[0] == raw[0]
+        assert len(bodies) - asked > 1  # nothing had gone out: retried
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_an_error_in_a_streams_body_releases_no_call_unjudged(asynchronous: bool) -> None:
+    """The error comes in the middle of a tool call: the caller gets the opening as from raw
+    litellm, then the same error; the call's first fragment, which the guard holds until the
+    call is whole and valid, never goes out (raw litellm hands it on)."""
+    call = {"index": 0, "id": "c1", "type": "function"}
+    call["function"] = {"name": "search", "arguments": '{"qu'}
+    body = _opened(_ROLE, {"tool_calls": [call]}) + _BODY_ERROR
+    with canned(body) as (url, _):
+        raw_items, raw_error = await _items_then_error("openai/plain-model", url, asynchronous)
+        _fresh_guard()
+        items, error = await _items_then_error("agentguard/openai/plain-model", url, asynchronous)
+    assert error == raw_error
+    assert items == raw_items[:1] == [[("assistant", "", None)]]
+    assert len(raw_items) > 1
+
+
 # -- the call's parameters reach the model as plain litellm sends them ----------------------------
 
 _SAID = RICH["choices"][0]["message"]["content"]

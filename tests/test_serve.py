@@ -939,3 +939,214 @@ async def test_the_guarded_requests_repr_holds_no_caller_key(
     assert seen
     assert all(KEY_A not in text for text in seen)
     assert all("Forward(path='/chat/completions'" in text for text in seen)
+
+
+# -- an error in a stream's body: as from the upstream ---------------------------------------
+
+_CHUNK_HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+# the error event as OpenAI sends it in a chat stream (the openai client raises it as APIError)
+_DATA_ERROR = (
+    b'data: {"error": {"message": "The server had an error while processing your request.", '
+    b'"type": "server_error", "param": null, "code": null}}\n\n'
+)
+# a Responses stream's own error event (the openai client hands it on as an event)
+_EVENT_ERROR = (
+    b'event: error\ndata: {"type": "error", "code": "server_error", "message": "The server had '
+    b'an error", "param": null, "sequence_number": 9}\n\n'
+)
+RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]
+
+
+def _before_error(api: str, where: str) -> bytes:
+    """A stream's events before its error: none (``first``), its opening (chat's ``role``
+    chunk; Responses' ``response.created`` and ``response.in_progress``), then some text
+    (``text``; ``bare``: and a chunk with nothing in it, which the guard holds until the next)
+    or the first fragment of a tool call (``call``)."""
+    if api == "chat":
+        deltas: list[dict[str, Any]] = [] if where == "first" else [{"role": "assistant"}]
+        if where in ("text", "bare"):
+            deltas.append({"content": "The docs "})
+        if where == "bare":
+            deltas.append({})
+        if where == "call":
+            fn = {"name": "search", "arguments": '{"q'}
+            deltas.append(
+                {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": fn}]}
+            )
+        chunks = [
+            {**_CHUNK_HEAD, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+            for d in deltas
+        ]
+        return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
+    from _openai_upstream import reasoning_answer
+
+    opening = {**reasoning_answer("", ""), "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = []
+    if where != "first":
+        events += [
+            {"type": k, "response": opening} for k in ("response.created", "response.in_progress")
+        ]
+    at = {"output_index": 0, "item_id": "msg_1", "content_index": 0}
+    if where == "text":
+        message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress"}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**message, "content": []},
+            },
+            {"type": "response.content_part.added", **at, "part": part},
+            {"type": "response.output_text.delta", **at, "delta": "The docs ", "logprobs": []},
+        ]
+    if where == "call":
+        item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "search"}
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            },
+            {
+                "type": "response.function_call_arguments.delta",
+                "output_index": 0,
+                "item_id": "fc_1",
+                "delta": '{"q',
+            },
+        ]
+    for n, event in enumerate(events):
+        event["sequence_number"] = n
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+async def _read_to_error(client: Any, api: str) -> tuple[list[Any], Any]:
+    """What a streamed call with tools gives: its items, then its error (or ``None``)."""
+    items: list[Any] = []
+    try:
+        if api == "chat":
+            stream = await client.chat.completions.create(
+                model="m", messages=ASK, tools=TOOLS, stream=True
+            )
+        else:
+            stream = await client.responses.create(
+                model="m", input="docs?", tools=RESPONSES_TOOLS, stream=True
+            )
+        async for item in stream:
+            items.append(item.model_dump())
+    except openai.APIError as exc:
+        return items, (type(exc), exc.message, exc.body)
+    return items, None
+
+
+async def _body_error_both_ways(body: bytes, api: str) -> tuple[Any, Any, Any, int]:
+    """The openai client straight to an upstream answering every request with the 200 stream
+    ``body``, and through the server to the same upstream; the server's answer (status,
+    content type, body) to a plain HTTP client after; how often the server asked the upstream
+    for the openai client's call."""
+    asked: list[Any] = []
+
+    def answer(library: Any) -> Any:
+        def respond(request: Any) -> Any:
+            asked.append(request)
+            return library.Response(
+                200, headers={"content-type": "text/event-stream"}, content=body
+            )
+
+        return respond
+
+    direct = openai.AsyncOpenAI(
+        api_key=KEY_A,
+        base_url="http://upstream.invalid/v1",
+        http_client=client_http.AsyncClient(
+            transport=client_http.MockTransport(answer(client_http))
+        ),
+        max_retries=0,
+    )
+    clock = FakeClock()
+    server = GuardServer(
+        ag.GuardConfig.from_dict({}),
+        "http://upstream.invalid/v1",
+        transport=httpx.MockTransport(answer(httpx)),
+        clock=clock,
+        sleep=clock.asleep,
+        rng=random.Random(0),
+    )
+    app = create_app(server)
+    through = openai.AsyncOpenAI(
+        api_key=KEY_A,
+        base_url="http://serve.invalid/v1",
+        http_client=client_http.AsyncClient(transport=client_http.ASGITransport(app=app)),
+        max_retries=0,
+    )
+    try:
+        raw = await _read_to_error(direct, api)
+        asked.clear()
+        guarded = await _read_to_error(through, api)
+        attempts = len(asked)
+        path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+        ask = {"messages": ASK, "tools": TOOLS} if api == "chat" else {"input": "docs?"}
+        async with client_http.AsyncClient(
+            transport=client_http.ASGITransport(app=app), base_url="http://serve.invalid"
+        ) as http:
+            got = await http.post(
+                path,
+                json={"model": "m", "stream": True, **ask},
+                headers={"authorization": f"Bearer {KEY_A}"},
+            )
+        answered = (got.status_code, got.headers["content-type"], got.content)
+    finally:
+        await server.aclose()
+    return raw, guarded, answered, attempts
+
+
+_BODY_ERRORS = [
+    *(("chat", where, _DATA_ERROR) for where in ("first", "opening", "text", "bare")),
+    *(
+        ("responses", where, error)
+        for error in (_DATA_ERROR, _EVENT_ERROR)
+        for where in ("first", "opening", "text")
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("api", "where", "error"),
+    _BODY_ERRORS,
+    ids=[f"{a}-{w}-{'event' if e is _EVENT_ERROR else 'data'}" for a, w, e in _BODY_ERRORS],
+)
+async def test_an_error_in_a_streams_body_reaches_the_caller_as_from_the_upstream(
+    api: str, where: str, error: bytes
+) -> None:
+    """Differential: an upstream's 200 stream carrying an error in its body (first, after its
+    opening, after some text). Through the server (after its retries, each attempt failing
+    so) the openai client gets the same items, then the same error (``APIError``, raised as
+    the stream is read; a Responses ``error`` event handed on as an event); the server's
+    answer is a 200 event stream whose events are the upstream's bytes, then the report's
+    comment line. Before: an error before the first words was a 502 or 429 answer with the
+    error as its body (the client raised ``InternalServerError`` from ``create``, and would
+    retry it), and the opening events were lost; after text, a chunk the guard was holding
+    (one with nothing in it) was lost."""
+    body = _before_error(api, where) + error
+    raw, guarded, (status, kind, sent), attempts = await _body_error_both_ways(body, api)
+    assert guarded == raw
+    assert (status, kind.split(";")[0]) == (200, "text/event-stream")
+    assert sent[: sent.index(b": agentguard ")] == body
+    assert raw[0] or where == "first"
+    # retried while nothing had gone to the caller; not once text had
+    assert (attempts > 1) == (where not in ("text", "bare"))
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_error_in_a_streams_body_releases_no_call_unjudged(api: str) -> None:
+    """The error comes in the middle of a tool call: the caller gets the opening as from the
+    upstream, then the error; the call's first fragment, which the guard holds until the call
+    is whole and valid, never goes out (the raw client hands it on)."""
+    body = _before_error(api, "call") + _DATA_ERROR
+    raw, guarded, (status, _, sent), _ = await _body_error_both_ways(body, api)
+    (raw_items, raw_error), (items, error) = raw, guarded
+    assert error == raw_error
+    opening = 1 if api == "chat" else 2
+    assert items == raw_items[:opening]
+    assert len(raw_items) > opening
+    assert status == 200
+    assert sent[: sent.index(b": agentguard ")] == _before_error(api, "opening") + _DATA_ERROR

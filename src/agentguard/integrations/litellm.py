@@ -40,7 +40,7 @@ import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from agentguard.budget import TokenLedger, caller_config
 from agentguard.config import GuardConfig
@@ -78,6 +78,9 @@ _PROVIDER_PREFIX = "llm_provider-"
 #: The request extension where a guarded stream's transport sets aside the upstream's chunks
 #: that go out as they came though the guard yields nothing of them (see :func:`_aside`).
 _ASIDE = "agentguard.litellm.aside"
+#: The request extension where a guarded stream's transport keeps the chunks that open each
+#: attempt's stream (see :class:`_Opening`).
+_OPENING = "agentguard.litellm.opening"
 
 
 def _litellm() -> Any:
@@ -139,6 +142,7 @@ class LiteLLMTransport:
 
     def stream(self, request: ModelRequest) -> Iterator[StreamChunk]:
         """One streamed ``litellm.completion`` call, chunk by chunk."""
+        _Opening.restart(request)
         for chunk in _litellm().completion(**self._kwargs(request, stream=True)):
             yield _read(chunk, request)
 
@@ -149,6 +153,7 @@ class LiteLLMTransport:
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         """One streamed ``litellm.acompletion`` call, chunk by chunk."""
+        _Opening.restart(request)
         async for chunk in await _litellm().acompletion(**self._kwargs(request, stream=True)):
             yield _read(chunk, request)
 
@@ -160,7 +165,34 @@ def _read(raw: Any, request: ModelRequest) -> StreamChunk:
     aside = request.extensions.get(_ASIDE)
     if aside is not None and _aside(chunk):
         aside.append(raw)
+    opening = request.extensions.get(_OPENING)
+    if isinstance(opening, _Opening):
+        opening.read(raw, chunk)
     return chunk
+
+
+class _Opening:
+    """The upstream's chunks that open an attempt's stream carrying nothing the guard passes on
+    or judges (its ``role`` chunk): what the raw litellm stream yields before an error in the
+    body. The guard names the role on its first chunk out instead; when the stream ends on the
+    upstream's error before any, these go out before it, as from raw litellm."""
+
+    def __init__(self) -> None:
+        self.chunks: list[Any] = []
+        self._open = True
+
+    @staticmethod
+    def restart(request: ModelRequest) -> None:
+        """A new attempt of ``request``: its own opening."""
+        opening = request.extensions.get(_OPENING)
+        if isinstance(opening, _Opening):
+            opening.chunks, opening._open = [], True
+
+    def read(self, raw: Any, chunk: StreamChunk) -> None:
+        if self._open and bare(chunk) and not _aside(chunk) and not chunk.finish_reason:
+            self.chunks.append(raw)
+        else:
+            self._open = False
 
 
 def _request(kwargs: Mapping[str, Any]) -> tuple[ModelRequest, str | None]:
@@ -429,6 +461,18 @@ def _last(finish: str | None, report: GuardReport | None) -> dict[str, Any]:
     return last
 
 
+def _reraise(exc: Exception) -> NoReturn:
+    """Raise an upstream error the guarded stream raised from the handler's stream: litellm
+    wraps what a provider's stream raises in a ``MidStreamFallbackError`` (a 5xx, a rate limit),
+    as raw litellm's stream did the upstream's error already; the error it wraps is raised in
+    its stead, so that the caller gets one ``MidStreamFallbackError`` around it, as from raw
+    litellm (not one around the other)."""
+    inner = getattr(exc, "original_exception", None)
+    if type(exc).__name__ == "MidStreamFallbackError" and isinstance(inner, Exception):
+        raise inner from None
+    raise exc
+
+
 def _translate(exc: AgentGuardError) -> Exception:
     """A guard decision as the litellm exception its status maps to, carrying its headers."""
     error = require("litellm.llms.custom_llm", "litellm").CustomLLMError
@@ -564,7 +608,9 @@ class GuardedLLM:
         """litellm's sync streaming entry point: content flows, tool calls once valid."""
         request, session = _request(kwargs)
         aside: list[Any] = []
-        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
+        opened = _Opening()
+        extensions = {**request.extensions, _ASIDE: aside, _OPENING: opened}
+        request = dataclasses.replace(request, extensions=extensions)
         stream = self.guards_for(request)[0].stream(request, session=session)
         finish = None
         opening = True
@@ -576,6 +622,10 @@ class GuardedLLM:
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        except Exception as exc:  # the upstream's error, as litellm raised it
+            for out in opened.chunks if opening else ():
+                yield out  # what raw litellm yields before it
+            _reraise(exc)
         for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
             yield out
         yield _last(finish, stream.report)
@@ -584,7 +634,9 @@ class GuardedLLM:
         """litellm's async streaming entry point."""
         request, session = _request(kwargs)
         aside: list[Any] = []
-        request = dataclasses.replace(request, extensions={**request.extensions, _ASIDE: aside})
+        opened = _Opening()
+        extensions = {**request.extensions, _ASIDE: aside, _OPENING: opened}
+        request = dataclasses.replace(request, extensions=extensions)
         stream = self.guards_for(request)[1].astream(request, session=session)
         finish = None
         opening = True
@@ -596,6 +648,10 @@ class GuardedLLM:
                     yield out
         except AgentGuardError as exc:
             raise _translate(exc) from exc
+        except Exception as exc:  # the upstream's error, as litellm raised it
+            for out in opened.chunks if opening else ():
+                yield out  # what raw litellm yields before it
+            _reraise(exc)
         for out in _with_aside(StreamChunk(), aside, opening=opening):  # the ones left
             yield out
         yield _last(finish, stream.report)

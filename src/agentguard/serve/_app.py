@@ -659,6 +659,12 @@ class _ChatEvents:
     def end(self) -> bytes:
         return self._bytes(self._replay.end())
 
+    def failed(self, event: Event | None = None) -> bytes:
+        """What goes out before the error the stream ends with (see ``ChatReplay.failed``:
+        the opening ``role`` chunk ...; a call being judged stays back). (``event``: the
+        upstream's error event, which no chunk stands for.)"""
+        return self._bytes(self._replay.failed())
+
 
 def _comment(text: str) -> bytes:
     """An upstream's keep-alive (``: OPENROUTER PROCESSING``), passed on where it came: a
@@ -709,8 +715,9 @@ def _error_event(exc: Exception, responses: list[Event] | None = None) -> bytes:
 
 async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest) -> Response:
     """A guarded stream. Errors before its first chunk (an upstream's keep-alive is one: see
-    :func:`_comment`) are answered as errors (status, headers); later ones end the stream with
-    an error event, as OpenAI does."""
+    :func:`_comment`) are answered as errors (status, headers), except an error the upstream
+    sent in its stream's body (see :func:`_body_error`); later ones end the stream with an
+    error event, as OpenAI does."""
     forward = neutral.extensions[FORWARD]
     assert isinstance(forward, Forward)
     stream = guard.astream(neutral)
@@ -721,6 +728,8 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         first = None
     except AgentGuardError as exc:
         await _settle(server, stream)
+        if isinstance(exc, UpstreamError) and exc.event is not None:
+            return _body_error(exc, forward)
         if isinstance(exc, (UpstreamError, ModelTimeout)):
             return upstream_error(exc)
         return guard_error(exc)
@@ -735,6 +744,30 @@ async def _stream(server: GuardServer, guard: AsyncGuard, neutral: ModelRequest)
         await events.aclose()  # settles the stream
         raise
     return _repeated(_EventStream(opening, events, headers=headers), forward.headers)
+
+
+def _body_error(exc: UpstreamError, forward: Forward) -> Response:
+    """The last attempt's stream when it ended on the error event in its body (every attempt
+    failed so, or its error is not retried) before anything went to the caller: as the
+    upstream answered it, a 200 event stream (its head, the opening events the raw client
+    hands on before the error, then the error's own event), not an error status the caller's
+    client would take for another error (and retry: an SDK retries a 5xx or a 429, never an
+    error event). A call the guard was judging stays back."""
+    chat = forward.path != "/responses"
+    replay: _ChatEvents | _Replay = _ChatEvents(forward) if chat else _Replay(forward)
+    body = replay.failed(exc.event) + _error_event(exc)
+    report = exc.agentguard_report
+    if isinstance(report, GuardReport):
+        body += _report_line(report)
+    headers = _upstream_headers(forward.headers)
+    return _repeated(_EventStream(body, _nothing(), headers=headers), forward.headers)
+
+
+async def _nothing() -> AsyncGenerator[bytes, None]:
+    """No more events (a stream whose head is all of it)."""
+    nothing: tuple[bytes, ...] = ()
+    for piece in nothing:
+        yield piece
 
 
 class _EventStream(StreamingResponse):
@@ -846,6 +879,7 @@ async def _events(
             async for chunk in stream:
                 yield _piece(replay, chunk)
         except Exception as exc:  # the answer has begun: the error can only be an event
+            yield replay.failed(getattr(exc, "event", None))
             yield _error_event(exc, None if chat else forward.events)
             report = getattr(exc, "agentguard_report", None)
             if isinstance(report, GuardReport):
@@ -878,6 +912,21 @@ def _held(event: Event) -> bool:
         kind in ("response.output_item.added", "response.output_item.done")
         and isinstance(item, Mapping)
         and item.get("type") == "function_call"
+    )
+
+
+def _opened_empty(event: Event) -> bool:
+    """Whether a Responses event opens the answer's message or one of its parts, holding no
+    text yet."""
+    kind = event.get("type")
+    if kind == "response.output_item.added":
+        item = event.get("item")
+        return (
+            isinstance(item, Mapping) and item.get("type") == "message" and not item.get("content")
+        )
+    part = event.get("part")
+    return kind == "response.content_part.added" and not (
+        isinstance(part, Mapping) and part.get("text")
     )
 
 
@@ -928,6 +977,21 @@ class _Replay:
         self._calls.extend(chunk.tool_calls)
         self._finish = chunk.finish_reason or self._finish
         return b""
+
+    def failed(self, error: Event | None = None) -> bytes:
+        """What goes out before the error the stream ends with (``error``: the upstream's own
+        error event, among the events received), as the raw client hands them on before it:
+        the events not sent yet up to the first that carries what the guard holds (the
+        answer's text, a call, the end); the openings, and a message's item and part opened
+        empty, go."""
+        events = self._forward.events
+        upto = self._sent
+        while upto < len(events) and events[upto] is not error:
+            event = events[upto]
+            if _held(event) or (_text_event(event) and not _opened_empty(event)):
+                break
+            upto += 1
+        return self._flush(upto)
 
     def end(self) -> bytes:
         """The rest of the stream, once the guard's answer is complete. When the guard's text

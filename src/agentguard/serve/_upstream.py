@@ -644,9 +644,7 @@ class HTTPUpstream:
                 if forward is not None and responses:
                     forward.events.append(event)
                 if _failed(event, responses):
-                    reported = self._hidden(
-                        _reported(event, responses=responses, model=request.model)
-                    )
+                    reported = self._hidden(_reported(event, model=request.model))
                     if forward is not None and responses and reported.event is not None:
                         forward.events[-1] = reported.event  # kept as passed on: key masked
                     raise reported
@@ -672,32 +670,32 @@ class HTTPUpstream:
 def _failed(event: Event, responses: bool) -> bool:
     """Whether an upstream stream's event is its error: a chat stream's ``data: {"error":
     {...}}`` (after a 200 head: OpenRouter's and OpenAI's way to fail mid-answer), a Responses
-    stream's ``error`` event or ``response.failed``."""
-    if responses:
-        return (event.get("type") or event.name) in FAILURES
+    stream's ``error`` event or ``response.failed``, or an event of either whose data is such an
+    ``{"error": {...}}`` (the openai client raises it as an ``APIError``)."""
     error = event.get("error")  # none in a chunk: no ABC check for it
-    return error is not None and isinstance(error, Mapping)
+    if error is not None and isinstance(error, Mapping):
+        return True
+    return responses and (event.get("type") or event.name) in FAILURES
 
 
-def _reported(event: Event, *, responses: bool, model: str) -> UpstreamError:
+def _reported(event: Event, *, model: str) -> UpstreamError:
     """An upstream stream's error event (see :func:`_failed`) as the upstream error it is, with
     the status its code or name stands for (see ``inband_status``): retried while nothing of
-    the attempt reached the caller; then, or once every attempt failed so, passed on — as the
-    event it came as once the answer has begun, else as an error answer whose body is the
-    error (``{"error": {...}}``)."""
-    if not responses:
-        error: Any = event["error"]
-    elif (event.get("type") or event.name) == "response.failed":
+    the attempt reached the caller; then, or once every attempt failed so, passed on as the
+    event it came as, in a stream of the upstream's (see the server's ``_stream``)."""
+    error: Any = event.get("error")
+    whole = isinstance(error, Mapping)  # the event's data is the error object
+    if not whole and (event.get("type") or event.name) == "response.failed":
         found = event.get("response")
         error = found.get("error") if isinstance(found, Mapping) else None
-    else:
+    elif not whole:
         error = {k: event.get(k) for k in ("type", "code", "message", "param")}
     error = dict(error) if isinstance(error, Mapping) else {}
     failure = UpstreamError(
         "the upstream reported an error in its stream",
         status_code=inband_status(error),
         headers={"content-type": "application/json"},
-        content=json.dumps({"error": error}).encode() if responses else event.data.encode(),
+        content=event.data.encode() if whole else json.dumps({"error": error}).encode(),
         model=model,
     )
     failure.event = event
