@@ -1132,3 +1132,35 @@ async def test_an_error_in_a_streams_body_releases_no_call_unjudged(
     opening = 1 if api == "chat" else 2
     assert items == raw_items[:opening]
     assert len(raw_items) > opening
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_responses_error_event_mid_call_releases_no_call_unjudged(
+    asynchronous: bool,
+) -> None:
+    """A Responses stream ending on its ``error`` event (which the raw client hands on as an
+    event) in the middle of a tool call: the caller gets the opening and the error event as
+    from the raw client; the call's part the guard held never goes out unjudged."""
+    error = {"type": "error", "code": "server_error", "message": "boom", "param": None}
+    body = _opened("responses", call=True) + (
+        f"event: error\ndata: {json.dumps({**error, 'sequence_number': 4})}\n\n".encode()
+    )
+    raw, wrapped, _ = _clients(_answering(body), asynchronous)
+    kinds = []
+    for client in (raw, wrapped):
+        stream = await _maybe(
+            client.responses.create(model="m", input="hi", tools=RESPONSES_TOOLS, stream=True)
+        )
+        items: list[Any] = []
+        await _read_into(stream, items)
+        kinds.append([item.type for item in items])
+    raw_kinds, got = kinds
+    assert raw_kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",  # (the function call's item)
+        "response.function_call_arguments.delta",
+        "error",
+    ]
+    assert got == ["response.created", "response.in_progress", "error"]

@@ -233,10 +233,12 @@ class _Events:
 
     def failed(self, stream: Any, error: ReportedError) -> list[Any]:
         """The upstream's events not handed on yet, its error event last (the raw client hands
-        it on as an event, raising nothing); the report is the error's."""
+        it on as an event, raising nothing), but for those of a call: a call the guard holds
+        never goes out unjudged (as from ``agentguard serve`` and the LiteLLM provider); the
+        report is the error's."""
         report = error.agentguard_report
         self.done(stream, report if isinstance(report, GuardReport) else None)
-        return [self._emit(e) for e in self._pending()]
+        return [self._emit(e) for e in self._pending() if not _is_call_event(e)]
 
     def done(self, stream: Any, report: GuardReport | None) -> None:
         if report is not None:
