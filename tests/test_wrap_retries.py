@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import agentguard as ag
+from _hostile import completion
 from agentguard.guard._quality import QualityMonitor
 from agentguard.testing import FakeClock, Fault, Reply, ScriptedModel, capture_events
 
@@ -125,15 +126,7 @@ def test_an_http_date_beyond_max_retry_after_escalates_at_once(
     """A date five minutes ahead (past max_retry_after, 30 s) moves the call to the next tier
     at once, as ``Retry-After: 300`` does: the limited tier is asked once, nothing waited."""
     model = ScriptedModel({"l": [Fault(429, {"retry-after": _date(clock, 300)})], "c": [OK]})
-    answer = _call(
-        _guarded(model, TWO_TIERS, clock, asynchronous=asynchronous),
-        asynchronous=asynchronous,
-        model="local",
-    )
-    report = ag.report_of(answer)
-    assert report is not None
-    assert (report.tier, report.reasons) == ("cloud", ("rate_limited",))
-    assert [r.model for r in model.requests] == ["l", "c"]
+    _assert_moved_to_cloud_at_once(model, clock, asynchronous, "rate_limited")
     assert clock.sleeps == []
 
 
@@ -153,6 +146,21 @@ def test_retry_call_reads_an_http_date_on_the_injected_clock() -> None:
     policy = RetryPolicy(rng=random.Random(0))
     assert retry_call(fn, policy, sleep=clock.sleep, clock=clock) == "done"
     assert clock.sleeps == [12.0]
+
+
+def _assert_moved_to_cloud_at_once(
+    model: ScriptedModel, clock: FakeClock, asynchronous: bool, reason: str
+) -> None:
+    """A call for the local tier was asked of it once, then answered by the cloud tier."""
+    answer = _call(
+        _guarded(model, TWO_TIERS, clock, asynchronous=asynchronous),
+        asynchronous=asynchronous,
+        model="local",
+    )
+    report = ag.report_of(answer)
+    assert report is not None
+    assert (report.tier, report.reasons) == ("cloud", (reason,))
+    assert [r.model for r in model.requests] == ["l", "c"]
 
 
 def openai_like(response: Any) -> Exception:
@@ -186,15 +194,7 @@ def test_x_should_retry_false_is_obeyed_as_by_the_raw_client(
 def test_x_should_retry_false_still_escalates(clock: FakeClock, asynchronous: bool) -> None:
     """Not retried, the error keeps its class: another tier may still serve the call."""
     model = ScriptedModel({"l": [Fault(503, {"x-should-retry": "false"})], "c": [OK]})
-    answer = _call(
-        _guarded(model, TWO_TIERS, clock, asynchronous=asynchronous),
-        asynchronous=asynchronous,
-        model="local",
-    )
-    report = ag.report_of(answer)
-    assert report is not None
-    assert (report.tier, report.reasons) == ("cloud", ("server_error",))
-    assert [r.model for r in model.requests] == ["l", "c"]
+    _assert_moved_to_cloud_at_once(model, clock, asynchronous, "server_error")
 
 
 def test_x_should_retry_true_is_retried_as_by_the_raw_client(clock: FakeClock) -> None:
@@ -299,7 +299,7 @@ def test_a_cancelled_probe_frees_the_tier() -> None:
 
         async def handler(request: Any) -> Any:
             if request.url.host == "cloud.invalid" or state["mode"] == "up":
-                return http.Response(200, json=_completion())
+                return http.Response(200, json=completion(content="hi there"))
             if state["mode"] == "down":
                 return http.Response(503, text="<html>503</html>")
             entered.set()
@@ -372,20 +372,3 @@ def test_a_probe_that_never_reports_lapses(clock: FakeClock) -> None:
 
 def _guard_of(client: Any) -> Any:
     return client.chat.completions._guard
-
-
-def _completion() -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "hi there"},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }

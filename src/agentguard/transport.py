@@ -19,6 +19,7 @@ sends upstream is never shown).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -44,6 +45,7 @@ __all__ = [
     "StreamChunk",
     "Transport",
     "attach_report",
+    "caller_key",
     "caller_scope",
     "message_from_items",
     "reasoning_of",
@@ -131,6 +133,20 @@ def _item_data(item: Any) -> Mapping[str, Any]:
     dump = getattr(item, "model_dump", None)
     data = dump(warnings=False) if callable(dump) else None
     return data if isinstance(data, Mapping) else {}
+
+
+_BEARER = re.compile(r"bearer[ \t]+", re.IGNORECASE)
+
+
+def caller_key(header: str) -> str:
+    """The API key an ``Authorization`` / ``api-key`` header value carries: without a
+    ``Bearer`` scheme (any case) and the spaces around it, so one key spelled two ways is one
+    caller (``Bearer K``, ``bearer  K``, ``K``); the value itself when nothing else is left."""
+    key = header.strip()
+    scheme = _BEARER.match(key)
+    if scheme:
+        key = key[scheme.end() :].strip()
+    return key or header
 
 
 def caller_scope(*identity: str) -> str:

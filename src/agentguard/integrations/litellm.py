@@ -36,7 +36,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -55,6 +54,7 @@ from agentguard.transport import (
     ModelResponse,
     StreamChunk,
     attach_report,
+    caller_key,
     caller_scope,
     register_secret,
     report_of,
@@ -319,14 +319,9 @@ def _caller(litellm_params: Mapping[str, Any], client_headers: Mapping[str, Any]
                 return caller_scope(key)
     for name, value in client_headers.items():
         if str(name).lower() == "authorization" and value:
-            # the key, however the header spells its scheme (``Bearer K``, ``bearer  K``): one
-            # caller, as in ``agentguard serve``
-            key = _BEARER.sub("", str(value).strip(), count=1).strip()
-            return caller_scope(key or str(value))
+            # the key, however the header spells its scheme: one caller, as in agentguard serve
+            return caller_scope(caller_key(str(value)))
     return None
-
-
-_BEARER = re.compile(r"\Abearer[ \t]+", re.IGNORECASE)
 
 
 def _result(response: ModelResponse, report: GuardReport | None) -> Any:

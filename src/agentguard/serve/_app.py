@@ -65,6 +65,7 @@ from agentguard.transport import (
     ModelRequest,
     ModelResponse,
     StreamChunk,
+    caller_key,
     caller_scope,
     message_from_items,
     register_secret,
@@ -278,9 +279,6 @@ def _monotonic() -> float:
 
 
 # An ``Authorization`` value's ``Bearer`` scheme (RFC 9110: any case, then one or more spaces).
-_BEARER = re.compile(r"bearer[ \t]+", re.IGNORECASE)
-
-
 def _caller(headers: Mapping[str, str]) -> str:
     """The fingerprint of the caller whose request has ``headers`` (lowercase names; ``""``
     when they name no key).
@@ -292,12 +290,9 @@ def _caller(headers: Mapping[str, str]) -> str:
         value = headers.get(name)
         if value:
             register_secret(value)  # forwarded upstream: never shown in an error
-            key = value.strip()
-            scheme = _BEARER.match(key)
-            if scheme:
-                key = key[scheme.end() :].strip()
+            key = caller_key(value)
             register_secret(key)
-            return caller_scope(key or value)
+            return caller_scope(key)
     return ""
 
 
